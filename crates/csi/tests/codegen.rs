@@ -11,12 +11,15 @@ fn crate_dir() -> PathBuf {
 fn generate(out: &Path) {
     let fds = protox::compile(["csi.proto"], [crate_dir().join("proto")]).expect("compile csi.proto");
     std::fs::write(out.join("csi_descriptor.bin"), prost::Message::encode_to_vec(&fds)).unwrap();
+    // `prost::Name` impls let `csi::sanitize` find a message's descriptor by its full name.
+    let mut config = tonic_prost_build::Config::new();
+    config.enable_type_names();
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
         .build_transport(false)
         .out_dir(out)
-        .compile_fds(fds)
+        .compile_fds_with_config(fds, config)
         .expect("generate Rust code");
 }
 
