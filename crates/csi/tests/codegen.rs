@@ -9,8 +9,18 @@ fn crate_dir() -> PathBuf {
 }
 
 fn generate(out: &Path) {
-    let fds = protox::compile(["csi.proto"], [crate_dir().join("proto")]).expect("compile csi.proto");
-    std::fs::write(out.join("csi_descriptor.bin"), prost::Message::encode_to_vec(&fds)).unwrap();
+    let mut compiler =
+        protox::Compiler::new([crate_dir().join("proto")]).expect("proto include dir");
+    compiler.include_imports(true).include_source_info(true);
+    compiler.open_file("csi.proto").expect("compile csi.proto");
+    // Encoding through prost_types would drop extension options such as `csi_secret`, which
+    // the sanitiser reads from this file; protox's own encoder keeps them.
+    std::fs::write(
+        out.join("csi_descriptor.bin"),
+        compiler.encode_file_descriptor_set(),
+    )
+    .unwrap();
+    let fds = compiler.file_descriptor_set();
     // `prost::Name` impls let `csi::sanitize` find a message's descriptor by its full name.
     let mut config = tonic_prost_build::Config::new();
     config.enable_type_names();
