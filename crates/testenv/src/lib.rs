@@ -1,1 +1,36 @@
+//! Test support: a real local Kubernetes control plane (etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler) built from Go modules by `cargo xtask testenv
+//! build`, fake kubelet-less nodes, and guarded child processes for the CSI driver and the
+//! provisioner under test.
+//!
+//! Tests that use it are marked `#[ignore = "needs the control plane: cargo xtask test"]` and
+//! run through `cargo xtask test`. Every child gets `PR_SET_PDEATHSIG(SIGKILL)` and its own
+//! process group and is killed when its guard drops; the shared control plane is also killed
+//! at process exit. Logs: `<control-plane dir>/logs/<component>.log`.
 
+mod cluster;
+mod control_plane;
+mod detached;
+mod error;
+mod flags;
+mod mock_driver;
+mod objects;
+mod paths;
+mod pki;
+mod process;
+mod registry;
+mod shared;
+
+pub use cluster::{
+    FakeNode, WAIT_TIMEOUT, create_csi_driver, create_fake_nodes, create_namespace,
+    try_create_csi_driver, try_create_fake_nodes, wait_for,
+};
+pub use control_plane::{COMPONENTS, ControlPlane, ControlPlaneOptions};
+pub use detached::{is_running as detached_is_running, stop_detached};
+pub use error::Error;
+pub use mock_driver::MockDriver;
+pub use paths::{
+    bin_dir, bin_dir_unchecked, etcd_binary, go_binary, target_dir, try_go_binary,
+    try_workspace_binary, workspace_binary, workspace_root,
+};
+pub use process::{Process, log_tail, spawn, spawn_detached, try_spawn};

@@ -1,0 +1,380 @@
+//! A real control plane: etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
+//! 127.0.0.1, each a child process with its log under `<dir>/logs`.
+
+use std::fs;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::error::IoContext;
+use crate::flags::{self, Layout, Ports};
+use crate::process::{Process, spawn_detached, try_spawn};
+use crate::{Error, detached, paths, pki, registry};
+
+/// Components in start order; teardown goes in reverse.
+pub const COMPONENTS: &[&str] = &[
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+/// How to start a [`ControlPlane`].
+#[derive(Debug, Clone)]
+pub struct ControlPlaneOptions {
+    /// Working directory (certificates, etcd data, `logs/`). `None`: a fresh directory under
+    /// `<target>/testenv-runs/`.
+    pub dir: Option<PathBuf>,
+    /// Fake nodes to create once ready, named `node-1` .. `node-N`.
+    pub nodes: usize,
+    /// CSI driver recorded in the fake nodes' CSINode objects.
+    pub driver: String,
+    /// Topology label key set on the fake nodes (`<key>=<node name>`).
+    pub topology_key: String,
+    /// Start the processes in their own session without PDEATHSIG (for `cargo xtask cluster
+    /// up`); call [`ControlPlane::detach`] to leave them running.
+    pub detached: bool,
+    /// How long the components get to become ready.
+    pub startup_timeout: Duration,
+}
+
+impl Default for ControlPlaneOptions {
+    fn default() -> Self {
+        ControlPlaneOptions {
+            dir: None,
+            nodes: 0,
+            // The mock driver's defaults, so `cluster up` nodes work with it unchanged.
+            driver: "mock.csi.test".into(),
+            topology_key: "topology.mock.csi/node".into(),
+            detached: false,
+            startup_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A running control plane. Dropping it kills its processes and deletes the etcd data; the
+/// logs stay.
+pub struct ControlPlane {
+    layout: Layout,
+    kubeconfig: PathBuf,
+    server_url: String,
+    processes: Mutex<Vec<Process>>,
+    pids: Vec<(String, u32)>,
+    startup: Duration,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("dir", &self.layout.dir)
+            .field("server_url", &self.server_url)
+            .field("pids", &self.pids)
+            .finish()
+    }
+}
+
+impl ControlPlane {
+    /// Starts the four components and waits until the API server's `/readyz` and the
+    /// controller manager's and scheduler's `/healthz` answer `ok`.
+    pub async fn start(opts: ControlPlaneOptions) -> Result<ControlPlane, Error> {
+        let began = Instant::now();
+        let dir = match &opts.dir {
+            Some(d) => absolute(d)?,
+            None => registry::new_run_dir()?,
+        };
+        let layout = Layout { dir };
+        prepare_dir(&layout)?;
+        let ports = Ports {
+            etcd_client: free_port()?,
+            etcd_peer: free_port()?,
+            apiserver: free_port()?,
+            controller_manager: free_port()?,
+            scheduler: free_port()?,
+        };
+        let server_url = format!("https://127.0.0.1:{}", ports.apiserver);
+        write_credentials(&layout, &server_url)?;
+        let mut cp = ControlPlane {
+            kubeconfig: layout.kubeconfig(),
+            layout,
+            server_url,
+            processes: Mutex::new(Vec::new()),
+            pids: Vec::new(),
+            startup: Duration::ZERO,
+        };
+        registry::register(&cp.layout.dir);
+        let deadline = began + opts.startup_timeout;
+        let timeout = opts.startup_timeout;
+
+        let etcd = paths::etcd_binary();
+        cp.launch(
+            opts.detached,
+            "etcd",
+            &etcd,
+            flags::etcd(&ports, &cp.layout),
+        )?;
+        let apiserver = paths::try_go_binary("kube-apiserver")?;
+        let args = flags::apiserver(&ports, &cp.layout);
+        cp.launch(opts.detached, "kube-apiserver", &apiserver, args)?;
+        let client = cp.try_client().await?;
+        cp.wait_ok(&client, "/readyz", "kube-apiserver", deadline, timeout)
+            .await?;
+
+        let kcm = paths::try_go_binary("kube-controller-manager")?;
+        let args = flags::controller_manager(&ports, &cp.layout);
+        cp.launch(opts.detached, "kube-controller-manager", &kcm, args)?;
+        let sched = paths::try_go_binary("kube-scheduler")?;
+        let args = flags::scheduler(&ports, &cp.layout);
+        cp.launch(opts.detached, "kube-scheduler", &sched, args)?;
+        for (name, port) in [
+            ("kube-controller-manager", ports.controller_manager),
+            ("kube-scheduler", ports.scheduler),
+        ] {
+            let client = insecure_client(port)?;
+            cp.wait_ok(&client, "/healthz", name, deadline, timeout)
+                .await?;
+        }
+
+        if opts.nodes > 0 {
+            let names: Vec<String> = (1..=opts.nodes).map(|i| format!("node-{i}")).collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            crate::try_create_fake_nodes(&client, &opts.driver, &opts.topology_key, &names).await?;
+        }
+        cp.startup = began.elapsed();
+        Ok(cp)
+    }
+
+    fn launch(
+        &mut self,
+        detached: bool,
+        name: &str,
+        program: &Path,
+        args: Vec<String>,
+    ) -> Result<(), Error> {
+        let mut cmd = Command::new(program);
+        cmd.args(args).current_dir(&self.layout.dir);
+        let logs = self.layout.logs();
+        let process = if detached {
+            spawn_detached(name, cmd, &logs)?
+        } else {
+            try_spawn(name, cmd, &logs)?
+        };
+        self.pids.push((name.to_string(), process.pid()));
+        self.lock().push(process);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Process>> {
+        // A panic while holding the lock leaves the list intact; keep using it.
+        self.processes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Polls `path` until it answers `ok`, failing early if any component has exited.
+    async fn wait_ok(
+        &self,
+        client: &kube::Client,
+        path: &str,
+        component: &str,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        loop {
+            if let Some(dead) = self.first_exited() {
+                return Err(self.not_ready(format!("{dead} exited while waiting for {component}")));
+            }
+            let request = http::Request::get(path).body(Vec::new());
+            let request = request.map_err(|e| Error::NotReady(e.to_string()))?;
+            let answer = tokio::time::timeout(Duration::from_secs(5), client.request_text(request));
+            let last = match answer.await {
+                Ok(Ok(text)) if text.trim() == "ok" => return Ok(()),
+                Ok(Ok(text)) => text,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "request timed out".into(),
+            };
+            if Instant::now() >= deadline {
+                let secs = timeout.as_secs();
+                return Err(self.not_ready(format!(
+                    "{component} {path} not ok after {secs}s (last answer: {last})"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn first_exited(&self) -> Option<String> {
+        let mut procs = self.lock();
+        procs.iter_mut().find_map(|p| match p.try_wait() {
+            Ok(Some(status)) => Some(format!("{} ({status})", p.name())),
+            _ => None,
+        })
+    }
+
+    /// An error carrying the last log lines of every component.
+    fn not_ready(&self, what: String) -> Error {
+        let mut msg = what;
+        for p in self.lock().iter() {
+            let tail = p.log_tail(15);
+            msg.push_str(&format!(
+                "\n--- last lines of {}:\n{tail}",
+                p.log_path().display()
+            ));
+        }
+        Error::NotReady(msg)
+    }
+
+    /// The shared control plane of this test process; see [`crate::shared`].
+    pub fn shared() -> &'static ControlPlane {
+        crate::shared::get()
+    }
+
+    /// The admin kubeconfig (static token of a `system:masters` user).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The working directory; logs are in `<dir>/logs/<component>.log`.
+    pub fn dir(&self) -> &Path {
+        &self.layout.dir
+    }
+
+    pub fn log_dir(&self) -> PathBuf {
+        self.layout.logs()
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn server_url(&self) -> &str {
+        &self.server_url
+    }
+
+    /// Component names and pids, in start order.
+    pub fn pids(&self) -> &[(String, u32)] {
+        &self.pids
+    }
+
+    /// Wall time from `start` until everything was ready.
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+
+    /// An admin client for the caller's tokio runtime.
+    ///
+    /// # Panics
+    /// When the kubeconfig cannot be loaded.
+    pub async fn client(&self) -> kube::Client {
+        self.try_client()
+            .await
+            .unwrap_or_else(|e| panic!("admin client for {}: {e}", self.server_url))
+    }
+
+    pub async fn try_client(&self) -> Result<kube::Client, Error> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
+        let options = kube::config::KubeConfigOptions::default();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// Leaves the processes running (they were started with `detached`), records their pids
+    /// in `<dir>/pids` for [`crate::stop_detached`], and returns the directory.
+    pub fn detach(self) -> Result<PathBuf, Error> {
+        let text = detached::render_pids(&self.pids);
+        let path = self.layout.pids();
+        fs::write(&path, text).ctx(|| format!("writing {}", path.display()))?;
+        for p in std::mem::take(&mut *self.lock()) {
+            p.disown();
+        }
+        registry::unregister(&self.layout.dir);
+        Ok(self.layout.dir.clone())
+    }
+
+    /// Kills every component without reaping: for process exit, where no lock may be taken.
+    pub(crate) fn kill_all_now(&self) {
+        for (_, pid) in self.pids.iter().rev() {
+            // SAFETY: plain syscall on the process groups this control plane created.
+            unsafe {
+                libc::kill(-(*pid as libc::pid_t), libc::SIGKILL);
+            }
+        }
+        let _ = fs::remove_dir_all(self.layout.etcd_data());
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let mut procs = std::mem::take(&mut *self.lock());
+        let owned = !procs.is_empty();
+        while let Some(mut p) = procs.pop() {
+            p.kill9();
+        }
+        if owned {
+            let _ = fs::remove_dir_all(self.layout.etcd_data());
+        }
+        registry::unregister(&self.layout.dir);
+    }
+}
+
+fn absolute(dir: &Path) -> Result<PathBuf, Error> {
+    std::path::absolute(dir).ctx(|| format!("resolving {}", dir.display()))
+}
+
+/// Makes `dir` ready for a fresh cluster: refuses a live detached one, drops old state, keeps
+/// old logs (new output is appended).
+fn prepare_dir(layout: &Layout) -> Result<(), Error> {
+    if detached::is_running(&layout.dir)? {
+        return Err(Error::NotReady(format!(
+            "a cluster is already running in {}: run `cargo xtask cluster down --dir {}` first",
+            layout.dir.display(),
+            layout.dir.display()
+        )));
+    }
+    detached::remove_state(&layout.dir)?;
+    for d in [layout.logs(), layout.pki()] {
+        fs::create_dir_all(&d).ctx(|| format!("creating {}", d.display()))?;
+    }
+    Ok(())
+}
+
+fn write_credentials(layout: &Layout, server_url: &str) -> Result<(), Error> {
+    let pki = pki::generate()?;
+    let token = pki::random_token();
+    let files = [
+        (layout.ca_cert(), pki.ca_cert.clone()),
+        (layout.serving_cert(), pki.serving_cert),
+        (layout.serving_key(), pki.serving_key),
+        (layout.sa_key(), pki.sa_key),
+        (layout.tokens(), pki::tokens_csv(&token)),
+        (
+            layout.kubeconfig(),
+            pki::kubeconfig(server_url, &pki.ca_cert, &token),
+        ),
+    ];
+    for (path, content) in files {
+        fs::write(&path, content).ctx(|| format!("writing {}", path.display()))?;
+        let private = fs::Permissions::from_mode(0o600);
+        fs::set_permissions(&path, private).ctx(|| format!("chmod {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// A port that was free a moment ago (bind to port 0, read it, release it).
+fn free_port() -> Result<u16, Error> {
+    let listener = TcpListener::bind("127.0.0.1:0").ctx(|| "binding 127.0.0.1:0".into())?;
+    let port = listener
+        .local_addr()
+        .ctx(|| "reading the bound port".into())?
+        .port();
+    Ok(port)
+}
+
+/// A client for the controller manager's and scheduler's self-signed `/healthz`, which
+/// needs no credentials.
+fn insecure_client(port: u16) -> Result<kube::Client, Error> {
+    let url: http::Uri = format!("https://127.0.0.1:{port}")
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| Error::NotReady(e.to_string()))?;
+    let mut config = kube::Config::new(url);
+    config.accept_invalid_certs = true;
+    config.default_retry = false;
+    Ok(kube::Client::try_from(config)?)
+}

@@ -1,0 +1,61 @@
+//! One control plane per test process, started on first use and killed at exit.
+
+use std::sync::OnceLock;
+
+use crate::{ControlPlane, ControlPlaneOptions};
+
+static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+
+/// The process-wide control plane (no fake nodes; tests create what they need, isolated by
+/// namespace and by unique cluster-scoped names).
+///
+/// Started on first use from a dedicated thread and runtime, so it may be called from sync
+/// code and from inside any tokio runtime. Torn down by an `atexit` handler when the test
+/// binary exits, and by PDEATHSIG if it is killed.
+///
+/// # Panics
+/// When the control plane cannot start (every caller gets the same message, with log tails).
+pub(crate) fn get() -> &'static ControlPlane {
+    let result = SHARED.get_or_init(|| {
+        let started = std::thread::Builder::new()
+            .name("testenv-start".into())
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("tokio runtime: {e}"))?;
+                runtime
+                    .block_on(ControlPlane::start(ControlPlaneOptions::default()))
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| format!("starting thread: {e}"))
+            .and_then(|h| {
+                h.join()
+                    .map_err(|_| "control-plane start panicked".to_string())
+            })
+            .and_then(|r| r);
+        if let Ok(cp) = &started {
+            // SAFETY: registering a plain extern "C" function; it only reads the OnceLock.
+            unsafe {
+                libc::atexit(teardown);
+            }
+            eprintln!(
+                "testenv: control plane ready in {:.1}s at {}, logs in {}",
+                cp.startup_time().as_secs_f64(),
+                cp.server_url(),
+                cp.log_dir().display()
+            );
+        }
+        started
+    });
+    match result {
+        Ok(cp) => cp,
+        Err(e) => panic!("testenv: shared control plane failed to start: {e}"),
+    }
+}
+
+extern "C" fn teardown() {
+    if let Some(Ok(cp)) = SHARED.get() {
+        cp.kill_all_now();
+    }
+}
