@@ -1,0 +1,11 @@
+//! Controller plumbing shared by the provisioner's controllers.
+//!
+//! - [`workqueue`]: client-go's rate-limiting work queue (dedup, dirty re-add, per-key
+//!   exponential backoff, `workqueue_*` metrics), plus an urgent lane.
+//! - [`client`]: a `kube::Client` with client-go's client-side QPS/burst throttling and
+//!   request metrics.
+//! - [`events`]: a core/v1 Event recorder with client-go's correlation, aggregation and spam
+//!   filtering (the stock RBAC grants core `events` only).
+//! - [`reflect`]: informer caches over kube-runtime's watcher and reflector.
+
+pub mod workqueue;
