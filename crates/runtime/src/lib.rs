@@ -8,4 +8,7 @@
 //!   filtering (the stock RBAC grants core `events` only).
 //! - [`reflect`]: informer caches over kube-runtime's watcher and reflector.
 
+pub mod client;
 pub mod workqueue;
+
+mod bucket;
