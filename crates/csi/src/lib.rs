@@ -1,5 +1,6 @@
-//! CSI v1.12 bindings generated from this crate's own `proto/csi.proto`, and the log sanitiser
-//! that keeps `csi_secret` fields out of every log line.
+//! CSI for the provisioner: v1.12 bindings generated from this crate's own `proto/csi.proto`, a
+//! client for one driver over a unix socket (per-call timeouts, call metrics, secret-free v5
+//! logging), and the log sanitiser that keeps `csi_secret` fields out of every log line.
 
 /// Generated messages and gRPC stubs of package `csi.v1`.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
@@ -7,8 +8,21 @@ pub mod v1 {
     include!("gen/csi.v1.rs");
 }
 
+pub mod address;
+pub mod capabilities;
+pub mod client;
+pub mod connection;
+pub mod metrics;
+pub mod probe;
 pub mod sanitize;
+pub mod status;
 
+pub use address::AddressError;
+pub use capabilities::{DriverCapabilities, fold_capabilities};
+pub use client::{Client, methods};
+pub use connection::{ConnectError, ConnectOptions, ConnectionLostCallback};
+pub use metrics::CallMetrics;
+pub use probe::{ProbeOutcome, probe_outcome};
 pub use sanitize::sanitize;
 
 /// Encoded `FileDescriptorSet` of `csi.proto`, used to find fields marked `csi_secret`.
