@@ -1,1 +1,150 @@
-fn main() {}
+//! `cargo xtask`: everything beyond plain cargo.
+
+mod cluster;
+mod gobuild;
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "Build, cluster and test tasks for csi-provisioner-rs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The Go-built test environment.
+    Testenv {
+        #[command(subcommand)]
+        command: TestenvCmd,
+    },
+    /// A local control plane that keeps running after this command.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCmd,
+    },
+    /// Build everything and run all tests, including those needing the control plane.
+    Test,
+    /// Demo (not implemented yet).
+    Demo,
+    /// Benchmarks (not implemented yet).
+    Bench,
+}
+
+#[derive(Subcommand)]
+enum TestenvCmd {
+    /// Build missing Go binaries into ~/.cache/csi-provisioner-rs/bin and link them into
+    /// target/testenv-bin.
+    Build {
+        /// Also build the upstream Go external-provisioner (benchmark baseline).
+        #[arg(long)]
+        with_upstream: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCmd {
+    /// Start etcd, kube-apiserver, kube-controller-manager and kube-scheduler, detached.
+    Up {
+        #[arg(long, default_value = "target/cluster")]
+        dir: PathBuf,
+        /// Fake nodes to create (node-1 .. node-N).
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// CSI driver recorded in the nodes' CSINode objects (a CSIDriver is created too).
+        #[arg(long, default_value = "mock.csi.test")]
+        driver: String,
+        /// Topology label key set on each node (`<key>=<node name>`).
+        #[arg(long, default_value = "topology.mock.csi/node")]
+        topology_key: String,
+    },
+    /// Kill the processes started by `cluster up` and remove the runtime state (keeps logs).
+    Down {
+        #[arg(long, default_value = "target/cluster")]
+        dir: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let root = testenv::workspace_root();
+    // Relative paths (like the --dir defaults) are relative to the workspace, wherever
+    // `cargo xtask` was run from.
+    std::env::set_current_dir(&root).with_context(|| format!("cd {}", root.display()))?;
+    match cli.command {
+        Cmd::Testenv {
+            command: TestenvCmd::Build { with_upstream },
+        } => gobuild::build(&root, with_upstream).map(drop),
+        Cmd::Cluster { command } => match command {
+            ClusterCmd::Up {
+                dir,
+                nodes,
+                driver,
+                topology_key,
+            } => {
+                gobuild::build(&root, false)?;
+                cluster::up(&cluster::Up {
+                    dir: &dir,
+                    nodes,
+                    driver: &driver,
+                    topology_key: &topology_key,
+                })
+            }
+            ClusterCmd::Down { dir } => cluster::down(&dir),
+        },
+        Cmd::Test => test(&root),
+        Cmd::Demo => bail!("`cargo xtask demo` is not implemented yet"),
+        Cmd::Bench => bail!("`cargo xtask bench` is not implemented yet"),
+    }
+}
+
+fn test(root: &std::path::Path) -> Result<()> {
+    let bin_dir = gobuild::build(root, false)?;
+    cargo(&["build", "--workspace", "--bins", "--tests"], None)?;
+    let result = cargo(
+        &["test", "--workspace", "--", "--include-ignored"],
+        Some(&bin_dir),
+    );
+    if result.is_err() {
+        let runs = testenv::target_dir().join("testenv-runs");
+        eprintln!(
+            "control-plane logs of the test binaries: {}/<test>-<time>-p<pid>/logs/",
+            runs.display()
+        );
+    }
+    result
+}
+
+fn cargo(args: &[&str], testenv_bin: Option<&std::path::Path>) -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.args(args);
+    if let Some(dir) = testenv_bin {
+        cmd.env("TESTENV_BIN", dir);
+    }
+    println!("xtask: cargo {}", args.join(" "));
+    let status = cmd
+        .status()
+        .with_context(|| format!("running cargo {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("cargo {} failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
