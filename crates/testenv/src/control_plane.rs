@@ -343,6 +343,7 @@ fn write_credentials(layout: &Layout, server_url: &str) -> Result<(), Error> {
         (layout.serving_cert(), pki.serving_cert),
         (layout.serving_key(), pki.serving_key),
         (layout.sa_key(), pki.sa_key),
+        (layout.sa_pub(), pki.sa_pub),
         (layout.tokens(), pki::tokens_csv(&token)),
         (
             layout.kubeconfig(),

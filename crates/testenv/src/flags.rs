@@ -54,6 +54,9 @@ impl Layout {
     pub fn sa_key(&self) -> PathBuf {
         self.pki().join("sa.key")
     }
+    pub fn sa_pub(&self) -> PathBuf {
+        self.pki().join("sa.pub")
+    }
     pub fn tokens(&self) -> PathBuf {
         self.pki().join("tokens.csv")
     }
@@ -97,7 +100,7 @@ pub(crate) fn apiserver(ports: &Ports, layout: &Layout) -> Vec<String> {
         "--authorization-mode=Node,RBAC".into(),
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
         format!("--service-account-signing-key-file={}", p(&layout.sa_key())),
-        format!("--service-account-key-file={}", p(&layout.sa_key())),
+        format!("--service-account-key-file={}", p(&layout.sa_pub())),
         "--service-cluster-ip-range=10.0.0.0/24".into(),
         // No ServiceAccount controller token flow and no kubelet: without disabling
         // TaintNodesByCondition every new Node gets a not-ready NoSchedule taint.
@@ -177,7 +180,8 @@ mod tests {
                     "--secure-port=1003",
                     "--tls-cert-file=/cp/pki/apiserver.crt",
                     "--token-auth-file=/cp/pki/tokens.csv",
-                    "--service-account-key-file=/cp/pki/sa.key",
+                    "--service-account-signing-key-file=/cp/pki/sa.key",
+                    "--service-account-key-file=/cp/pki/sa.pub",
                     "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                     "--endpoint-reconciler-type=none",
                 ],

@@ -20,8 +20,10 @@ pub(crate) struct Pki {
     pub ca_cert: String,
     pub serving_cert: String,
     pub serving_key: String,
-    /// ECDSA P-256 PKCS#8 key that signs and verifies service account tokens.
+    /// ECDSA P-256 PKCS#8 key that signs service account tokens.
     pub sa_key: String,
+    /// Its public half (PKIX): the apiserver's verifier does not read PKCS#8 EC private keys.
+    pub sa_pub: String,
 }
 
 pub(crate) fn generate() -> Result<Pki, Error> {
@@ -43,12 +45,14 @@ pub(crate) fn generate() -> Result<Pki, Error> {
     ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let serving_cert = params.signed_by(&serving_key, &issuer)?;
+    let sa = KeyPair::generate()?;
 
     Ok(Pki {
         ca_cert: ca_cert.pem(),
         serving_cert: serving_cert.pem(),
         serving_key: serving_key.serialize_pem(),
-        sa_key: KeyPair::generate()?.serialize_pem(),
+        sa_key: sa.serialize_pem(),
+        sa_pub: sa.public_key_pem(),
     })
 }
 
@@ -165,6 +169,7 @@ mod tests {
         assert!(pki.serving_cert.starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(pki.serving_key.starts_with("-----BEGIN PRIVATE KEY-----"));
         assert!(pki.sa_key.starts_with("-----BEGIN PRIVATE KEY-----"));
+        assert!(pki.sa_pub.starts_with("-----BEGIN PUBLIC KEY-----"));
         let (a, b) = (random_token(), random_token());
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);

@@ -11,14 +11,19 @@ fn is_dead(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         // The state follows the parenthesised command name.
-        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
     }
 }
 
 fn wait_dead(pid: u32, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !is_dead(pid) {
-        assert!(Instant::now() < deadline, "{what} (pid {pid}) is still running");
+        assert!(
+            Instant::now() < deadline,
+            "{what} (pid {pid}) is still running"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -40,14 +45,23 @@ fn dropping_a_process_kills_it_and_its_group() {
     let log = process.log_path().to_path_buf();
     assert_eq!(log, dir.join("sleeper.log"));
     let grandchild = wait_for_line(&log, "grandchild=");
-    assert!(!is_dead(pid) && !is_dead(grandchild), "children should run before the drop");
+    assert!(
+        !is_dead(pid) && !is_dead(grandchild),
+        "children should run before the drop"
+    );
 
     drop(process);
     // The guard reaps its child, so the pid is gone at once.
-    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "child {pid} survived the drop");
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "child {pid} survived the drop"
+    );
     wait_dead(grandchild, "grandchild");
     let text = std::fs::read_to_string(&log).expect("log");
-    assert!(text.starts_with("--- testenv: starting"), "log header missing: {text}");
+    assert!(
+        text.starts_with("--- testenv: starting"),
+        "log header missing: {text}"
+    );
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
 
@@ -91,7 +105,11 @@ fn children_die_when_the_test_process_is_killed() {
         return;
     }
     let mut helper = Command::new(std::env::current_exe().expect("exe"))
-        .args(["--exact", "children_die_when_the_test_process_is_killed", "--nocapture"])
+        .args([
+            "--exact",
+            "children_die_when_the_test_process_is_killed",
+            "--nocapture",
+        ])
         .env(CHILD_ENV, "1")
         .stdout(Stdio::piped())
         .spawn()
@@ -100,11 +118,17 @@ fn children_die_when_the_test_process_is_killed() {
     let pid: u32 = BufReader::new(stdout)
         .lines()
         .map_while(Result::ok)
-        .find_map(|l| l.strip_prefix("SLEEP_PID=").map(|p| p.parse().expect("pid")))
+        .find_map(|l| {
+            l.strip_prefix("SLEEP_PID=")
+                .map(|p| p.parse().expect("pid"))
+        })
         .expect("helper printed no SLEEP_PID");
     // The short-lived spawning thread is gone by now; the child must still run.
     std::thread::sleep(Duration::from_millis(200));
-    assert!(!is_dead(pid), "sleep died with its spawning thread instead of its process");
+    assert!(
+        !is_dead(pid),
+        "sleep died with its spawning thread instead of its process"
+    );
     helper.kill().expect("SIGKILL helper");
     helper.wait().expect("reap helper");
     wait_dead(pid, "sleep started by the SIGKILLed helper");
@@ -123,7 +147,11 @@ fn wait_for_line(log: &Path, prefix: &str) -> u32 {
         if let Some(v) = text.lines().find_map(|l| l.strip_prefix(prefix)) {
             return v.trim().parse().expect("pid");
         }
-        assert!(Instant::now() < deadline, "no {prefix} line in {}", log.display());
+        assert!(
+            Instant::now() < deadline,
+            "no {prefix} line in {}",
+            log.display()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

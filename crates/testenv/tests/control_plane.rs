@@ -1,0 +1,220 @@
+//! The shared control plane: the real scheduler places a pod by CSIStorageCapacity, and the
+//! control plane dies with the test process.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+use testenv::{ControlPlane, create_csi_driver, create_fake_nodes, create_namespace, wait_for};
+
+const DRIVER: &str = "sched.testenv.test";
+const TOPOLOGY_KEY: &str = "topology.sched.testenv.test/node";
+const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+
+fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).expect("valid object")
+}
+
+fn pod_unschedulable_for_storage(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|cs| {
+        cs.iter().any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("enough free storage"))
+        })
+    })
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn scheduler_places_pod_where_storage_capacity_is() {
+    let client = ControlPlane::shared().client().await;
+    create_csi_driver(&client, DRIVER, true).await;
+    let nodes = create_fake_nodes(&client, DRIVER, TOPOLOGY_KEY, &["sched-a", "sched-b"]).await;
+    assert_eq!(
+        nodes[1].labels.get(TOPOLOGY_KEY).map(String::as_str),
+        Some("sched-b")
+    );
+    let ns = create_namespace(&client, "sched").await;
+    let sc_name = format!("{ns}-wffc");
+
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let sc = json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": sc_name},
+        "provisioner": DRIVER,
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": "Retain",
+    });
+    classes
+        .create(&PostParams::default(), &from_json(sc))
+        .await
+        .expect("storage class");
+
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pvc = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": sc_name,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    });
+    let pvc: PersistentVolumeClaim = pvcs
+        .create(&PostParams::default(), &from_json(pvc))
+        .await
+        .expect("pvc");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "consumer"},
+        "spec": {
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        },
+    });
+    pods.create(&PostParams::default(), &from_json(pod))
+        .await
+        .expect("pod");
+
+    // No CSIStorageCapacity yet: the scheduler must refuse every node for lack of storage.
+    wait_for(
+        &pods,
+        "consumer",
+        "be unschedulable for lack of storage",
+        pod_unschedulable_for_storage,
+    )
+    .await;
+    let pvc_now = pvcs.get("data").await.expect("pvc");
+    assert!(
+        pvc_now
+            .metadata
+            .annotations
+            .as_ref()
+            .is_none_or(|a| !a.contains_key(SELECTED_NODE))
+    );
+
+    let capacities: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), &ns);
+    let capacity = json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
+        "metadata": {"name": "sched-b"},
+        "storageClassName": sc_name,
+        "nodeTopology": {"matchLabels": {TOPOLOGY_KEY: "sched-b"}},
+        "capacity": "10Gi",
+    });
+    capacities
+        .create(&PostParams::default(), &from_json(capacity))
+        .await
+        .expect("capacity");
+
+    let selected = |c: &PersistentVolumeClaim| {
+        c.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SELECTED_NODE))
+            .is_some()
+    };
+    let pvc_now = wait_for(&pvcs, "data", "get a selected node", selected).await;
+    let node = &pvc_now.metadata.annotations.as_ref().expect("annotations")[SELECTED_NODE];
+    assert_eq!(node, "sched-b", "the only node with capacity");
+
+    // Play the provisioner: a PV pre-bound to the claim on sched-b. The controller manager's
+    // binder binds it, and the scheduler then binds the pod to the selected node.
+    let pv_api: Api<PersistentVolume> = Api::all(client.clone());
+    let pv = json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": format!("{ns}-pv")},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": sc_name,
+            "csi": {"driver": DRIVER, "volumeHandle": format!("{ns}-vol")},
+            "claimRef": {"namespace": ns, "name": "data", "uid": pvc.metadata.uid},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": TOPOLOGY_KEY, "operator": "In", "values": ["sched-b"]}]}]}},
+        },
+    });
+    pv_api
+        .create(&PostParams::default(), &from_json(pv))
+        .await
+        .expect("pv");
+    let bound = |c: &PersistentVolumeClaim| {
+        c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+    };
+    wait_for(&pvcs, "data", "be bound", bound).await;
+    let on_b = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("sched-b");
+    wait_for(&pods, "consumer", "be bound to sched-b", on_b).await;
+
+    // No kubelet confirms deletion, so force it; the namespace controller does the rest.
+    let _ = pods
+        .delete("consumer", &DeleteParams::default().grace_period(0))
+        .await;
+}
+
+const CHILD_ENV: &str = "TESTENV_SHARED_TEARDOWN_CHILD";
+
+/// Runs twice: as the test, it runs itself as a helper process that starts the shared
+/// control plane, prints the pids and exits normally; the components must then die.
+#[test]
+#[ignore = "needs the control plane: cargo xtask test"]
+fn shared_control_plane_dies_with_the_test_process() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        for (name, pid) in ControlPlane::shared().pids() {
+            println!("COMPONENT {name} {pid}");
+        }
+        return;
+    }
+    let name = "shared_control_plane_dies_with_the_test_process";
+    let mut helper = Command::new(std::env::current_exe().expect("exe"))
+        .args(["--exact", name, "--include-ignored", "--nocapture"])
+        .env(CHILD_ENV, "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("helper");
+    let stdout = helper.stdout.take().expect("stdout");
+    let pids: Vec<(String, u32)> = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| {
+            let rest = l.strip_prefix("COMPONENT ")?.to_string();
+            let (name, pid) = rest.split_once(' ')?;
+            Some((name.to_string(), pid.parse().ok()?))
+        })
+        .collect();
+    let status = helper.wait().expect("helper exit");
+    assert!(status.success(), "helper failed: {status}");
+    let names: Vec<&str> = pids.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, testenv::COMPONENTS, "helper output");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for (name, pid) in &pids {
+        while !is_dead(*pid) {
+            assert!(
+                Instant::now() < deadline,
+                "{name} ({pid}) outlived its test process"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Gone, or a zombie waiting for init to reap it.
+fn is_dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
