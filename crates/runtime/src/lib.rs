@@ -9,6 +9,7 @@
 //! - [`reflect`]: informer caches over kube-runtime's watcher and reflector.
 
 pub mod client;
+pub mod events;
 pub mod workqueue;
 
 mod bucket;
