@@ -1,0 +1,131 @@
+//! Which claims this provisioner handles, and the claim fields every later step reads.
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use crate::names;
+use crate::quantity::{QuantityError, parse_quantity};
+
+/// What to do with a claim seen by the claim controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShouldProvision {
+    /// `spec.volumeName` is set: the claim is bound or being bound. Ignore it.
+    AlreadyBound,
+    /// The storage-provisioner annotation names another provisioner (or is absent). Ignore it.
+    NotOurs,
+    /// The claim's StorageClass does not exist (yet). Retry with backoff: the class may appear.
+    ClassMissing,
+    /// `WaitForFirstConsumer` class and no `volume.kubernetes.io/selected-node` yet. Ignore it
+    /// until the scheduler selects a node.
+    WaitForNode,
+    /// The StorageClass names another provisioner (changed after the claim was annotated).
+    /// Stop silently, like upstream's `errStopProvision`.
+    ClassForOtherProvisioner,
+    /// Provision a volume for it.
+    Provision,
+}
+
+/// The claim's spec, or an empty one.
+fn spec(claim: &PersistentVolumeClaim) -> Option<&PersistentVolumeClaimSpec> {
+    claim.spec.as_ref()
+}
+
+/// An annotation's value; present-but-empty counts as present.
+pub fn annotation<'a>(claim: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The provisioner the claim asks for: the GA annotation, else the beta one.
+pub fn provisioner_of(claim: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(claim, names::ANN_STORAGE_PROVISIONER)
+        .or_else(|| annotation(claim, names::ANN_BETA_STORAGE_PROVISIONER))
+}
+
+/// The node picked by the scheduler: the GA annotation, else the alpha one (may be empty).
+pub fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(claim, names::ANN_SELECTED_NODE)
+        .or_else(|| annotation(claim, names::ANN_ALPHA_SELECTED_NODE))
+}
+
+/// The claim's StorageClass name like `GetPersistentVolumeClaimClass`: the legacy
+/// `volume.beta.kubernetes.io/storage-class` annotation wins over `spec.storageClassName`.
+pub fn class_name(claim: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(claim, names::ANN_BETA_STORAGE_CLASS)
+        .or_else(|| spec(claim).and_then(|s| s.storage_class_name.as_deref()))
+}
+
+/// Whether the claim asks for a raw block volume.
+pub fn is_block(claim: &PersistentVolumeClaim) -> bool {
+    spec(claim).and_then(|s| s.volume_mode.as_deref()) == Some(names::VOLUME_MODE_BLOCK)
+}
+
+/// The claim's access modes in order (`[]` when unset).
+pub fn access_modes(claim: &PersistentVolumeClaim) -> &[String] {
+    spec(claim)
+        .and_then(|s| s.access_modes.as_deref())
+        .unwrap_or_default()
+}
+
+/// The raw `spec.resources.requests.storage` string, if any.
+pub fn storage_request(claim: &PersistentVolumeClaim) -> Option<&str> {
+    spec(claim)
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get(names::RESOURCE_STORAGE))
+        .map(|q| q.0.as_str())
+}
+
+/// Bytes the claim requests (`0` without a storage request), rounded up like Go's `Value()`.
+pub fn requested_bytes(claim: &PersistentVolumeClaim) -> Result<i64, QuantityError> {
+    storage_request(claim).map_or(Ok(0), parse_quantity)
+}
+
+/// The claim's `spec.volumeAttributesClassName` when set and non-empty.
+pub fn volume_attributes_class(claim: &PersistentVolumeClaim) -> Option<&str> {
+    spec(claim)
+        .and_then(|s| s.volume_attributes_class_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// Whether the claim is ours to provision now, in upstream's order of checks (the library's
+/// `shouldProvision` plus the class check at the start of `provisionClaimOperation`).
+///
+/// `class` is the StorageClass named by [`class_name`], looked up by the caller.
+/// CSI migration is not supported, so only `driver_name` is a known provisioner name and the
+/// `pv.kubernetes.io/migrated-to` annotation does not make a claim ours.
+pub fn should_provision(
+    claim: &PersistentVolumeClaim,
+    class: Option<&StorageClass>,
+    driver_name: &str,
+) -> ShouldProvision {
+    if spec(claim)
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty())
+    {
+        return ShouldProvision::AlreadyBound;
+    }
+    if provisioner_of(claim) != Some(driver_name) {
+        return ShouldProvision::NotOurs;
+    }
+    let Some(class) = class else {
+        return ShouldProvision::ClassMissing;
+    };
+    let late_binding = class.volume_binding_mode.as_deref() == Some(names::WAIT_FOR_FIRST_CONSUMER);
+    // The library looks only at the GA annotation here, and an empty value means "not yet".
+    let node_selected = annotation(claim, names::ANN_SELECTED_NODE).is_some_and(|n| !n.is_empty());
+    if late_binding && !node_selected {
+        return ShouldProvision::WaitForNode;
+    }
+    if class.provisioner != driver_name {
+        return ShouldProvision::ClassForOtherProvisioner;
+    }
+    ShouldProvision::Provision
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,211 @@
+use super::*;
+use crate::testutil::{DRIVER, annotate, claim, class, spec_mut, without_annotations};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use pretty_assertions::assert_eq;
+
+#[test]
+fn provisioner_annotation_ga_then_beta() {
+    let beta = names::ANN_BETA_STORAGE_PROVISIONER;
+    let ga = names::ANN_STORAGE_PROVISIONER;
+    let bare = without_annotations(claim());
+    let cases = [
+        (bare.clone(), None),
+        (annotate(bare.clone(), ga, "a"), Some("a")),
+        (annotate(bare.clone(), beta, "b"), Some("b")),
+        (
+            annotate(annotate(bare.clone(), beta, "b"), ga, "a"),
+            Some("a"),
+        ),
+        // Present but empty GA wins: upstream checks presence, not value.
+        (
+            annotate(annotate(bare.clone(), beta, "b"), ga, ""),
+            Some(""),
+        ),
+    ];
+    for (claim, want) in cases {
+        assert_eq!(
+            provisioner_of(&claim),
+            want,
+            "{:?}",
+            claim.metadata.annotations
+        );
+    }
+}
+
+#[test]
+fn selected_node_ga_then_alpha() {
+    let ga = names::ANN_SELECTED_NODE;
+    let alpha = names::ANN_ALPHA_SELECTED_NODE;
+    let bare = without_annotations(claim());
+    let cases = [
+        (bare.clone(), None),
+        (annotate(bare.clone(), ga, "n1"), Some("n1")),
+        (annotate(bare.clone(), alpha, "n2"), Some("n2")),
+        (
+            annotate(annotate(bare.clone(), alpha, "n2"), ga, "n1"),
+            Some("n1"),
+        ),
+        (
+            annotate(annotate(bare.clone(), alpha, "n2"), ga, ""),
+            Some(""),
+        ),
+    ];
+    for (claim, want) in cases {
+        assert_eq!(
+            selected_node(&claim),
+            want,
+            "{:?}",
+            claim.metadata.annotations
+        );
+    }
+}
+
+#[test]
+fn class_name_annotation_wins() {
+    let mut no_class = claim();
+    spec_mut(&mut no_class).storage_class_name = None;
+    let cases = [
+        (claim(), Some("sc")),
+        (no_class.clone(), None),
+        (
+            annotate(no_class, names::ANN_BETA_STORAGE_CLASS, "legacy"),
+            Some("legacy"),
+        ),
+        (
+            annotate(claim(), names::ANN_BETA_STORAGE_CLASS, "legacy"),
+            Some("legacy"),
+        ),
+        (
+            annotate(claim(), names::ANN_BETA_STORAGE_CLASS, ""),
+            Some(""),
+        ),
+    ];
+    for (claim, want) in cases {
+        assert_eq!(class_name(&claim), want);
+    }
+}
+
+#[test]
+fn claim_fields() {
+    let mut block = claim();
+    spec_mut(&mut block).volume_mode = Some("Block".into());
+    spec_mut(&mut block).volume_attributes_class_name = Some("gold".into());
+    assert!(is_block(&block));
+    assert!(!is_block(&claim()));
+    assert_eq!(volume_attributes_class(&block), Some("gold"));
+    assert_eq!(volume_attributes_class(&claim()), None);
+
+    let mut empty_vac = claim();
+    spec_mut(&mut empty_vac).volume_attributes_class_name = Some(String::new());
+    assert_eq!(volume_attributes_class(&empty_vac), None);
+
+    assert_eq!(access_modes(&claim()), ["ReadWriteOnce".to_string()]);
+    let mut no_spec = claim();
+    no_spec.spec = None;
+    assert!(access_modes(&no_spec).is_empty());
+    assert_eq!(requested_bytes(&no_spec), Ok(0));
+    assert_eq!(requested_bytes(&claim()), Ok(1 << 30));
+
+    let mut garbage = claim();
+    spec_mut(&mut garbage)
+        .resources
+        .as_mut()
+        .and_then(|r| r.requests.as_mut())
+        .map(|r| r.insert("storage".into(), Quantity("lots".into())));
+    assert_eq!(storage_request(&garbage), Some("lots"));
+    assert!(requested_bytes(&garbage).is_err());
+}
+
+#[test]
+fn should_provision_table() {
+    let immediate = class(DRIVER);
+    let mut late = class(DRIVER);
+    late.volume_binding_mode = Some("WaitForFirstConsumer".into());
+    let other = class("other.csi.example.com");
+    let mut bound = claim();
+    spec_mut(&mut bound).volume_name = Some("pv-1".into());
+    let mut empty_volume_name = claim();
+    spec_mut(&mut empty_volume_name).volume_name = Some(String::new());
+    let with_node = annotate(claim(), names::ANN_SELECTED_NODE, "node-1");
+    let empty_node = annotate(claim(), names::ANN_SELECTED_NODE, "");
+    let alpha_node = annotate(claim(), names::ANN_ALPHA_SELECTED_NODE, "node-1");
+    let beta_only = annotate(
+        without_annotations(claim()),
+        names::ANN_BETA_STORAGE_PROVISIONER,
+        DRIVER,
+    );
+    let migrated = annotate(
+        annotate(
+            without_annotations(claim()),
+            names::ANN_STORAGE_PROVISIONER,
+            "kubernetes.io/gce-pd",
+        ),
+        names::ANN_MIGRATED_TO,
+        DRIVER,
+    );
+    use ShouldProvision::*;
+    let cases = [
+        ("bound", &bound, Some(&immediate), AlreadyBound),
+        (
+            "bound beats not ours",
+            &annotate(bound.clone(), names::ANN_STORAGE_PROVISIONER, "x"),
+            None,
+            AlreadyBound,
+        ),
+        (
+            "empty volumeName is unbound",
+            &empty_volume_name,
+            Some(&immediate),
+            Provision,
+        ),
+        (
+            "no annotation",
+            &without_annotations(claim()),
+            Some(&immediate),
+            NotOurs,
+        ),
+        (
+            "other provisioner",
+            &annotate(claim(), names::ANN_STORAGE_PROVISIONER, "x"),
+            Some(&immediate),
+            NotOurs,
+        ),
+        (
+            "migrated in-tree claim is not ours",
+            &migrated,
+            Some(&immediate),
+            NotOurs,
+        ),
+        ("beta annotation", &beta_only, Some(&immediate), Provision),
+        ("class missing", &claim(), None, ClassMissing),
+        ("immediate", &claim(), Some(&immediate), Provision),
+        (
+            "late binding without node",
+            &claim(),
+            Some(&late),
+            WaitForNode,
+        ),
+        (
+            "late binding with empty node",
+            &empty_node,
+            Some(&late),
+            WaitForNode,
+        ),
+        (
+            "late binding with alpha node only",
+            &alpha_node,
+            Some(&late),
+            WaitForNode,
+        ),
+        ("late binding with node", &with_node, Some(&late), Provision),
+        (
+            "class for another provisioner",
+            &claim(),
+            Some(&other),
+            ClassForOtherProvisioner,
+        ),
+    ];
+    for (name, claim, class, want) in cases {
+        assert_eq!(should_provision(claim, class, DRIVER), want, "{name}");
+    }
+}

@@ -1,0 +1,348 @@
+//! `prepareProvision`: every check and decision before CreateVolume, in upstream's order, over
+//! plain inputs. The result tells the caller what to fetch (the provisioner secret, the
+//! VolumeAttributesClass) and how to build the request and, later, the PV.
+
+use std::collections::BTreeMap;
+use std::fmt::Display;
+
+use csi::v1::{CreateVolumeRequest, TopologyRequirement, VolumeCapability};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use crate::capabilities::claim_volume_capabilities;
+use crate::claim;
+use crate::errors::{ProvisionError, ProvisioningState};
+use crate::fstype::resolve_fs_type;
+use crate::names;
+use crate::parameters::{add_extra_create_metadata, strip_reserved};
+use crate::request::{CreateVolumeInputs, build_create_volume_request};
+use crate::secrets::{SecretRef, SecretRefs, TemplateClaim, secret_references};
+use crate::topology::{TopologyInput, accessibility_requirements};
+use crate::volume_name::make_volume_name;
+
+/// The error for claims with a snapshot or clone data source.
+pub const DATA_SOURCES_UNSUPPORTED: &str = "data sources (snapshots and clones) are not supported yet by this provisioner; the claim was not provisioned";
+
+/// The driver capabilities the checks need.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DriverCapabilities {
+    /// Plugin capability `CONTROLLER_SERVICE`.
+    pub controller_service: bool,
+    /// Controller capability `CREATE_DELETE_VOLUME`.
+    pub create_delete_volume: bool,
+    /// Controller capability `SINGLE_NODE_MULTI_WRITER`.
+    pub single_node_multi_writer: bool,
+    /// Controller capability `MODIFY_VOLUME` (needed for VolumeAttributesClasses).
+    pub modify_volume: bool,
+}
+
+/// Provisioner settings (flags and feature gates).
+#[derive(Debug, Clone, Copy)]
+pub struct ProvisionerConfig<'a> {
+    /// The CSI driver name.
+    pub driver_name: &'a str,
+    /// `--volume-name-prefix`.
+    pub volume_name_prefix: &'a str,
+    /// `--volume-name-uuid-length`.
+    pub volume_name_uuid_length: i32,
+    /// `--default-fstype`.
+    pub default_fs_type: &'a str,
+    /// `--extra-create-metadata`.
+    pub extra_create_metadata: bool,
+    /// The `VolumeAttributesClass` feature gate.
+    pub volume_attributes_class_enabled: bool,
+}
+
+/// Cluster facts for topology; see [`TopologyInput`] for each field.
+#[derive(Debug, Clone, Copy)]
+pub struct TopologyFacts<'a> {
+    /// `--strict-topology`.
+    pub strict_topology: bool,
+    /// `--immediate-topology`.
+    pub immediate_topology: bool,
+    /// Our keys on the selected node's CSINode (`None`: no such CSINode).
+    pub selected_node_topology_keys: Option<&'a [String]>,
+    /// The selected Node's labels (`None`: no such Node).
+    pub selected_node_labels: Option<&'a BTreeMap<String, String>>,
+    /// Our keys on every CSINode, shuffled by the caller.
+    pub csi_node_topology_keys: &'a [&'a [String]],
+    /// Every Node's labels.
+    pub node_labels: &'a [&'a BTreeMap<String, String>],
+    /// Hash used when the claim has no name.
+    pub random_hash: u32,
+}
+
+/// Inputs of [`prepare`].
+#[derive(Debug, Clone, Copy)]
+pub struct PrepareInputs<'a> {
+    /// The claim.
+    pub claim: &'a PersistentVolumeClaim,
+    /// Its StorageClass, if it exists.
+    pub class: Option<&'a StorageClass>,
+    /// Settings.
+    pub config: &'a ProvisionerConfig<'a>,
+    /// What the driver can do.
+    pub capabilities: DriverCapabilities,
+    /// `None` when the driver lacks `VOLUME_ACCESSIBILITY_CONSTRAINTS` (no topology at all).
+    pub topology: Option<TopologyFacts<'a>>,
+}
+
+/// The outcome of [`prepare`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prepared {
+    /// Go on: fetch the provisioner secret and the VolumeAttributesClass, then call CreateVolume.
+    Provision(Box<ProvisionPlan>),
+    /// The claim's data source is for a volume populator: emit a Normal
+    /// [`names::EVENT_PROVISIONING`] event with [`names::POPULATOR_EVENT_MESSAGE`] and ignore
+    /// the claim (upstream's `IgnoredError`).
+    ExternalPopulator {
+        /// The data source kind.
+        kind: String,
+    },
+}
+
+/// Everything decided before CreateVolume.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProvisionPlan {
+    /// PV name and CreateVolume name.
+    pub volume_name: String,
+    /// The selected node, if any (non-empty).
+    pub selected_node: Option<String>,
+    /// Resolved file system type (may be empty).
+    pub fs_type: String,
+    /// The claim's storage request in bytes.
+    pub requested_bytes: i64,
+    /// One capability per access mode.
+    pub capabilities: Vec<VolumeCapability>,
+    /// Parameters for the driver (reserved keys stripped, extra metadata added).
+    pub parameters: BTreeMap<String, String>,
+    /// Topology requirement, if any.
+    pub accessibility_requirements: Option<TopologyRequirement>,
+    /// Secret references for the PV; `secrets.provisioner` is the secret to fetch for the request.
+    pub secrets: SecretRefs,
+    /// The VolumeAttributesClass to fetch and check with [`check_volume_attributes_class`].
+    pub volume_attributes_class: Option<String>,
+}
+
+impl ProvisionPlan {
+    /// The CreateVolumeRequest, given the provisioner secret's data and the VAC parameters.
+    pub fn create_volume_request(
+        &self,
+        claim: &PersistentVolumeClaim,
+        secrets: BTreeMap<String, String>,
+        mutable_parameters: BTreeMap<String, String>,
+    ) -> Result<CreateVolumeRequest, ProvisionError> {
+        build_create_volume_request(CreateVolumeInputs {
+            volume_name: &self.volume_name,
+            claim,
+            capabilities: self.capabilities.clone(),
+            parameters: self.parameters.clone(),
+            secrets,
+            accessibility_requirements: self.accessibility_requirements.clone(),
+            mutable_parameters,
+        })
+    }
+}
+
+/// Runs upstream's `prepareProvision` checks in order. Each failure carries upstream's state:
+/// configuration problems are `Finished`, lookups that may succeed later are `NoChange`, and a
+/// selected node whose CSINode is gone is `Reschedule`.
+///
+/// Differs from upstream: snapshot and clone data sources are refused (not implemented yet);
+/// cross-namespace data sources are refused as with upstream's default feature gates; and because
+/// the secret is fetched by the caller after all pure checks, a claim with both an unreadable
+/// provisioner secret and an unknown reserved parameter fails as `Finished` where upstream says
+/// `NoChange`.
+pub fn prepare(inputs: &PrepareInputs<'_>) -> Result<Prepared, ProvisionError> {
+    let claim = inputs.claim;
+    let config = inputs.config;
+    let caps = inputs.capabilities;
+    let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
+    let claim_namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+    let Some(class) = inputs.class else {
+        return Err(ProvisionError::finished("storage class was nil"));
+    };
+
+    if let Some(kind) = data_source_kind(claim, claim_name)? {
+        return Ok(Prepared::ExternalPopulator { kind });
+    }
+
+    let vac_name =
+        claim::volume_attributes_class(claim).filter(|_| config.volume_attributes_class_enabled);
+    check_driver_capabilities(caps, vac_name.is_some())?;
+
+    if claim.spec.as_ref().is_some_and(|s| s.selector.is_some()) {
+        return Err(ProvisionError::finished("claim Selector is not supported"));
+    }
+    let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+    let volume_name = make_volume_name(
+        config.volume_name_prefix,
+        uid,
+        config.volume_name_uuid_length,
+    )
+    .map_err(|e| ProvisionError::finished(e.to_string()))?;
+
+    let params = class.parameters.clone().unwrap_or_default();
+    let fs_type = resolve_fs_type(&params, config.default_fs_type)
+        .map_err(|e| ProvisionError::finished(e.to_string()))?;
+    let requested_bytes = claim::requested_bytes(claim).map_err(|e| {
+        ProvisionError::finished(format!(
+            "invalid storage request in claim {claim_namespace}/{claim_name}: {e}"
+        ))
+    })?;
+    let capabilities =
+        claim_volume_capabilities(claim, class, &fs_type, caps.single_node_multi_writer)
+            .map_err(|e| ProvisionError::finished(e.to_string()))?;
+
+    let selected_node = claim::selected_node(claim).filter(|n| !n.is_empty());
+    let accessibility_requirements = match inputs.topology {
+        None => None,
+        Some(facts) => {
+            let input = TopologyInput {
+                claim_name,
+                selected_node,
+                selected_node_topology_keys: facts.selected_node_topology_keys,
+                selected_node_labels: facts.selected_node_labels,
+                strict_topology: facts.strict_topology,
+                immediate_topology: facts.immediate_topology,
+                allowed_topologies: class.allowed_topologies.as_deref().unwrap_or_default(),
+                csi_node_topology_keys: facts.csi_node_topology_keys,
+                node_labels: facts.node_labels,
+                random_hash: facts.random_hash,
+            };
+            accessibility_requirements(&input).map_err(|e| match e.state() {
+                ProvisioningState::Reschedule => ProvisionError::reschedule(e.to_string()),
+                _ => ProvisionError::no_change(format!(
+                    "error generating accessibility requirements: {e}"
+                )),
+            })?
+        }
+    };
+
+    let secrets = secret_references(&params, &volume_name, Some(&TemplateClaim::of(claim)))
+        .map_err(|e| ProvisionError::no_change(e.to_string()))?;
+
+    let mut parameters = strip_reserved(&params).map_err(|e| {
+        ProvisionError::finished(format!(
+            "failed to strip CSI Parameters of prefixed keys: {e}"
+        ))
+    })?;
+    if config.extra_create_metadata {
+        add_extra_create_metadata(&mut parameters, claim_name, claim_namespace, &volume_name);
+    }
+
+    Ok(Prepared::Provision(Box::new(ProvisionPlan {
+        volume_name,
+        selected_node: selected_node.map(str::to_string),
+        fs_type,
+        requested_bytes,
+        capabilities,
+        parameters,
+        accessibility_requirements,
+        secrets,
+        volume_attributes_class: vac_name.map(str::to_string),
+    })))
+}
+
+/// Normalises `dataSource` / `dataSourceRef`: `Some(kind)` for a populator, an error for what is
+/// not supported, `None` without a data source.
+fn data_source_kind(
+    claim: &PersistentVolumeClaim,
+    claim_name: &str,
+) -> Result<Option<String>, ProvisionError> {
+    let Some(spec) = claim.spec.as_ref() else {
+        return Ok(None);
+    };
+    let (kind, name, api_group) = if let Some(source) = &spec.data_source {
+        (
+            &source.kind,
+            &source.name,
+            source.api_group.as_deref().unwrap_or_default(),
+        )
+    } else if let Some(source) = &spec.data_source_ref {
+        if source.namespace.as_deref().is_some_and(|ns| !ns.is_empty()) {
+            return Err(ProvisionError::finished(
+                "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled",
+            ));
+        }
+        (
+            &source.kind,
+            &source.name,
+            source.api_group.as_deref().unwrap_or_default(),
+        )
+    } else {
+        return Ok(None);
+    };
+    if name.is_empty() {
+        return Err(ProvisionError::finished(format!(
+            "the PVC source not found for PVC {claim_name}"
+        )));
+    }
+    match kind.as_str() {
+        names::SNAPSHOT_KIND if api_group != names::SNAPSHOT_API_GROUP => {
+            Err(ProvisionError::finished(format!(
+                "the PVC source does not belong to the right APIGroup. Expected {}, Got {api_group}",
+                names::SNAPSHOT_API_GROUP
+            )))
+        }
+        names::SNAPSHOT_KIND | names::PVC_KIND => {
+            Err(ProvisionError::finished(DATA_SOURCES_UNSUPPORTED))
+        }
+        other => Ok(Some(other.to_string())),
+    }
+}
+
+fn check_driver_capabilities(
+    caps: DriverCapabilities,
+    needs_modify: bool,
+) -> Result<(), ProvisionError> {
+    if !caps.controller_service {
+        return Err(ProvisionError::finished(
+            "CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE capability is not reported",
+        ));
+    }
+    if !caps.create_delete_volume {
+        return Err(ProvisionError::finished(
+            "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported",
+        ));
+    }
+    if needs_modify && !caps.modify_volume {
+        return Err(ProvisionError::finished(
+            "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported",
+        ));
+    }
+    Ok(())
+}
+
+/// The VolumeAttributesClass must be for our driver (Finished otherwise). A failed GET of the
+/// class is `NoChange` with the API error as message.
+pub fn check_volume_attributes_class(
+    vac_name: &str,
+    vac_driver: &str,
+    driver_name: &str,
+) -> Result<(), ProvisionError> {
+    if vac_driver == driver_name {
+        return Ok(());
+    }
+    Err(ProvisionError::finished(format!(
+        "VAC {vac_name} referenced in PVC is for driver {vac_driver} which does not match driver name {driver_name}"
+    )))
+}
+
+/// The error when the provisioner secret cannot be read (retried: NoChange).
+pub fn secret_fetch_error(secret: &SecretRef, cause: &dyn Display) -> ProvisionError {
+    ProvisionError::no_change(format!(
+        "error getting secret {} in namespace {}: {cause}",
+        secret.name, secret.namespace
+    ))
+}
+
+/// Upstream's log reason for ignoring a populator data source.
+pub fn populator_reason(kind: &str) -> String {
+    format!(
+        "data source ({kind}) is not handled by the provisioner, assuming an external populator will provision it"
+    )
+}
+
+#[cfg(test)]
+mod tests;

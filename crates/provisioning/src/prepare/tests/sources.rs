@@ -1,0 +1,183 @@
+//! Data sources, VolumeAttributesClasses, secrets fetching and topology in `prepare`.
+
+use super::*;
+use pretty_assertions::assert_eq;
+
+fn with_data_source(kind: &str, name: &str, group: Option<&str>) -> PersistentVolumeClaim {
+    let mut c = claim();
+    spec_mut(&mut c).data_source = Some(TypedLocalObjectReference {
+        api_group: group.map(str::to_string),
+        kind: kind.into(),
+        name: name.into(),
+    });
+    c
+}
+
+#[test]
+fn data_sources() {
+    let sc = class(DRIVER);
+    let populator = with_data_source("Fancy", "src", Some("populators.example.com"));
+    assert_eq!(
+        run(&populator, Some(&sc), &CONFIG, CAPS),
+        Ok(Prepared::ExternalPopulator {
+            kind: "Fancy".into()
+        })
+    );
+
+    let mut by_ref = claim();
+    spec_mut(&mut by_ref).data_source_ref = Some(TypedObjectReference {
+        api_group: Some("populators.example.com".into()),
+        kind: "Fancy".into(),
+        name: "src".into(),
+        namespace: None,
+    });
+    assert_eq!(
+        run(&by_ref, Some(&sc), &CONFIG, CAPS),
+        Ok(Prepared::ExternalPopulator {
+            kind: "Fancy".into()
+        })
+    );
+
+    let mut cross_namespace = by_ref.clone();
+    spec_mut(&mut cross_namespace)
+        .data_source_ref
+        .as_mut()
+        .unwrap()
+        .namespace = Some("other".into());
+    let cases = [
+        (with_data_source("VolumeSnapshot", "snap", Some("snapshot.storage.k8s.io")), DATA_SOURCES_UNSUPPORTED.to_string()),
+        (with_data_source("PersistentVolumeClaim", "src", None), DATA_SOURCES_UNSUPPORTED.to_string()),
+        (
+            with_data_source("VolumeSnapshot", "snap", Some("example.com")),
+            "the PVC source does not belong to the right APIGroup. Expected snapshot.storage.k8s.io, Got example.com".to_string(),
+        ),
+        (with_data_source("VolumeSnapshot", "", Some("snapshot.storage.k8s.io")), "the PVC source not found for PVC my-pvc".to_string()),
+        (cross_namespace, "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled".to_string()),
+    ];
+    for (c, message) in cases {
+        assert_eq!(
+            failure(run(&c, Some(&sc), &CONFIG, CAPS)),
+            (Finished, message)
+        );
+    }
+    assert_eq!(
+        populator_reason("Fancy"),
+        "data source (Fancy) is not handled by the provisioner, assuming an external populator will provision it"
+    );
+}
+
+// The VAC rows: normal, gate disabled, driver lacks MODIFY_VOLUME, driver name mismatch.
+#[test]
+fn volume_attributes_classes() {
+    let mut with_vac = claim();
+    spec_mut(&mut with_vac).volume_attributes_class_name = Some("gold".into());
+    let sc = class(DRIVER);
+    assert_eq!(
+        plan(run(&with_vac, Some(&sc), &CONFIG, CAPS))
+            .volume_attributes_class
+            .as_deref(),
+        Some("gold")
+    );
+
+    let gate_off = ProvisionerConfig {
+        volume_attributes_class_enabled: false,
+        ..CONFIG
+    };
+    let no_modify = DriverCapabilities {
+        modify_volume: false,
+        ..CAPS
+    };
+    assert_eq!(
+        plan(run(&with_vac, Some(&sc), &gate_off, no_modify)).volume_attributes_class,
+        None
+    );
+    assert_eq!(
+        failure(run(&with_vac, Some(&sc), &CONFIG, no_modify)),
+        (Finished, "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME capability is not reported".into())
+    );
+    assert_eq!(
+        check_volume_attributes_class("gold", DRIVER, DRIVER),
+        Ok(())
+    );
+    let mismatch = check_volume_attributes_class("gold", "other.example.com", DRIVER).unwrap_err();
+    assert_eq!(
+        (mismatch.state, mismatch.message),
+        (
+            Finished,
+            format!(
+                "VAC gold referenced in PVC is for driver other.example.com which does not match driver name {DRIVER}"
+            )
+        )
+    );
+}
+
+#[test]
+fn secret_fetch_errors_are_retried() {
+    let secret = SecretRef {
+        name: "creds".into(),
+        namespace: "kube-system".into(),
+    };
+    let err = secret_fetch_error(&secret, &"secrets \"creds\" not found");
+    assert_eq!(err.state, NoChange);
+    assert_eq!(
+        err.message,
+        r#"error getting secret creds in namespace kube-system: secrets "creds" not found"#
+    );
+}
+
+#[test]
+fn topology_failures_and_success() {
+    let selected = annotate(claim(), names::ANN_SELECTED_NODE, "node-1");
+    let keys = strings(&["zone"]);
+    let labels = map(&[("zone", "z1")]);
+    let all_labels = [&labels];
+    let sc = class(DRIVER);
+    let base = TopologyFacts {
+        strict_topology: false,
+        immediate_topology: true,
+        selected_node_topology_keys: Some(&keys),
+        selected_node_labels: Some(&labels),
+        csi_node_topology_keys: &[],
+        node_labels: &all_labels,
+        random_hash: 0,
+    };
+    let run_with = |facts| {
+        prepare(&PrepareInputs {
+            claim: &selected,
+            class: Some(&sc),
+            config: &CONFIG,
+            capabilities: CAPS,
+            topology: Some(facts),
+        })
+    };
+    // "fail with selected node but node doesn't exist": the CSINode is gone → reschedule.
+    assert_eq!(
+        failure(run_with(TopologyFacts {
+            selected_node_topology_keys: None,
+            ..base
+        })),
+        (
+            Reschedule,
+            r#"failed to get selected CSINode node-1: csinodes.storage.k8s.io "node-1" not found"#
+                .into()
+        )
+    );
+    assert_eq!(
+        failure(run_with(TopologyFacts { selected_node_labels: None, ..base })),
+        (NoChange, "error generating accessibility requirements: topology labels from selected node map[] does not match topology keys from CSINode [zone]".into())
+    );
+    // No Node carries the keys.
+    assert_eq!(
+        failure(run_with(TopologyFacts {
+            node_labels: &[],
+            ..base
+        }))
+        .0,
+        NoChange
+    );
+    let got = plan(run_with(base));
+    assert_eq!(got.selected_node.as_deref(), Some("node-1"));
+    let requirement = got.accessibility_requirements.expect("a requirement");
+    assert_eq!(requirement.requisite.len(), 1);
+    assert_eq!(requirement.preferred, requirement.requisite);
+}
