@@ -1,0 +1,73 @@
+//! Flags upstream acts on that this implementation accepts (so upstream command lines keep
+//! working) but does not act on, at least not yet. The binary logs one start-up warning each.
+
+use crate::gates::Feature;
+use crate::options::Options;
+
+const NODE_DEPLOYMENT: &str = "distributed provisioning (--node-deployment) is not implemented yet";
+const DATA_SOURCES: &str = "volume data sources (snapshots, clones) are not implemented yet";
+
+/// `(flag, why)` for flags that take effect upstream but not here. A flag appears when it was
+/// given on the command line, or when its value switches on something we lack.
+const RULES: &[(&str, &str)] = &[
+    ("node-deployment", NODE_DEPLOYMENT),
+    ("node-deployment-immediate-binding", NODE_DEPLOYMENT),
+    ("node-deployment-base-delay", NODE_DEPLOYMENT),
+    ("node-deployment-max-delay", NODE_DEPLOYMENT),
+    (
+        "automaxprocs",
+        "it tunes the Go runtime (GOMAXPROCS) and has no meaning for this Rust binary; accepted as a no-op by design",
+    ),
+    (
+        "log-flush-frequency",
+        "log lines are written to stderr unbuffered as they happen, so there is nothing to flush periodically",
+    ),
+    (
+        "log-text-split-stream",
+        "alpha option behind the LoggingAlphaOptions gate, which cannot be enabled (as upstream); all logs go to stderr",
+    ),
+    (
+        "log-json-split-stream",
+        "alpha option behind the LoggingAlphaOptions gate, which cannot be enabled (as upstream); all logs go to stderr",
+    ),
+    (
+        "log-text-info-buffer-size",
+        "alpha option behind the LoggingAlphaOptions gate; only 0 (no buffering) is accepted, as upstream",
+    ),
+    (
+        "log-json-info-buffer-size",
+        "alpha option behind the LoggingAlphaOptions gate; only 0 (no buffering) is accepted, as upstream",
+    ),
+    ("snapshot-orphan-sweep-interval", DATA_SOURCES),
+    ("cloning-protection-threads", DATA_SOURCES),
+    ("prevent-volume-mode-conversion", DATA_SOURCES),
+    (
+        "enable-pprof",
+        "Go's pprof profiling endpoints have no equivalent here; nothing is served under /debug/pprof/",
+    ),
+];
+
+impl Options {
+    /// Flags that were accepted but are not acted on, with the reason, for a start-up warning.
+    /// Listed when given on the command line; `--node-deployment` also when it is on, and the
+    /// `CrossNamespaceVolumeDataSource` gate when enabled.
+    pub fn accepted_but_ignored(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out: Vec<(&'static str, &'static str)> = RULES
+            .iter()
+            .filter(|(flag, _)| {
+                self.is_explicit(flag) || (*flag == "node-deployment" && self.node_deployment)
+            })
+            .copied()
+            .collect();
+        if self
+            .feature_gates
+            .enabled(Feature::CrossNamespaceVolumeDataSource)
+        {
+            out.push((
+                "feature-gates",
+                "CrossNamespaceVolumeDataSource: volume data sources are not implemented yet",
+            ));
+        }
+        out
+    }
+}
