@@ -13,7 +13,7 @@ use crate::connection::{ConnectError, ConnectOptions, connect_channel};
 use crate::metrics::CallMetrics;
 use crate::probe::{ProbeOutcome, probe_outcome};
 use crate::sanitize::sanitize;
-use crate::status::{DEADLINE_EXCEEDED_MESSAGE, go_error_string};
+use crate::status::{DEADLINE_EXCEEDED_MESSAGE, deadline_status, go_error_string};
 use crate::v1;
 use crate::v1::controller_client::ControllerClient;
 use crate::v1::identity_client::IdentityClient;
@@ -220,11 +220,13 @@ impl Client {
         let mut request = Request::new(request);
         request.set_timeout(self.timeout);
         let start = Instant::now();
-        let result =
-            match tokio::time::timeout(self.timeout, send(self.channel.clone(), request)).await {
-                Ok(result) => result.map(Response::into_inner),
-                Err(_) => Err(Status::deadline_exceeded(DEADLINE_EXCEEDED_MESSAGE)),
-            };
+        let call = tokio::time::timeout(self.timeout, send(self.channel.clone(), request));
+        let result = match call.await {
+            Ok(result) => result
+                .map(Response::into_inner)
+                .map_err(|status| deadline_status(status, start.elapsed(), self.timeout)),
+            Err(_) => Err(Status::deadline_exceeded(DEADLINE_EXCEEDED_MESSAGE)),
+        };
         if let Some(metrics) = &self.metrics {
             let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
             metrics.record(method, code, start.elapsed());

@@ -1,5 +1,7 @@
 //! gRPC status codes and errors spelled the way Go prints them, for metrics labels and logs.
 
+use std::time::Duration;
+
 use tonic::{Code, Status};
 
 /// The name Go's `codes.Code.String()` gives a status code (note `Canceled`, one `l`).
@@ -38,6 +40,20 @@ pub fn go_error_string(status: &Status) -> String {
 /// The message of a call that hit the local `--timeout`, as Go's context reports it.
 pub const DEADLINE_EXCEEDED_MESSAGE: &str = "context deadline exceeded";
 
+/// The status of a call that failed after `elapsed` under a deadline of `timeout`.
+///
+/// tonic enforces the `grpc-timeout` header itself (on the client's channel and in tonic
+/// servers) and reports `Cancelled: Timeout expired`, where grpc-go reports
+/// `DeadlineExceeded`. Once the deadline has passed, a `Cancelled` is the deadline, so it is
+/// reported as Go would; everything else passes through.
+pub fn deadline_status(status: Status, elapsed: Duration, timeout: Duration) -> Status {
+    if status.code() == Code::Cancelled && elapsed >= timeout {
+        Status::deadline_exceeded(DEADLINE_EXCEEDED_MESSAGE)
+    } else {
+        status
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +81,37 @@ mod tests {
         ];
         for (number, name) in cases {
             assert_eq!(go_code_name(Code::from_i32(number)), name, "code {number}");
+        }
+    }
+
+    #[test]
+    fn cancelled_after_the_deadline_is_the_deadline() {
+        let t = Duration::from_secs(10);
+        let cases = [
+            (
+                Status::cancelled("Timeout expired"),
+                t,
+                Code::DeadlineExceeded,
+            ),
+            (
+                Status::cancelled("Timeout expired"),
+                t * 2,
+                Code::DeadlineExceeded,
+            ),
+            (Status::cancelled("driver gave up"), t / 2, Code::Cancelled),
+            (Status::internal("boom"), t * 2, Code::Internal),
+            (
+                Status::deadline_exceeded("server"),
+                t / 2,
+                Code::DeadlineExceeded,
+            ),
+        ];
+        for (status, elapsed, want) in cases {
+            let got = deadline_status(status.clone(), elapsed, t);
+            assert_eq!(got.code(), want, "{status:?} after {elapsed:?}");
+            if want == Code::DeadlineExceeded && status.code() == Code::Cancelled {
+                assert_eq!(got.message(), DEADLINE_EXCEEDED_MESSAGE);
+            }
         }
     }
 
