@@ -75,6 +75,27 @@ pub const PARAM_PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
 pub const PARAM_PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
 /// Parameter added by `--extra-create-metadata`: the PV name.
 pub const PARAM_PV_NAME: &str = "csi.storage.k8s.io/pv/name";
+/// Every reserved key the provisioner understands; each is removed before CreateVolume.
+pub const RESERVED_PARAMETER_KEYS: [&str; 17] = [
+    PARAM_FSTYPE,
+    "csi.storage.k8s.io/provisioner-secret-name",
+    "csi.storage.k8s.io/provisioner-secret-namespace",
+    "csi.storage.k8s.io/controller-publish-secret-name",
+    "csi.storage.k8s.io/controller-publish-secret-namespace",
+    "csi.storage.k8s.io/node-stage-secret-name",
+    "csi.storage.k8s.io/node-stage-secret-namespace",
+    "csi.storage.k8s.io/node-publish-secret-name",
+    "csi.storage.k8s.io/node-publish-secret-namespace",
+    "csi.storage.k8s.io/controller-expand-secret-name",
+    "csi.storage.k8s.io/controller-expand-secret-namespace",
+    "csi.storage.k8s.io/node-expand-secret-name",
+    "csi.storage.k8s.io/node-expand-secret-namespace",
+    "csi.storage.k8s.io/controller-modify-secret-name",
+    "csi.storage.k8s.io/controller-modify-secret-namespace",
+    PARAM_DEFAULT_SECRET_NAME,
+    PARAM_DEFAULT_SECRET_NAMESPACE,
+];
+
 /// The legacy, case-insensitive file system type key (deprecated, passed to the driver).
 pub const LEGACY_FSTYPE: &str = "fstype";
 

@@ -8,26 +8,7 @@ use thiserror::Error;
 use crate::names::{self, CSI_PARAMETER_PREFIX};
 use crate::secrets::SecretKind;
 
-/// Every reserved key the provisioner understands; each is removed before CreateVolume.
-pub const RESERVED_PARAMETER_KEYS: [&str; 17] = [
-    names::PARAM_FSTYPE,
-    "csi.storage.k8s.io/provisioner-secret-name",
-    "csi.storage.k8s.io/provisioner-secret-namespace",
-    "csi.storage.k8s.io/controller-publish-secret-name",
-    "csi.storage.k8s.io/controller-publish-secret-namespace",
-    "csi.storage.k8s.io/node-stage-secret-name",
-    "csi.storage.k8s.io/node-stage-secret-namespace",
-    "csi.storage.k8s.io/node-publish-secret-name",
-    "csi.storage.k8s.io/node-publish-secret-namespace",
-    "csi.storage.k8s.io/controller-expand-secret-name",
-    "csi.storage.k8s.io/controller-expand-secret-namespace",
-    "csi.storage.k8s.io/node-expand-secret-name",
-    "csi.storage.k8s.io/node-expand-secret-namespace",
-    "csi.storage.k8s.io/controller-modify-secret-name",
-    "csi.storage.k8s.io/controller-modify-secret-namespace",
-    names::PARAM_DEFAULT_SECRET_NAME,
-    names::PARAM_DEFAULT_SECRET_NAMESPACE,
-];
+pub use crate::names::RESERVED_PARAMETER_KEYS;
 
 /// A key under the reserved prefix that the provisioner does not know (upstream's text).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

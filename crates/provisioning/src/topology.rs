@@ -63,9 +63,10 @@ pub struct TopologyInput<'a> {
 /// Why no topology requirement could be computed (upstream's texts).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum TopologyError {
-    /// The selected node's CSINode does not exist: reschedule.
+    /// The selected node's CSINode does not exist: reschedule. (The text is upstream's wrap of a
+    /// lister NotFound error.)
     #[error(
-        "failed to get selected CSINode {node}: csinodes.storage.k8s.io {} not found",
+        "failed to get selected CSINode {node}: csinode.storage.k8s.io {} not found",
         quote(node)
     )]
     CsiNodeNotFound {

@@ -289,7 +289,7 @@ fn error_texts_and_states() {
     let cases = [
         (
             TopologyError::CsiNodeNotFound { node: "n1".into() },
-            r#"failed to get selected CSINode n1: csinodes.storage.k8s.io "n1" not found"#,
+            r#"failed to get selected CSINode n1: csinode.storage.k8s.io "n1" not found"#,
         ),
         (
             TopologyError::NoTopologyKey { node: "n1".into() },

@@ -158,7 +158,7 @@ fn topology_failures_and_success() {
         })),
         (
             Reschedule,
-            r#"failed to get selected CSINode node-1: csinodes.storage.k8s.io "node-1" not found"#
+            r#"failed to get selected CSINode node-1: csinode.storage.k8s.io "node-1" not found"#
                 .into()
         )
     );
