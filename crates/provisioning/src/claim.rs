@@ -96,8 +96,11 @@ pub fn volume_attributes_class(claim: &PersistentVolumeClaim) -> Option<&str> {
 /// `shouldProvision` plus the class check at the start of `provisionClaimOperation`).
 ///
 /// `class` is the StorageClass named by [`class_name`], looked up by the caller.
-/// CSI migration is not supported, so only `driver_name` is a known provisioner name and the
-/// `pv.kubernetes.io/migrated-to` annotation does not make a claim ours.
+///
+/// Differs from upstream: CSI migration is not supported. For a driver that is a migration target
+/// (for example `ebs.csi.aws.com`) upstream also accepts claims and classes naming the in-tree
+/// plugin; here only `driver_name` is known, and `pv.kubernetes.io/migrated-to` does not make a
+/// claim ours (upstream's library ignores it too unless the in-tree name is known).
 pub fn should_provision(
     claim: &PersistentVolumeClaim,
     class: Option<&StorageClass>,
