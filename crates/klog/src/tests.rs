@@ -61,16 +61,16 @@ fn capture(format: Format, verbosity: u8, vmodule: &str, f: impl FnOnce()) -> St
 fn text_golden_lines() {
     let mut lines = Vec::new();
     let out = capture(Format::Text, 5, "", || {
+        lines.push(line!() + 1);
         tracing::info!(
             v = 2u8,
             driver = "hostpath.csi.k8s.io",
             "Detected CSI driver"
         );
-        lines.push(line!() - 1);
+        lines.push(line!() + 1);
         tracing::warn!(count = 3, ratio = 0.5, ok = false, "Something odd");
-        lines.push(line!() - 1);
+        lines.push(line!() + 1);
         tracing::error!(err = %"rpc error: code = Unavailable", claim = "default/pvc-1", "Failed");
-        lines.push(line!() - 1);
     });
     let want = format!(
         "I1122 02:07:00.123456   12345 tests.rs:{}] \"Detected CSI driver\" driver=\"hostpath.csi.k8s.io\"\n\
@@ -108,16 +108,16 @@ fn text_multiline_values_use_klog_blocks() {
 fn json_golden_lines() {
     let mut lines = Vec::new();
     let out = capture(Format::Json, 5, "", || {
+        lines.push(line!() + 1);
         tracing::info!(
             v = 5u8,
             method = "/csi.v1.Controller/CreateVolume",
             "GRPC call"
         );
-        lines.push(line!() - 1);
+        lines.push(line!() + 1);
         tracing::info!("Version");
-        lines.push(line!() - 1);
+        lines.push(line!() + 1);
         tracing::error!(err = %"timeout", pvc = "a/b", "Failed to provision");
-        lines.push(line!() - 1);
     });
     let want = format!(
         "{{\"ts\":1700618820123.456,\"caller\":\"src/tests.rs:{}\",\"msg\":\"GRPC call\",\"v\":5,\"method\":\"/csi.v1.Controller/CreateVolume\"}}\n\
@@ -241,4 +241,33 @@ fn init_rejects_vmodule_with_json() {
         init(Format::Text, 0, Some("a")),
         Err(InitError::VModule(_))
     ));
+}
+
+#[test]
+fn log_crate_records_use_their_own_location_and_hide_bridge_fields() {
+    // Field names the `log` bridge (tracing-log) attaches to forwarded records.
+    let out = capture(Format::Text, 0, "", || {
+        tracing::info!(
+            log.target = "h2::codec",
+            log.module_path = "h2::codec",
+            log.file = "/src/h2-0.4/src/codec/framed_write.rs",
+            log.line = 214u64,
+            "send frame"
+        );
+    });
+    assert_eq!(
+        out,
+        "I1122 02:07:00.123456   12345 framed_write.rs:214] \"send frame\"\n"
+    );
+}
+
+#[test]
+fn json_error_without_err_field_has_no_err_member() {
+    let out = capture(Format::Json, 0, "", || {
+        tracing::error!(pvc = "a/b", "Lost lease")
+    });
+    assert!(
+        out.ends_with(",\"msg\":\"Lost lease\",\"pvc\":\"a/b\"}\n"),
+        "{out}"
+    );
 }
