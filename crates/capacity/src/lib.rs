@@ -1,0 +1,39 @@
+//! Storage capacity tracking, as pure functions.
+//!
+//! The capacity controller (an async shell in the `csi-provisioner` binary) feeds these
+//! functions with what its caches hold and applies what they return:
+//!
+//! | Question | Answer |
+//! |---|---|
+//! | Which topology segments exist? | [`segment::segments`] from CSINodes + Node labels |
+//! | Which classes get objects? | [`class::eligible`] |
+//! | Which (segment, class) pairs should be published? | [`desired::desired_keys`] |
+//! | What does an existing object say? | [`published::Published::from_object`] |
+//! | What must be written for one pair? | [`plan::plan_key`] |
+//! | Which objects are obsolete? | [`plan::obsolete`] |
+//! | What object do we create? | [`published::build_object`] |
+//! | Which pairs does a new or deleted volume touch? | [`refresh::keys_for_volume`] |
+//! | Why can a waiting claim not be placed anywhere? | [`explain::explain_exhaustion`] |
+
+pub mod class;
+pub mod desired;
+pub mod explain;
+pub mod plan;
+pub mod published;
+mod quantity;
+pub mod refresh;
+pub mod segment;
+pub mod value;
+
+pub use desired::Key;
+pub use segment::Segment;
+pub use value::Capacity;
+
+/// Label naming the driver on every object we publish.
+pub const DRIVER_NAME_LABEL: &str = "csi.storage.k8s.io/drivername";
+/// Label naming the instance that manages an object.
+pub const MANAGED_BY_LABEL: &str = "csi.storage.k8s.io/managed-by";
+/// `managed-by` value of a central (not per-node) provisioner.
+pub const MANAGED_BY_CENTRAL: &str = "external-provisioner";
+/// Prefix of the server-generated object names.
+pub const GENERATE_NAME: &str = "csisc-";
