@@ -119,13 +119,14 @@ mod tests {
         let owned = obj("csisc-a", k.clone(), Some(10), None, Some("uid-1"));
         let mut gone = obj("csisc-0", k.clone(), Some(1), None, None);
         gone.deleting = true;
-        let cases: Vec<(
-            &str,
+        type Case<'a> = (
+            &'a str,
             Option<Capacity>,
-            Vec<&Published>,
-            Option<&str>,
+            Vec<&'a Published>,
+            Option<&'a str>,
             KeyPlan,
-        )> = vec![
+        );
+        let cases: Vec<Case> = vec![
             (
                 "nothing yet, no reading",
                 None,
