@@ -10,6 +10,7 @@
 
 pub mod client;
 pub mod events;
+pub mod reflect;
 pub mod workqueue;
 
 mod bucket;

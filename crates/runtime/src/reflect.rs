@@ -1,0 +1,218 @@
+//! Informer caches: kube-runtime's watcher + reflector with the fields we never read stripped
+//! before caching, the default reconnect backoff, and a stream of changes to enqueue from.
+//!
+//! The cache fills only while the change stream is polled, so the caller must drive it
+//! (typically a task that maps each change to a work-queue key) even if it ignores changes.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::{StreamExt, future};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+
+/// The annotation `kubectl apply` leaves on objects: often the largest field, never read.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// What happened to a cached object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change<K> {
+    /// Added or updated (also every object of a (re)list).
+    Applied(K),
+    /// Deleted; the object as last seen.
+    Deleted(K),
+    /// A (re)list finished. Objects deleted while the watch was down vanish from the store
+    /// without a [`Change::Deleted`], so controllers that track deletions should resync.
+    Relisted,
+}
+
+/// Drops `managedFields` and the last-applied annotation: memory we would only carry around.
+pub fn strip_metadata<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
+/// Starts caching the objects `api` and `config` select. `strip` removes further unused
+/// fields after [`strip_metadata`] (pass `|_| {}` for none). Watch errors are logged and
+/// retried with kube's default backoff (800 ms growing to 30 s).
+pub fn informer<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+) -> (Store<K>, BoxStream<'static, Change<K>>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    let changes = watcher::watcher(api, config)
+        .default_backoff()
+        .modify(move |obj: &mut K| {
+            strip_metadata(obj);
+            strip(obj);
+        })
+        .reflect(writer)
+        .filter_map(|event| future::ready(to_change(event)))
+        .boxed();
+    (reader, changes)
+}
+
+fn to_change<K: Resource>(event: Result<Event<K>, watcher::Error>) -> Option<Change<K>>
+where
+    K::DynamicType: Default,
+{
+    match event {
+        Ok(Event::Apply(obj) | Event::InitApply(obj)) => Some(Change::Applied(obj)),
+        Ok(Event::Delete(obj)) => Some(Change::Deleted(obj)),
+        Ok(Event::InitDone) => Some(Change::Relisted),
+        Ok(Event::Init) => None,
+        Err(err) => {
+            tracing::error!(kind = %K::kind(&Default::default()), error = %err, "Failed to watch");
+            None
+        }
+    }
+}
+
+/// Why a cache did not become ready.
+#[derive(Debug, thiserror::Error)]
+pub enum ReflectError {
+    /// The first list did not finish in time (apiserver down, RBAC missing `list`/`watch`).
+    #[error(
+        "timed out after {after:?} waiting for the {kind} cache to sync; check the API server and the list/watch permissions for {kind}"
+    )]
+    Timeout { kind: String, after: Duration },
+    /// The change stream was dropped before the first list finished.
+    #[error("the {kind} informer stopped before its cache synced")]
+    Stopped { kind: String },
+}
+
+/// Waits until the first list has filled `store` (client-go's `WaitForCacheSync`).
+pub async fn wait_until_ready<K>(store: &Store<K>, timeout: Duration) -> Result<(), ReflectError>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let kind = K::kind(&Default::default()).into_owned();
+    match tokio::time::timeout(timeout, store.wait_until_ready()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(ReflectError::Stopped { kind }),
+        Err(_) => Err(ReflectError::Timeout {
+            kind,
+            after: timeout,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+
+    use super::*;
+
+    fn config_map(annotations: &[(&str, &str)]) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("cm".into()),
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    manager: Some("kubectl".into()),
+                    ..Default::default()
+                }]),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect::<BTreeMap<_, _>>(),
+                )
+                .filter(|a| !a.is_empty()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn strips_managed_fields_and_last_applied_only() {
+        let cases = [
+            (
+                vec![(LAST_APPLIED, "{}"), ("keep", "me")],
+                Some(vec![("keep", "me")]),
+            ),
+            (vec![(LAST_APPLIED, "{}")], None),
+            (vec![("a", "1")], Some(vec![("a", "1")])),
+            (vec![], None),
+        ];
+        for (before, after) in cases {
+            let mut cm = config_map(&before);
+            strip_metadata(&mut cm);
+            assert_eq!(cm.metadata.managed_fields, None);
+            let want = after.map(|kv| {
+                kv.into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>()
+            });
+            assert_eq!(cm.metadata.annotations, want, "{before:?}");
+            assert_eq!(cm.metadata.name.as_deref(), Some("cm"));
+        }
+    }
+
+    #[test]
+    fn watch_events_map_to_changes() {
+        let cm = config_map(&[]);
+        let cases = [
+            (
+                Ok(Event::Apply(cm.clone())),
+                Some(Change::Applied(cm.clone())),
+            ),
+            (
+                Ok(Event::InitApply(cm.clone())),
+                Some(Change::Applied(cm.clone())),
+            ),
+            (
+                Ok(Event::Delete(cm.clone())),
+                Some(Change::Deleted(cm.clone())),
+            ),
+            (Ok(Event::InitDone), Some(Change::Relisted)),
+            (Ok(Event::Init), None),
+            (Err(watcher::Error::NoResourceVersion), None),
+        ];
+        for (event, want) in cases {
+            assert_eq!(to_change::<ConfigMap>(event), want);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_a_cache_that_never_fills_times_out() {
+        let (store, _writer) = reflector::store::<ConfigMap>();
+        let err = wait_until_ready(&store, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ReflectError::Timeout { ref kind, .. } if kind == "ConfigMap"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_writer_is_reported() {
+        let (store, writer) = reflector::store::<ConfigMap>();
+        drop(writer);
+        let err = wait_until_ready(&store, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ReflectError::Stopped { .. }), "{err}");
+    }
+}
