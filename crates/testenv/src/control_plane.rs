@@ -64,6 +64,8 @@ pub struct ControlPlane {
     processes: Mutex<Vec<Process>>,
     pids: Vec<(String, u32)>,
     startup: Duration,
+    /// False when attached to a cluster someone else started: never kill or clean it up.
+    owned: bool,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -103,6 +105,7 @@ impl ControlPlane {
             processes: Mutex::new(Vec::new()),
             pids: Vec::new(),
             startup: Duration::ZERO,
+            owned: true,
         };
         registry::register(&cp.layout.dir);
         let deadline = began + opts.startup_timeout;
@@ -224,6 +227,37 @@ impl ControlPlane {
         Error::NotReady(msg)
     }
 
+    /// Uses a cluster that `cargo xtask cluster up --dir <dir>` left running. Nothing is
+    /// killed or deleted when the handle drops.
+    pub fn attach(dir: &Path) -> Result<ControlPlane, Error> {
+        let dir = absolute(dir)?;
+        if !detached::is_running(&dir)? {
+            return Err(Error::NotReady(format!(
+                "no cluster is running in {}: start one with `cargo xtask cluster up --dir {}`",
+                dir.display(),
+                dir.display()
+            )));
+        }
+        let layout = Layout { dir };
+        let kubeconfig = kube::config::Kubeconfig::read_from(layout.kubeconfig())?;
+        let server_url = kubeconfig
+            .clusters
+            .iter()
+            .find_map(|c| c.cluster.as_ref()?.server.clone())
+            .ok_or_else(|| {
+                Error::NotReady(format!("{}: no server", layout.kubeconfig().display()))
+            })?;
+        Ok(ControlPlane {
+            kubeconfig: layout.kubeconfig(),
+            pids: detached::read_pids(&layout.dir)?,
+            layout,
+            server_url,
+            processes: Mutex::new(Vec::new()),
+            startup: Duration::ZERO,
+            owned: false,
+        })
+    }
+
     /// The shared control plane of this test process; see [`crate::shared`].
     pub fn shared() -> &'static ControlPlane {
         crate::shared::get()
@@ -290,6 +324,9 @@ impl ControlPlane {
 
     /// Kills every component without reaping: for process exit, where no lock may be taken.
     pub(crate) fn kill_all_now(&self) {
+        if !self.owned {
+            return;
+        }
         for (_, pid) in self.pids.iter().rev() {
             // SAFETY: plain syscall on the process groups this control plane created.
             unsafe {
@@ -303,7 +340,8 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         let mut procs = std::mem::take(&mut *self.lock());
-        let owned = !procs.is_empty();
+        // Empty after `detach`: the processes live on, and so must their data.
+        let owned = self.owned && !procs.is_empty();
         while let Some(mut p) = procs.pop() {
             p.kill9();
         }

@@ -42,7 +42,7 @@ pub(crate) fn parse_pids(path: &Path, text: &str) -> Result<Vec<(String, u32)>, 
     Ok(out)
 }
 
-fn read_pids(dir: &Path) -> Result<Vec<(String, u32)>, Error> {
+pub(crate) fn read_pids(dir: &Path) -> Result<Vec<(String, u32)>, Error> {
     let path = dir.join(PID_FILE);
     match fs::read_to_string(&path) {
         Ok(text) => parse_pids(&path, &text),

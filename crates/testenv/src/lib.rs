@@ -34,3 +34,4 @@ pub use paths::{
     try_workspace_binary, workspace_binary, workspace_root,
 };
 pub use process::{Process, log_tail, spawn, spawn_detached, try_spawn};
+pub use shared::CLUSTER_ENV;

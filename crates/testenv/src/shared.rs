@@ -6,17 +6,26 @@ use crate::{ControlPlane, ControlPlaneOptions};
 
 static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
 
+/// Set to a `cargo xtask cluster up` directory to run tests against that cluster.
+pub const CLUSTER_ENV: &str = "TESTENV_CLUSTER";
+
 /// The process-wide control plane (no fake nodes; tests create what they need, isolated by
 /// namespace and by unique cluster-scoped names).
 ///
 /// Started on first use from a dedicated thread and runtime, so it may be called from sync
 /// code and from inside any tokio runtime. Torn down by an `atexit` handler when the test
-/// binary exits, and by PDEATHSIG if it is killed.
+/// binary exits, and by PDEATHSIG if it is killed. With `TESTENV_CLUSTER=<dir>` set, attaches
+/// to the cluster `cargo xtask cluster up --dir <dir>` started instead (relative paths are
+/// relative to the workspace root), and leaves it running.
 ///
 /// # Panics
 /// When the control plane cannot start (every caller gets the same message, with log tails).
 pub(crate) fn get() -> &'static ControlPlane {
     let result = SHARED.get_or_init(|| {
+        if let Some(dir) = std::env::var_os(CLUSTER_ENV).filter(|d| !d.is_empty()) {
+            let dir = crate::workspace_root().join(dir);
+            return ControlPlane::attach(&dir).map_err(|e| format!("{CLUSTER_ENV}: {e}"));
+        }
         let started = std::thread::Builder::new()
             .name("testenv-start".into())
             .spawn(|| {

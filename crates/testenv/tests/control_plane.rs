@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -157,10 +157,14 @@ async fn scheduler_places_pod_where_storage_capacity_is() {
     let on_b = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("sched-b");
     wait_for(&pods, "consumer", "be bound to sched-b", on_b).await;
 
-    // No kubelet confirms deletion, so force it; the namespace controller does the rest.
-    let _ = pods
-        .delete("consumer", &DeleteParams::default().grace_period(0))
-        .await;
+    // Clean up so the test can rerun against a long-lived `cluster up` cluster. No kubelet
+    // confirms pod deletion, so force it; the protection controllers release the rest.
+    let dp = DeleteParams::default();
+    let _ = pods.delete("consumer", &dp.clone().grace_period(0)).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(&ns, &dp).await;
+    let _ = pv_api.delete(&format!("{ns}-pv"), &dp).await;
+    let _ = classes.delete(&sc_name, &dp).await;
 }
 
 const CHILD_ENV: &str = "TESTENV_SHARED_TEARDOWN_CHILD";
@@ -180,6 +184,8 @@ fn shared_control_plane_dies_with_the_test_process() {
     let mut helper = Command::new(std::env::current_exe().expect("exe"))
         .args(["--exact", name, "--include-ignored", "--nocapture"])
         .env(CHILD_ENV, "1")
+        // The helper must start its own control plane, not attach to a `cluster up` one.
+        .env_remove(testenv::CLUSTER_ENV)
         .stdout(Stdio::piped())
         .spawn()
         .expect("helper");
