@@ -7,7 +7,7 @@ use crate::names;
 use crate::quantity::{QuantityError, parse_quantity};
 
 /// What to do with a claim seen by the claim controller.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShouldProvision {
     /// `spec.volumeName` is set: the claim is bound or being bound. Ignore it.
     AlreadyBound,

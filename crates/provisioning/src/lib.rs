@@ -46,6 +46,7 @@ pub mod claim;
 pub mod errors;
 pub mod fstype;
 pub(crate) mod gofmt;
+pub mod lifecycle;
 pub mod names;
 pub mod parameters;
 pub mod prepare;

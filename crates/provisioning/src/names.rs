@@ -32,6 +32,11 @@ pub const ANN_CONTROLLER_MODIFY_SECRET_NAMESPACE: &str =
 
 /// Finalizer the provisioner puts on every PV it creates.
 pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+/// PVC finalizer held while a volume for the claim may exist without a PV (ours, not
+/// upstream's): it keeps the claim, and with it everything needed to delete that volume, until
+/// either the PV exists or the volume is known to be gone. See `lifecycle`.
+pub const CREATING_VOLUME_FINALIZER: &str =
+    "external-provisioner.volume.kubernetes.io/creating-volume";
 /// `spec.csi.volumeAttributes` key holding the provisioner identity.
 pub const PROVISIONER_IDENTITY_KEY: &str = "storage.kubernetes.io/csiProvisionerIdentity";
 

@@ -1,0 +1,175 @@
+//! The claim lifecycle that makes volume leaks impossible (beyond upstream).
+//!
+//! Upstream remembers an in-flight CreateVolume only in memory, so a restart or a claim deleted
+//! mid-call can leave a volume nobody will ever delete (upstream issues #486 and #1469). We keep
+//! that fact on the claim itself: the finalizer [`CREATING_VOLUME_FINALIZER`] is added before the
+//! first CreateVolume and removed only once a PV for the claim exists (from then on the PV's
+//! reclaim policy owns the volume) or the volume is known not to exist. While the finalizer is
+//! there, a deleted claim stays readable, so the provisioner can always find and delete its
+//! volume — after a crash, a restart, or a deletion racing the call.
+//!
+//! [`decide`] is the whole state machine; the claim controller only carries out its answer.
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+use crate::claim::ShouldProvision;
+use crate::names::CREATING_VOLUME_FINALIZER;
+
+/// What the claim controller must do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing now.
+    Ignore,
+    /// A PV for the claim exists: drop our finalizer; the PV now owns the volume.
+    ReleaseFinalizer,
+    /// Provision (adding the finalizer right before CreateVolume).
+    Provision,
+    /// Late binding, no node chosen yet: wait (a kept finalizer stays until deletion or success).
+    WaitForNode,
+    /// The StorageClass does not exist (yet): retry with backoff, as upstream.
+    ClassMissing,
+    /// The claim is being deleted and a volume for it may exist without a PV: make sure the
+    /// volume is gone, then drop the finalizer.
+    CleanUp,
+}
+
+/// Whether our finalizer is on the claim.
+pub fn has_finalizer(claim: &PersistentVolumeClaim) -> bool {
+    claim
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == CREATING_VOLUME_FINALIZER)
+}
+
+/// The next step for a claim.
+///
+/// `should` is [`crate::claim::should_provision`]'s answer; `pv_exists` says whether a PV named
+/// for this claim and bound to its UID exists (or was just created by us).
+pub fn decide(claim: &PersistentVolumeClaim, should: ShouldProvision, pv_exists: bool) -> Step {
+    let holding = has_finalizer(claim);
+    if claim.metadata.deletion_timestamp.is_some() {
+        return match (holding, pv_exists) {
+            (false, _) => Step::Ignore,
+            (true, true) => Step::ReleaseFinalizer,
+            (true, false) => Step::CleanUp,
+        };
+    }
+    if pv_exists || should == ShouldProvision::AlreadyBound {
+        return if holding {
+            Step::ReleaseFinalizer
+        } else {
+            Step::Ignore
+        };
+    }
+    match should {
+        ShouldProvision::Provision => Step::Provision,
+        ShouldProvision::WaitForNode => Step::WaitForNode,
+        ShouldProvision::ClassMissing => Step::ClassMissing,
+        // A claim that stopped being ours keeps any finalizer until it is deleted; cleanup then
+        // makes sure nothing was left behind.
+        ShouldProvision::AlreadyBound
+        | ShouldProvision::NotOurs
+        | ShouldProvision::ClassForOtherProvisioner => Step::Ignore,
+    }
+}
+
+/// The claim's finalizers with ours added (`None` if already there).
+pub fn with_finalizer(claim: &PersistentVolumeClaim) -> Option<Vec<String>> {
+    if has_finalizer(claim) {
+        return None;
+    }
+    let mut finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
+    finalizers.push(CREATING_VOLUME_FINALIZER.to_string());
+    Some(finalizers)
+}
+
+/// The claim's finalizers with ours removed (`None` if it was not there).
+pub fn without_finalizer(claim: &PersistentVolumeClaim) -> Option<Vec<String>> {
+    if !has_finalizer(claim) {
+        return None;
+    }
+    Some(
+        claim
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .filter(|f| *f != CREATING_VOLUME_FINALIZER)
+            .cloned()
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn claim(holding: bool, deleting: bool) -> PersistentVolumeClaim {
+        let mut c = PersistentVolumeClaim::default();
+        let mut f = vec!["kubernetes.io/pvc-protection".to_string()];
+        if holding {
+            f.push(CREATING_VOLUME_FINALIZER.to_string());
+        }
+        c.metadata.finalizers = Some(f);
+        if deleting {
+            c.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        }
+        c
+    }
+
+    #[test]
+    fn table() {
+        use ShouldProvision as S;
+        use Step::*;
+        // (holding, deleting, should, pv_exists) -> step
+        let cases = [
+            ((false, false, S::Provision, false), Provision),
+            ((true, false, S::Provision, false), Provision),
+            ((false, false, S::WaitForNode, false), WaitForNode),
+            ((true, false, S::WaitForNode, false), WaitForNode),
+            ((false, false, S::ClassMissing, false), ClassMissing),
+            ((false, false, S::NotOurs, false), Ignore),
+            ((true, false, S::NotOurs, false), Ignore),
+            ((false, false, S::ClassForOtherProvisioner, false), Ignore),
+            // The PV exists: the volume is safe with it.
+            ((true, false, S::Provision, true), ReleaseFinalizer),
+            ((false, false, S::Provision, true), Ignore),
+            ((true, false, S::AlreadyBound, false), ReleaseFinalizer),
+            ((false, false, S::AlreadyBound, false), Ignore),
+            // Deleted claims.
+            ((false, true, S::Provision, false), Ignore),
+            ((true, true, S::Provision, false), CleanUp),
+            ((true, true, S::WaitForNode, false), CleanUp),
+            ((true, true, S::NotOurs, false), CleanUp),
+            ((true, true, S::Provision, true), ReleaseFinalizer),
+            ((false, true, S::AlreadyBound, true), Ignore),
+        ];
+        for ((holding, deleting, should, pv), want) in cases {
+            assert_eq!(
+                decide(&claim(holding, deleting), should, pv),
+                want,
+                "{holding} {deleting} {should:?} {pv}"
+            );
+        }
+    }
+
+    #[test]
+    fn finalizer_edits_keep_others() {
+        let c = claim(false, false);
+        let added = with_finalizer(&c).unwrap();
+        assert_eq!(
+            added,
+            ["kubernetes.io/pvc-protection", CREATING_VOLUME_FINALIZER]
+        );
+        assert_eq!(without_finalizer(&c), None);
+        let held = claim(true, false);
+        assert_eq!(with_finalizer(&held), None);
+        assert_eq!(
+            without_finalizer(&held).unwrap(),
+            ["kubernetes.io/pvc-protection"]
+        );
+    }
+}
