@@ -2,6 +2,7 @@
 
 mod cluster;
 mod gobuild;
+mod recipe;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};

@@ -2,8 +2,6 @@
 //! 127.0.0.1, each a child process with its log under `<dir>/logs`.
 
 use std::fs;
-use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -12,7 +10,8 @@ use std::time::{Duration, Instant};
 use crate::error::IoContext;
 use crate::flags::{self, Layout, Ports};
 use crate::process::{Process, spawn_detached, try_spawn};
-use crate::{Error, detached, paths, pki, registry};
+use crate::setup::{absolute, free_ports, insecure_client, prepare_dir, write_credentials};
+use crate::{Error, detached, paths, registry};
 
 /// Components in start order; teardown goes in reverse.
 pub const COMPONENTS: &[&str] = &[
@@ -88,13 +87,19 @@ impl ControlPlane {
             None => registry::new_run_dir()?,
         };
         let layout = Layout { dir };
+        // Find every binary before starting anything.
+        let etcd = paths::etcd_binary();
+        let apiserver = paths::try_go_binary("kube-apiserver")?;
+        let kcm = paths::try_go_binary("kube-controller-manager")?;
+        let sched = paths::try_go_binary("kube-scheduler")?;
         prepare_dir(&layout)?;
+        let [etcd_client, etcd_peer, api_port, kcm_port, sched_port] = free_ports()?;
         let ports = Ports {
-            etcd_client: free_port()?,
-            etcd_peer: free_port()?,
-            apiserver: free_port()?,
-            controller_manager: free_port()?,
-            scheduler: free_port()?,
+            etcd_client,
+            etcd_peer,
+            apiserver: api_port,
+            controller_manager: kcm_port,
+            scheduler: sched_port,
         };
         let server_url = format!("https://127.0.0.1:{}", ports.apiserver);
         write_credentials(&layout, &server_url)?;
@@ -111,24 +116,20 @@ impl ControlPlane {
         let deadline = began + opts.startup_timeout;
         let timeout = opts.startup_timeout;
 
-        let etcd = paths::etcd_binary();
         cp.launch(
             opts.detached,
             "etcd",
             &etcd,
             flags::etcd(&ports, &cp.layout),
         )?;
-        let apiserver = paths::try_go_binary("kube-apiserver")?;
         let args = flags::apiserver(&ports, &cp.layout);
         cp.launch(opts.detached, "kube-apiserver", &apiserver, args)?;
         let client = cp.try_client().await?;
         cp.wait_ok(&client, "/readyz", "kube-apiserver", deadline, timeout)
             .await?;
 
-        let kcm = paths::try_go_binary("kube-controller-manager")?;
         let args = flags::controller_manager(&ports, &cp.layout);
         cp.launch(opts.detached, "kube-controller-manager", &kcm, args)?;
-        let sched = paths::try_go_binary("kube-scheduler")?;
         let args = flags::scheduler(&ports, &cp.layout);
         cp.launch(opts.detached, "kube-scheduler", &sched, args)?;
         for (name, port) in [
@@ -247,6 +248,7 @@ impl ControlPlane {
             .ok_or_else(|| {
                 Error::NotReady(format!("{}: no server", layout.kubeconfig().display()))
             })?;
+        registry::register(&layout.dir);
         Ok(ControlPlane {
             kubeconfig: layout.kubeconfig(),
             pids: detached::read_pids(&layout.dir)?,
@@ -350,70 +352,4 @@ impl Drop for ControlPlane {
         }
         registry::unregister(&self.layout.dir);
     }
-}
-
-fn absolute(dir: &Path) -> Result<PathBuf, Error> {
-    std::path::absolute(dir).ctx(|| format!("resolving {}", dir.display()))
-}
-
-/// Makes `dir` ready for a fresh cluster: refuses a live detached one, drops old state, keeps
-/// old logs (new output is appended).
-fn prepare_dir(layout: &Layout) -> Result<(), Error> {
-    if detached::is_running(&layout.dir)? {
-        return Err(Error::NotReady(format!(
-            "a cluster is already running in {}: run `cargo xtask cluster down --dir {}` first",
-            layout.dir.display(),
-            layout.dir.display()
-        )));
-    }
-    detached::remove_state(&layout.dir)?;
-    for d in [layout.logs(), layout.pki()] {
-        fs::create_dir_all(&d).ctx(|| format!("creating {}", d.display()))?;
-    }
-    Ok(())
-}
-
-fn write_credentials(layout: &Layout, server_url: &str) -> Result<(), Error> {
-    let pki = pki::generate()?;
-    let token = pki::random_token();
-    let files = [
-        (layout.ca_cert(), pki.ca_cert.clone()),
-        (layout.serving_cert(), pki.serving_cert),
-        (layout.serving_key(), pki.serving_key),
-        (layout.sa_key(), pki.sa_key),
-        (layout.sa_pub(), pki.sa_pub),
-        (layout.tokens(), pki::tokens_csv(&token)),
-        (
-            layout.kubeconfig(),
-            pki::kubeconfig(server_url, &pki.ca_cert, &token),
-        ),
-    ];
-    for (path, content) in files {
-        fs::write(&path, content).ctx(|| format!("writing {}", path.display()))?;
-        let private = fs::Permissions::from_mode(0o600);
-        fs::set_permissions(&path, private).ctx(|| format!("chmod {}", path.display()))?;
-    }
-    Ok(())
-}
-
-/// A port that was free a moment ago (bind to port 0, read it, release it).
-fn free_port() -> Result<u16, Error> {
-    let listener = TcpListener::bind("127.0.0.1:0").ctx(|| "binding 127.0.0.1:0".into())?;
-    let port = listener
-        .local_addr()
-        .ctx(|| "reading the bound port".into())?
-        .port();
-    Ok(port)
-}
-
-/// A client for the controller manager's and scheduler's self-signed `/healthz`, which
-/// needs no credentials.
-fn insecure_client(port: u16) -> Result<kube::Client, Error> {
-    let url: http::Uri = format!("https://127.0.0.1:{port}")
-        .parse()
-        .map_err(|e: http::uri::InvalidUri| Error::NotReady(e.to_string()))?;
-    let mut config = kube::Config::new(url);
-    config.accept_invalid_certs = true;
-    config.default_retry = false;
-    Ok(kube::Client::try_from(config)?)
 }

@@ -19,6 +19,7 @@ mod paths;
 mod pki;
 mod process;
 mod registry;
+mod setup;
 mod shared;
 
 pub use cluster::{
