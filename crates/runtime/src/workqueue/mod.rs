@@ -21,6 +21,7 @@ mod rate_limiter;
 mod state;
 #[cfg(test)]
 mod tests;
+mod workers;
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -34,6 +35,7 @@ use tokio::time::Instant;
 
 pub use metrics::{DURATION_BUCKETS, QueueLabel, WorkQueueMetrics};
 pub use rate_limiter::RateLimiter;
+pub use workers::{Outcome, run_workers};
 
 use metrics::InFlight;
 use state::{State, Wake};
