@@ -1,1 +1,20 @@
+//! The `csi-provisioner` binary as a library: the async shells that connect the pure decision
+//! crates (`provisioning`, `capacity`) to the Kubernetes API and the CSI driver.
+//!
+//! Start at [`app::run`]: it follows upstream's start-up sequence and then runs the
+//! controllers ([`claims`], [`volumes`], [`capacity_controller`]) under leader election.
 
+pub mod app;
+pub mod caches;
+pub mod capacity_controller;
+pub mod claims;
+pub mod context;
+pub mod driver;
+pub mod http;
+pub mod kubeconfig;
+pub mod metrics;
+pub mod secrets;
+pub mod volumes;
+
+/// Version reported by `--version` and in the user agent.
+pub const VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));

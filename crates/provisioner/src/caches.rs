@@ -1,0 +1,126 @@
+//! The informer caches the controllers read. Each holds only what the controllers use:
+//! managedFields and the kubectl last-applied annotation are always dropped, Nodes are watched
+//! as metadata only, and CSIStorageCapacities only in our namespace with our labels.
+
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment};
+use kube::api::PartialObjectMeta;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use runtime::reflect::{Change, ReflectError, informer, wait_until_ready};
+
+/// Read-only views of the cluster, shared by all controllers.
+#[derive(Clone)]
+pub struct Caches {
+    pub claims: Store<PersistentVolumeClaim>,
+    pub volumes: Store<PersistentVolume>,
+    pub classes: Store<StorageClass>,
+    pub csi_nodes: Store<CSINode>,
+    pub nodes: Store<PartialObjectMeta<Node>>,
+    /// Only when the driver publishes volumes (PUBLISH_UNPUBLISH_VOLUME), as upstream.
+    pub attachments: Option<Store<VolumeAttachment>>,
+    /// Only with `--enable-capacity`.
+    pub capacities: Option<Store<CSIStorageCapacity>>,
+}
+
+/// The change streams that feed the work queues. Each must be polled: a cache only fills
+/// while its stream runs.
+pub struct Changes {
+    pub claims: BoxStream<'static, Change<PersistentVolumeClaim>>,
+    pub volumes: BoxStream<'static, Change<PersistentVolume>>,
+    pub classes: BoxStream<'static, Change<StorageClass>>,
+    pub csi_nodes: BoxStream<'static, Change<CSINode>>,
+    pub nodes: BoxStream<'static, Change<PartialObjectMeta<Node>>>,
+    pub attachments: Option<BoxStream<'static, Change<VolumeAttachment>>>,
+    pub capacities: Option<BoxStream<'static, Change<CSIStorageCapacity>>>,
+}
+
+/// What to watch beyond the always-needed PVCs, PVs, StorageClasses, CSINodes and Nodes.
+pub struct CacheOptions {
+    pub watch_attachments: bool,
+    /// Namespace and label selector of our CSIStorageCapacity objects.
+    pub capacities: Option<(String, String)>,
+}
+
+impl Caches {
+    /// Starts the informers. `capacity_client` (its own API budget) watches capacity objects.
+    pub fn start(
+        client: &Client,
+        capacity_client: &Client,
+        opts: &CacheOptions,
+    ) -> (Caches, Changes) {
+        let cfg = watcher::Config::default;
+        let (claims, claim_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
+        let (volumes, volume_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
+        let (classes, class_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
+        let (csi_nodes, csi_node_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
+        let (nodes, node_changes) = informer(
+            Api::<PartialObjectMeta<Node>>::all(client.clone()),
+            cfg(),
+            strip_node,
+        );
+        let (attachments, attachment_changes) = if opts.watch_attachments {
+            let (s, c) = informer(Api::all(client.clone()), cfg(), |_| {});
+            (Some(s), Some(c))
+        } else {
+            (None, None)
+        };
+        let (capacities, capacity_changes) = match &opts.capacities {
+            Some((namespace, selector)) => {
+                let (s, c) = informer(
+                    Api::namespaced(capacity_client.clone(), namespace),
+                    cfg().labels(selector),
+                    |_| {},
+                );
+                (Some(s), Some(c))
+            }
+            None => (None, None),
+        };
+        (
+            Caches {
+                claims,
+                volumes,
+                classes,
+                csi_nodes,
+                nodes,
+                attachments,
+                capacities,
+            },
+            Changes {
+                claims: claim_changes,
+                volumes: volume_changes,
+                classes: class_changes,
+                csi_nodes: csi_node_changes,
+                nodes: node_changes,
+                attachments: attachment_changes,
+                capacities: capacity_changes,
+            },
+        )
+    }
+
+    /// Waits for every cache's first list, like client-go's WaitForCacheSync.
+    pub async fn wait_until_ready(&self, timeout: Duration) -> Result<(), ReflectError> {
+        wait_until_ready(&self.claims, timeout).await?;
+        wait_until_ready(&self.volumes, timeout).await?;
+        wait_until_ready(&self.classes, timeout).await?;
+        wait_until_ready(&self.csi_nodes, timeout).await?;
+        wait_until_ready(&self.nodes, timeout).await?;
+        if let Some(s) = &self.attachments {
+            wait_until_ready(s, timeout).await?;
+        }
+        if let Some(s) = &self.capacities {
+            wait_until_ready(s, timeout).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Node annotations (often kilobytes per node) are never read; only labels are.
+fn strip_node(node: &mut PartialObjectMeta<Node>) {
+    node.metadata.annotations = None;
+    node.metadata.owner_references = None;
+}

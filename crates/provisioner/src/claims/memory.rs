@@ -1,0 +1,142 @@
+//! What the claim controller remembers between attempts. Nothing here is needed for
+//! correctness after a restart (the claim's finalizer is); it saves CSI and API calls.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use csi::v1::TopologyRequirement;
+use parking_lot::Mutex;
+
+/// Per-claim memory, keyed by claim UID.
+#[derive(Default)]
+pub struct Memory {
+    claims: Mutex<HashMap<String, ClaimMemory>>,
+}
+
+#[derive(Default, Clone)]
+struct ClaimMemory {
+    /// The volume CreateVolume returned for this claim while no PV exists yet.
+    volume_id: Option<String>,
+    /// A PV we created that the cache may not show yet.
+    pv_created: Option<String>,
+    /// Topology computed on the first attempt for this selected node, reused on retries so a
+    /// retried CreateVolume asks for the same placement (upstream's fix for leaked volumes).
+    topology: Option<(Option<String>, Option<TopologyRequirement>)>,
+    /// When the first attempt started, for the provisioning duration metric.
+    started: Option<Instant>,
+    /// The capacity explanation last put on the claim, so it is posted once.
+    explained: Option<String>,
+}
+
+impl Memory {
+    fn with<R>(&self, uid: &str, f: impl FnOnce(&mut ClaimMemory) -> R) -> R {
+        f(self.claims.lock().entry(uid.to_string()).or_default())
+    }
+
+    pub fn forget(&self, uid: &str) {
+        self.claims.lock().remove(uid);
+    }
+
+    pub fn volume_created(&self, uid: &str, volume_id: &str) {
+        self.with(uid, |m| m.volume_id = Some(volume_id.to_string()));
+    }
+
+    pub fn volume_id(&self, uid: &str) -> Option<String> {
+        self.claims
+            .lock()
+            .get(uid)
+            .and_then(|m| m.volume_id.clone())
+    }
+
+    pub fn volume_gone(&self, uid: &str) {
+        self.with(uid, |m| m.volume_id = None);
+    }
+
+    pub fn pv_created(&self, uid: &str, pv: &str) {
+        self.with(uid, |m| m.pv_created = Some(pv.to_string()));
+    }
+
+    pub fn created_pv(&self, uid: &str) -> Option<String> {
+        self.claims
+            .lock()
+            .get(uid)
+            .and_then(|m| m.pv_created.clone())
+    }
+
+    /// The cached topology for this selected node, if any.
+    pub fn topology(
+        &self,
+        uid: &str,
+        selected_node: Option<&str>,
+    ) -> Option<Option<TopologyRequirement>> {
+        let claims = self.claims.lock();
+        let (node, req) = claims.get(uid)?.topology.as_ref()?;
+        (node.as_deref() == selected_node).then(|| req.clone())
+    }
+
+    pub fn remember_topology(
+        &self,
+        uid: &str,
+        selected_node: Option<&str>,
+        req: Option<TopologyRequirement>,
+    ) {
+        self.with(uid, |m| {
+            m.topology = Some((selected_node.map(String::from), req))
+        });
+    }
+
+    pub fn forget_topology(&self, uid: &str) {
+        self.with(uid, |m| m.topology = None);
+    }
+
+    /// When the first attempt started (set now if this is it).
+    pub fn started(&self, uid: &str) -> Instant {
+        self.with(uid, |m| *m.started.get_or_insert_with(Instant::now))
+    }
+
+    /// Whether `message` differs from the explanation already posted (and records it).
+    pub fn explain_once(&self, uid: &str, message: &str) -> bool {
+        self.with(uid, |m| {
+            if m.explained.as_deref() == Some(message) {
+                false
+            } else {
+                m.explained = Some(message.to_string());
+                true
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topology_is_reused_only_for_the_same_node() {
+        let m = Memory::default();
+        let req = TopologyRequirement::default();
+        m.remember_topology("u", Some("n1"), Some(req.clone()));
+        assert_eq!(m.topology("u", Some("n1")), Some(Some(req)));
+        assert_eq!(m.topology("u", Some("n2")), None);
+        m.forget_topology("u");
+        assert_eq!(m.topology("u", Some("n1")), None);
+    }
+
+    #[test]
+    fn explanations_are_posted_once_per_message() {
+        let m = Memory::default();
+        assert!(m.explain_once("u", "a"));
+        assert!(!m.explain_once("u", "a"));
+        assert!(m.explain_once("u", "b"));
+    }
+
+    #[test]
+    fn forget_drops_everything() {
+        let m = Memory::default();
+        m.volume_created("u", "vol-1");
+        m.pv_created("u", "pvc-u");
+        m.forget("u");
+        assert_eq!(m.volume_id("u"), None);
+        assert_eq!(m.created_pv("u"), None);
+    }
+}

@@ -1,0 +1,279 @@
+//! The claim controller: provisions volumes for claims of our driver (work queue "claims").
+//!
+//! Each claim is handled by one worker at a time. [`provisioning::lifecycle::decide`] picks the
+//! step; the files of this module carry it out: [`provision`] (CreateVolume and the PV),
+//! [`cleanup`] (claims deleted while a volume may exist without a PV), [`update`] (PVC writes).
+
+mod cleanup;
+mod facts;
+mod memory;
+mod provision;
+mod update;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::reflector::ObjectRef;
+use provisioning::claim::{ShouldProvision, should_provision};
+use provisioning::lifecycle::{Step, decide};
+use provisioning::prepare::{DriverCapabilities, ProvisionerConfig};
+use runtime::events::EventType;
+use runtime::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Context;
+use memory::Memory;
+
+/// A claim's identity in the work queue.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClaimKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ClaimKey {
+    pub fn of(claim: &PersistentVolumeClaim) -> ClaimKey {
+        ClaimKey {
+            namespace: claim.metadata.namespace.clone().unwrap_or_default(),
+            name: claim.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Why a sync must run again.
+#[derive(Debug)]
+pub enum SyncError {
+    /// With the claim's exponential backoff (`--retry-interval-start` .. `--retry-interval-max`).
+    Retry(String),
+    /// Not before this delay.
+    RetryAfter(Duration),
+}
+
+impl SyncError {
+    pub fn retry(message: impl Into<String>) -> SyncError {
+        SyncError::Retry(message.into())
+    }
+}
+
+fn outcome(result: Result<(), SyncError>) -> Outcome {
+    match result {
+        Ok(()) => Outcome::Done,
+        Err(SyncError::Retry(reason)) => Outcome::Retry(reason),
+        Err(SyncError::RetryAfter(delay)) => Outcome::RetryAfter(delay),
+    }
+}
+
+/// Event reason when no published capacity of a waiting claim's class can hold it (ours).
+pub const NOT_ENOUGH_CAPACITY: &str = capacity::explain::REASON;
+
+/// The claim controller.
+#[derive(Clone)]
+pub struct ClaimsController {
+    ctx: Context,
+    queue: WorkQueue<ClaimKey>,
+    memory: Arc<Memory>,
+}
+
+impl ClaimsController {
+    pub fn new(ctx: Context, metrics: &WorkQueueMetrics) -> ClaimsController {
+        let limiter = RateLimiter::new(ctx.opts.retry_interval_start, ctx.opts.retry_interval_max);
+        ClaimsController {
+            queue: WorkQueue::new("claims", limiter, Some(metrics)),
+            ctx,
+            memory: Arc::default(),
+        }
+    }
+
+    pub fn enqueue(&self, claim: &PersistentVolumeClaim) {
+        self.queue.add(ClaimKey::of(claim));
+    }
+
+    /// A PV changed: its claim may now be able to drop our finalizer.
+    pub fn enqueue_for_volume(&self, pv: &PersistentVolume) {
+        if let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref())
+            && let (Some(namespace), Some(name)) = (&r.namespace, &r.name)
+        {
+            self.queue.add(ClaimKey {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            });
+        }
+    }
+
+    /// Re-checks every cached claim (after a relist, and periodically as upstream's resync).
+    pub fn enqueue_all(&self) {
+        for claim in self.ctx.caches.claims.state() {
+            self.enqueue(&claim);
+        }
+    }
+
+    /// Re-checks claims waiting for a node: published capacity changed, so the explanation on
+    /// them may have to change too.
+    pub fn enqueue_waiting(&self) {
+        for claim in self.ctx.caches.claims.state() {
+            if claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .is_none_or(str::is_empty)
+                && provisioning::claim::selected_node(&claim).is_none()
+            {
+                self.enqueue(&claim);
+            }
+        }
+    }
+
+    /// Runs `workers` workers until `cancel`.
+    pub async fn run(self, workers: usize, cancel: CancellationToken) {
+        let queue = self.queue.clone();
+        run_workers(queue, workers, cancel, move |key: ClaimKey| {
+            let this = self.clone();
+            async move { outcome(this.sync(&key).await) }
+        })
+        .await;
+    }
+
+    async fn sync(&self, key: &ClaimKey) -> Result<(), SyncError> {
+        let Some(claim) = self
+            .ctx
+            .caches
+            .claims
+            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+        else {
+            return Ok(());
+        };
+        let class = self.class_of(&claim);
+        let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
+        let step = decide(&claim, should, self.pv_exists(&claim));
+        klog::v!(5, claim = %format!("{}/{}", key.namespace, key.name), step = ?step, "Syncing claim");
+        match step {
+            Step::Ignore | Step::WaitForNode => {
+                self.explain_if_nothing_fits(&claim, class.as_deref());
+                if should == ShouldProvision::ClassForOtherProvisioner {
+                    klog::v!(4, claim = %format!("{}/{}", key.namespace, key.name), "Class names another provisioner; ignoring claim");
+                }
+                Ok(())
+            }
+            Step::ClassMissing => Err(SyncError::retry(format!(
+                "storageclass.storage.k8s.io {:?} not found",
+                provisioning::claim::class_name(&claim).unwrap_or_default()
+            ))),
+            Step::ReleaseFinalizer => self.release(&claim).await,
+            Step::Provision => match class {
+                Some(class) => self.provision(&claim, &class).await,
+                None => Ok(()),
+            },
+            Step::CleanUp => self.clean_up(&claim).await,
+        }
+    }
+
+    /// Drops our finalizer once the PV owns the volume.
+    async fn release(&self, claim: &PersistentVolumeClaim) -> Result<(), SyncError> {
+        update::remove_finalizer(&self.ctx.client, claim)
+            .await
+            .map(|_| ())
+            .map_err(|e| SyncError::retry(format!("cannot remove finalizer: {e}")))
+    }
+
+    /// Whether a PV for this claim exists: the PV named for it and bound to its UID, or one we
+    /// just created that the cache has not shown yet.
+    fn pv_exists(&self, claim: &PersistentVolumeClaim) -> bool {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        let Ok(name) = self.volume_name(uid) else {
+            return false;
+        };
+        if self.memory.created_pv(uid).as_deref() == Some(name.as_str()) {
+            return true;
+        }
+        self.ctx
+            .caches
+            .volumes
+            .get(&ObjectRef::new(&name))
+            .is_some_and(|pv| {
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.claim_ref.as_ref())
+                    .and_then(|r| r.uid.as_deref())
+                    == Some(uid)
+            })
+    }
+
+    fn volume_name(&self, uid: &str) -> Result<String, provisioning::volume_name::VolumeNameError> {
+        let len = self
+            .ctx
+            .opts
+            .volume_name_uuid_length
+            .map_or(-1, |l| l as i32);
+        provisioning::volume_name::make_volume_name(&self.ctx.opts.volume_name_prefix, uid, len)
+    }
+
+    fn class_of(&self, claim: &PersistentVolumeClaim) -> Option<Arc<StorageClass>> {
+        let name = provisioning::claim::class_name(claim)?;
+        self.ctx.caches.classes.get(&ObjectRef::new(name))
+    }
+
+    /// Beyond upstream: a late-binding claim of our driver that waits for a node although no
+    /// published capacity of its class can hold it gets one Warning saying so.
+    fn explain_if_nothing_fits(&self, claim: &PersistentVolumeClaim, class: Option<&StorageClass>) {
+        let (Some(capacity), Some(class)) = (&self.ctx.capacity, class) else {
+            return;
+        };
+        let waiting = claim.metadata.deletion_timestamp.is_none()
+            && claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .is_none_or(str::is_empty)
+            && provisioning::claim::selected_node(claim).is_none()
+            && class.provisioner == self.ctx.driver.name
+            && class.volume_binding_mode.as_deref()
+                == Some(provisioning::names::WAIT_FOR_FIRST_CONSUMER);
+        if !waiting {
+            return;
+        }
+        let Ok(requested) = provisioning::claim::requested_bytes(claim) else {
+            return;
+        };
+        let class_name = class.metadata.name.as_deref().unwrap_or_default();
+        if let Some(message) = capacity.explain(class_name, requested) {
+            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+            if self.memory.explain_once(uid, &message) {
+                let reference = provisioning::pv::claim_reference(claim);
+                self.ctx.recorder.event(
+                    &reference,
+                    EventType::Warning,
+                    NOT_ENOUGH_CAPACITY,
+                    message,
+                );
+            }
+        }
+    }
+
+    fn provisioner_config(&self) -> ProvisionerConfig<'_> {
+        let opts = &self.ctx.opts;
+        ProvisionerConfig {
+            driver_name: &self.ctx.driver.name,
+            volume_name_prefix: &opts.volume_name_prefix,
+            volume_name_uuid_length: opts.volume_name_uuid_length.map_or(-1, |l| l as i32),
+            default_fs_type: opts.default_fstype.as_deref().unwrap_or_default(),
+            extra_create_metadata: opts.extra_create_metadata,
+            volume_attributes_class_enabled: self.vac_enabled(),
+        }
+    }
+
+    fn prepare_capabilities(&self) -> DriverCapabilities {
+        let caps = &self.ctx.driver.capabilities;
+        DriverCapabilities {
+            controller_service: caps.controller_service,
+            create_delete_volume: caps.create_delete_volume,
+            single_node_multi_writer: caps.single_node_multi_writer,
+            modify_volume: caps.modify_volume,
+        }
+    }
+
+    fn vac_enabled(&self) -> bool {
+        self.ctx.volume_attributes_class
+    }
+}

@@ -1,0 +1,97 @@
+//! Writes to claims. The stock RBAC grants `update` on PVCs but not `patch`, so every change
+//! is a GET-modify-PUT guarded by resourceVersion; a conflict re-reads and re-applies.
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+/// How often a conflicting write is re-read and retried before giving up to the work queue.
+const CONFLICT_RETRIES: usize = 3;
+
+/// Applies `change` to the claim and writes it. `change` returns `false` when the claim already
+/// looks right (nothing is written). Starts from `claim` and re-reads it on conflict. Returns the
+/// claim as stored (or as read when nothing changed); `Ok(None)` if the claim is gone.
+pub async fn modify_claim(
+    client: &Client,
+    claim: &PersistentVolumeClaim,
+    mut change: impl FnMut(&mut PersistentVolumeClaim) -> bool,
+) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
+    let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let mut current = claim.clone();
+    for attempt in 0..=CONFLICT_RETRIES {
+        if current.metadata.uid != claim.metadata.uid {
+            // Deleted and re-created under the same name: not our claim any more.
+            return Ok(None);
+        }
+        if !change(&mut current) {
+            return Ok(Some(current));
+        }
+        match api.replace(name, &PostParams::default(), &current).await {
+            Ok(stored) => return Ok(Some(stored)),
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < CONFLICT_RETRIES => {
+                match api.get_opt(name).await? {
+                    Some(fresh) => current = fresh,
+                    None => return Ok(None),
+                }
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+/// Adds the creating-volume finalizer.
+pub async fn add_finalizer(
+    client: &Client,
+    claim: &PersistentVolumeClaim,
+) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
+    modify_claim(
+        client,
+        claim,
+        |c| match provisioning::lifecycle::with_finalizer(c) {
+            Some(f) => {
+                c.metadata.finalizers = Some(f);
+                true
+            }
+            None => false,
+        },
+    )
+    .await
+}
+
+/// Removes the creating-volume finalizer.
+pub async fn remove_finalizer(
+    client: &Client,
+    claim: &PersistentVolumeClaim,
+) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
+    modify_claim(
+        client,
+        claim,
+        |c| match provisioning::lifecycle::without_finalizer(c) {
+            Some(f) => {
+                c.metadata.finalizers = Some(f);
+                true
+            }
+            None => false,
+        },
+    )
+    .await
+}
+
+/// Removes `volume.kubernetes.io/selected-node` so the scheduler picks another node.
+pub async fn clear_selected_node(
+    client: &Client,
+    claim: &PersistentVolumeClaim,
+) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
+    modify_claim(client, claim, |c| {
+        c.metadata
+            .annotations
+            .as_mut()
+            .and_then(|a| a.remove(provisioning::names::ANN_SELECTED_NODE))
+            .is_some()
+    })
+    .await
+}

@@ -1,0 +1,42 @@
+//! What every controller shares: clients, the driver, caches, options, events, metrics.
+
+use std::sync::Arc;
+
+use kube::Client;
+use runtime::events::EventRecorder;
+
+use crate::caches::Caches;
+use crate::capacity_controller::RefreshHandle;
+use crate::driver::Driver;
+use crate::metrics::ControllerMetrics;
+
+/// Shared, cheaply clonable state of the running provisioner.
+#[derive(Clone)]
+pub struct Context {
+    /// Main API client (`--kube-api-qps/burst`).
+    pub client: Client,
+    pub driver: Driver,
+    /// `storage.kubernetes.io/csiProvisionerIdentity` of this instance.
+    pub identity: String,
+    pub opts: Arc<cli::Options>,
+    pub caches: Caches,
+    /// Events of the provisioning controller (source: `<driver>_<host>_<uuid>`, as upstream).
+    pub recorder: EventRecorder,
+    /// Events of upstream's csiProvisioner itself (source: `external-provisioner`).
+    pub populator_recorder: EventRecorder,
+    pub metrics: ControllerMetrics,
+    /// Tells the capacity controller which objects a volume change made stale.
+    pub capacity: Option<RefreshHandle>,
+    /// The VolumeAttributesClass gate after start-up discovery (upstream turns it off when the
+    /// API server lacks storage.k8s.io/v1 VolumeAttributesClass and it was not set explicitly).
+    pub volume_attributes_class: bool,
+}
+
+impl Context {
+    /// Whether provisioning computes topology requirements: the driver must ask for it and the
+    /// `Topology` gate (GA) must be on.
+    pub fn supports_topology(&self) -> bool {
+        self.driver.capabilities.volume_accessibility_constraints
+            && self.opts.feature_gates.enabled(cli::Feature::Topology)
+    }
+}

@@ -1,0 +1,51 @@
+//! `csi-provisioner`: parse the upstream-compatible command line, set up logging, run.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let opts = match cli::parse_from(args.clone(), &cli::process_env) {
+        Ok(opts) => opts,
+        Err(err) => {
+            if err.is_help() {
+                println!("{err}");
+            } else {
+                eprintln!("{err}");
+            }
+            return ExitCode::from(err.exit_code() as u8);
+        }
+    };
+    if opts.show_version {
+        let argv0 = args
+            .first()
+            .map(String::as_str)
+            .unwrap_or("csi-provisioner");
+        println!("{}", cli::version_line(argv0, csi_provisioner::VERSION));
+        return ExitCode::SUCCESS;
+    }
+    if let Err(err) = klog::init(
+        opts.logging.format,
+        opts.logging.klog_verbosity(),
+        opts.logging.vmodule.as_deref(),
+    ) {
+        eprintln!("{err}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            tracing::error!(err = %err, "Cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(csi_provisioner::app::run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(err = %anyhow::Error::from(err), "Exiting");
+            ExitCode::FAILURE
+        }
+    }
+}

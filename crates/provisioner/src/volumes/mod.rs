@@ -1,0 +1,215 @@
+//! The volume controller: finalizers on our PVs and deletion of released ones (work queue
+//! "volumes"). [`decide::decide`] picks the action; this file carries it out.
+
+pub mod decide;
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use provisioning::names::{EVENT_VOLUME_FAILED_DELETE, PV_FINALIZER};
+use runtime::events::EventType;
+use runtime::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Context;
+use crate::secrets;
+use decide::{Action, DeletionSecret};
+
+/// The volume controller.
+#[derive(Clone)]
+pub struct VolumesController {
+    ctx: Context,
+    queue: WorkQueue<String>,
+}
+
+impl VolumesController {
+    pub fn new(ctx: Context, metrics: &WorkQueueMetrics) -> VolumesController {
+        let limiter = RateLimiter::new(ctx.opts.retry_interval_start, ctx.opts.retry_interval_max);
+        VolumesController {
+            queue: WorkQueue::new("volumes", limiter, Some(metrics)),
+            ctx,
+        }
+    }
+
+    pub fn enqueue(&self, pv: &PersistentVolume) {
+        self.queue.add(pv.name_any());
+    }
+
+    pub fn enqueue_name(&self, name: &str) {
+        self.queue.add(name.to_string());
+    }
+
+    pub fn enqueue_all(&self) {
+        for pv in self.ctx.caches.volumes.state() {
+            self.enqueue(&pv);
+        }
+    }
+
+    pub async fn run(self, workers: usize, cancel: CancellationToken) {
+        let queue = self.queue.clone();
+        run_workers(queue, workers, cancel, move |name: String| {
+            let this = self.clone();
+            async move { this.sync(&name).await }
+        })
+        .await;
+    }
+
+    async fn sync(&self, name: &str) -> Outcome {
+        let Some(pv) = self.ctx.caches.volumes.get(&ObjectRef::new(name)) else {
+            return Outcome::Done;
+        };
+        let result = match decide::decide(&pv, &self.ctx.driver.name) {
+            Action::Ignore => Ok(()),
+            Action::AddFinalizer => self.set_finalizers(&pv, with_ours(&pv)).await,
+            Action::RemoveFinalizer => {
+                self.set_finalizers(&pv, decide::finalizers_without_ours(&pv))
+                    .await
+            }
+            Action::Delete => self.delete(&pv).await,
+        };
+        match result {
+            Ok(()) => Outcome::Done,
+            Err(reason) => Outcome::Retry(reason),
+        }
+    }
+
+    /// DeleteVolume, then delete the PV object and drop our finalizer, as upstream.
+    async fn delete(&self, pv: &PersistentVolume) -> Result<(), String> {
+        let started = Instant::now();
+        let name = pv.name_any();
+        let class = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone())
+            .unwrap_or_default();
+        if let Err(message) = self.delete_volume(pv, &class).await {
+            let reference = object_reference(pv);
+            self.ctx.recorder.event(
+                &reference,
+                EventType::Warning,
+                EVENT_VOLUME_FAILED_DELETE,
+                message.clone(),
+            );
+            self.ctx.metrics.delete_failed(&class);
+            return Err(message);
+        }
+        let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(format!("cannot delete PersistentVolume {name}: {e}")),
+        }
+        if decide::has_finalizer(pv) {
+            self.set_finalizers(pv, decide::finalizers_without_ours(pv))
+                .await?;
+        }
+        self.ctx
+            .metrics
+            .delete_succeeded(&class, started.elapsed().as_secs_f64());
+        if let Some(capacity) = &self.ctx.capacity {
+            capacity.volume_changed(
+                &class,
+                pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
+            );
+        }
+        klog::v!(2, pv = %name, "Deleted volume");
+        Ok(())
+    }
+
+    async fn delete_volume(&self, pv: &PersistentVolume, class: &str) -> Result<(), String> {
+        let name = pv.name_any();
+        let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
+            return Err(format!("invalid CSI PV {name}: it has no spec.csi"));
+        };
+        if let Some(node) = self.attached_node(&name) {
+            return Err(format!(
+                "persistentvolume {name} is still attached to node {node}"
+            ));
+        }
+        let class_obj = self.ctx.caches.classes.get(&ObjectRef::new(class));
+        let secret_data = match decide::deletion_secret(pv, class_obj.as_deref()) {
+            Ok(DeletionSecret::None) => BTreeMap::new(),
+            Ok(DeletionSecret::Annotated(r)) => match secrets::fetch(&self.ctx.client, &r).await {
+                Ok(data) => data,
+                Err(e) => {
+                    // Upstream goes on without secrets; the driver decides whether it needs them.
+                    tracing::error!(pv = %name, secret = %format!("{}/{}", r.namespace, r.name), err = %e, "Failed to get deletion secret; deleting without it");
+                    BTreeMap::new()
+                }
+            },
+            Ok(DeletionSecret::FromClass(r)) => secrets::fetch(&self.ctx.client, &r)
+                .await
+                .map_err(|e| format!("failed to get secret {}/{}: {e}", r.namespace, r.name))?,
+            Err(e) => return Err(e.to_string()),
+        };
+        let request = csi::v1::DeleteVolumeRequest {
+            volume_id: csi.volume_handle.clone(),
+            secrets: secret_data.into_iter().collect(),
+        };
+        self.ctx
+            .driver
+            .client
+            .delete_volume(request)
+            .await
+            .map(|_| ())
+            .map_err(|s| csi::status::go_error_string(&s))
+    }
+
+    /// A VolumeAttachment still referencing the PV (only watched for drivers that attach).
+    fn attached_node(&self, pv_name: &str) -> Option<String> {
+        self.ctx
+            .caches
+            .attachments
+            .as_ref()?
+            .state()
+            .iter()
+            .find_map(|va| {
+                (va.spec.source.persistent_volume_name.as_deref() == Some(pv_name))
+                    .then(|| va.spec.node_name.clone())
+            })
+    }
+
+    /// Writes the PV's finalizer list with a merge patch guarded by resourceVersion (PVs are the
+    /// one object the stock RBAC lets us patch).
+    async fn set_finalizers(
+        &self,
+        pv: &PersistentVolume,
+        finalizers: Vec<String>,
+    ) -> Result<(), String> {
+        let name = pv.name_any();
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": pv.resource_version()}});
+        let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(format!(
+                "cannot update finalizers of PersistentVolume {name}: {e}"
+            )),
+        }
+    }
+}
+
+fn with_ours(pv: &PersistentVolume) -> Vec<String> {
+    let mut f = pv.finalizers().to_vec();
+    f.push(PV_FINALIZER.to_string());
+    f
+}
+
+fn object_reference(pv: &PersistentVolume) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolume".into()),
+        name: pv.metadata.name.clone(),
+        uid: pv.metadata.uid.clone(),
+        resource_version: pv.metadata.resource_version.clone(),
+        ..Default::default()
+    }
+}
