@@ -18,6 +18,7 @@ mod objects;
 mod paths;
 mod pki;
 mod process;
+mod provisioner;
 mod registry;
 mod setup;
 mod shared;
@@ -35,4 +36,5 @@ pub use paths::{
     try_workspace_binary, workspace_binary, workspace_root,
 };
 pub use process::{Process, log_tail, spawn, spawn_detached, try_spawn};
+pub use provisioner::Provisioner;
 pub use shared::CLUSTER_ENV;
