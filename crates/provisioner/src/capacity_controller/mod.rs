@@ -1,19 +1,62 @@
 //! The storage capacity controller: publishes one CSIStorageCapacity per (segment, class).
 //!
-//! STUB: interface fixed by the lead; implementation to be filled in (see the capacity task).
+//! A thin shell over the pure `capacity` crate and [`decide`]:
+//! - a dispatcher ([`dispatch`]) reads the cache change streams, keeps an index of our
+//!   objects and asks for a debounced resync (queue `csitopology`) when classes or topology
+//!   change;
+//! - a resync recomputes the desired keys from the caches and queues new keys, missing objects
+//!   and doomed objects urgently;
+//! - workers (queue `csistoragecapacity`) call GetCapacity for one key and create, update or
+//!   leave its object, or delete one doomed object;
+//! - a poll queues every key at normal priority each `--capacity-poll-interval`.
+//!
+//! Pending work is at most one queue entry per key and per doomed object, whatever the poll
+//! interval: the queue coalesces. Our own writes coming back through the watch never cause a
+//! GetCapacity.
 
+mod decide;
+mod dispatch;
+mod index;
+mod metrics;
+mod owner;
+mod staleness;
+mod worker;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
+use capacity::class::Class;
+use capacity::explain::explain_exhaustion;
+use capacity::published::ObjectTemplate;
+use capacity::refresh::keys_for_volume;
+use capacity::{Capacity, Key, Segment};
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, VolumeNodeAffinity};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Api;
 use kube::api::PartialObjectMeta;
-use prometheus_client::registry::Registry;
+use parking_lot::Mutex;
 use runtime::reflect::Change;
+use runtime::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::caches::Caches;
+
+pub use metrics::CapacityMetrics;
+pub use owner::OwnerError;
+
+/// Name of the work queue of (segment, class) keys and doomed objects (as upstream).
+pub const QUEUE_NAME: &str = "csistoragecapacity";
+/// Name of the queue of debounced resyncs (as upstream's topology queue).
+pub const TOPOLOGY_QUEUE_NAME: &str = "csitopology";
+/// How long a burst of cache changes is collected before one resync.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+/// Floor of the poll interval, so a zero interval cannot spin.
+const MIN_POLL: Duration = Duration::from_secs(1);
 
 /// Settings from flags and environment.
 #[derive(Clone, Debug)]
@@ -34,18 +77,6 @@ pub struct CapacityConfig {
     pub timeout: Duration,
 }
 
-/// The capacity metrics (upstream's `csistoragecapacities_*` plus our staleness metrics),
-/// created before the registry is served.
-#[derive(Clone, Debug, Default)]
-pub struct CapacityMetrics {}
-
-impl CapacityMetrics {
-    pub fn new() -> Self {
-        CapacityMetrics {}
-    }
-    pub fn register(&self, _registry: &mut Registry) {}
-}
-
 /// The change streams the capacity controller consumes (it also reads the shared caches).
 pub struct CapacityChanges {
     pub classes: BoxStream<'static, Change<StorageClass>>,
@@ -54,52 +85,314 @@ pub struct CapacityChanges {
     pub capacities: BoxStream<'static, Change<CSIStorageCapacity>>,
 }
 
+/// One unit of work.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Item {
+    /// Read the capacity of a key and publish it.
+    Refresh(Key),
+    /// Delete our object of this name if it is still obsolete or a duplicate.
+    Delete(String),
+}
+
+/// What the controller knows; guarded by one lock, never held across an await.
+#[derive(Debug, Default)]
+struct State {
+    /// The first resync ran: the fields below describe the cluster.
+    started: bool,
+    desired: BTreeSet<Key>,
+    /// Eligible classes by name, as used for `desired`.
+    classes: BTreeMap<String, Class>,
+    /// The segment each node with our driver contributed at the last resync.
+    node_segments: HashMap<String, Segment>,
+    index: index::Index,
+    written: HashMap<Key, index::Written>,
+    staleness: staleness::Staleness,
+    /// Desired keys whose capacity was never asked for (or not since their class changed).
+    unattempted: HashSet<Key>,
+    /// Classes whose `Unimplemented` GetCapacity was already logged as a warning.
+    unimplemented_warned: HashSet<String>,
+}
+
+struct Shared {
+    config: CapacityConfig,
+    template: ObjectTemplate,
+    api: Api<CSIStorageCapacity>,
+    csi: csi::Client,
+    caches: Caches,
+    queue: WorkQueue<Item>,
+    topology: WorkQueue<()>,
+    state: Mutex<State>,
+    published: watch::Sender<u64>,
+}
+
+impl Shared {
+    /// Something we published changed: wake whoever waits on [`RefreshHandle::subscribe`].
+    fn bump(&self) {
+        self.published.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Queues every desired key at normal priority (the poll). Keys already queued stay
+    /// where they are.
+    fn enqueue_all(&self) {
+        let state = self.state.lock();
+        for key in &state.desired {
+            self.queue.add(Item::Refresh(key.clone()));
+        }
+    }
+
+    fn enqueue_urgent(&self, keys: impl IntoIterator<Item = Key>) {
+        for key in keys {
+            self.queue.add_urgent(Item::Refresh(key));
+        }
+    }
+}
+
+impl metrics::Source for Shared {
+    fn snapshot(&self) -> metrics::Snapshot {
+        let state = self.state.lock();
+        metrics::Snapshot {
+            goal: state.desired.len(),
+            current: state.index.current(&state.desired),
+            obsolete: state.index.doomed(&state.desired).len(),
+            freshness: state.staleness.snapshot(tokio::time::Instant::now()),
+        }
+    }
+}
+
 /// How the provisioning controllers talk to the capacity controller.
-#[derive(Clone, Debug)]
-pub struct RefreshHandle {}
+#[derive(Clone)]
+pub struct RefreshHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RefreshHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RefreshHandle")
+            .field("driver", &self.shared.config.driver_name)
+            .finish_non_exhaustive()
+    }
+}
 
 impl RefreshHandle {
     /// A volume of `class` was created or deleted: refresh the objects it affects now, ahead
     /// of periodic work (bursts coalesce per object).
-    pub fn volume_changed(&self, _class: &str, _affinity: Option<&VolumeNodeAffinity>) {}
-    /// Provisioning for `class` failed in a way that may have changed capacity.
-    pub fn class_changed(&self, _class: &str) {}
-    /// When no published segment of `class` can hold `requested` bytes, the message to put on
-    /// a waiting claim; `None` when one can, or before the first full publication.
-    pub fn explain(&self, _class: &str, _requested: i64) -> Option<String> {
-        None
+    pub fn volume_changed(&self, class: &str, affinity: Option<&VolumeNodeAffinity>) {
+        let keys = {
+            let state = self.shared.state.lock();
+            keys_for_volume(affinity, class, &state.desired)
+        };
+        self.shared.enqueue_urgent(keys);
     }
+
+    /// Provisioning for `class` failed in a way that may have changed capacity.
+    pub fn class_changed(&self, class: &str) {
+        let keys: Vec<Key> = {
+            let state = self.shared.state.lock();
+            state
+                .desired
+                .iter()
+                .filter(|k| k.class == class)
+                .cloned()
+                .collect()
+        };
+        self.shared.enqueue_urgent(keys);
+    }
+
+    /// When no published segment of `class` can hold `requested` bytes, the message to put on
+    /// a waiting claim; `None` when one can, or before every object of the class was read
+    /// once (a starting controller must not claim that nothing fits).
+    pub fn explain(&self, class: &str, requested: i64) -> Option<String> {
+        let state = self.shared.state.lock();
+        let settled = state.started
+            && state.classes.contains_key(class)
+            && !state.unattempted.iter().any(|k| k.class == class);
+        if !settled {
+            return None;
+        }
+        // What the scheduler sees: the objects of the class, with their volume limits.
+        let readings: Vec<(Segment, Capacity)> = state
+            .index
+            .all()
+            .filter(|p| !p.deleting)
+            .filter_map(|p| {
+                let key = p.key.as_ref()?;
+                if key.class != class || !state.desired.contains(key) {
+                    return None;
+                }
+                if p.capacity.is_none() && p.maximum_volume_size.is_none() {
+                    return None;
+                }
+                let reading = Capacity {
+                    available: p.capacity.unwrap_or(0),
+                    maximum_volume_size: p.maximum_volume_size,
+                };
+                Some((key.segment.clone(), reading))
+            })
+            .collect();
+        explain_exhaustion(class, requested, &readings)
+    }
+
     /// Bumped whenever published capacity changes, so waiting claims can be re-checked.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        tokio::sync::watch::channel(0).1
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.shared.published.subscribe()
     }
 }
 
 /// The controller.
-pub struct CapacityController {}
+pub struct CapacityController {
+    shared: Arc<Shared>,
+}
 
 impl CapacityController {
     pub fn new(
-        _config: CapacityConfig,
-        _client: kube::Client,
-        _csi: csi::Client,
-        _caches: Caches,
-        _metrics: CapacityMetrics,
-        _queue_metrics: &runtime::workqueue::WorkQueueMetrics,
+        config: CapacityConfig,
+        client: kube::Client,
+        csi: csi::Client,
+        caches: Caches,
+        metrics: CapacityMetrics,
+        queue_metrics: &WorkQueueMetrics,
     ) -> (CapacityController, RefreshHandle) {
-        (CapacityController {}, RefreshHandle {})
+        let (start, max) = (config.retry_interval_start, config.retry_interval_max);
+        let shared = Arc::new(Shared {
+            template: ObjectTemplate {
+                namespace: config.namespace.clone(),
+                driver: config.driver_name.clone(),
+                managed_by: config.managed_by.clone(),
+                owner: config.owner.clone(),
+            },
+            api: Api::namespaced(client, &config.namespace),
+            csi,
+            caches,
+            queue: WorkQueue::new(
+                QUEUE_NAME,
+                RateLimiter::new(start, max),
+                Some(queue_metrics),
+            ),
+            topology: WorkQueue::new(
+                TOPOLOGY_QUEUE_NAME,
+                RateLimiter::new(start, max),
+                Some(queue_metrics),
+            ),
+            state: Mutex::new(State::default()),
+            published: watch::channel(0).0,
+            config,
+        });
+        let source: Arc<dyn metrics::Source> = shared.clone();
+        metrics.set_source(Arc::downgrade(&source));
+        let handle = RefreshHandle {
+            shared: shared.clone(),
+        };
+        (CapacityController { shared }, handle)
     }
-    /// Runs until `cancel`.
-    pub async fn run(self, _changes: CapacityChanges, _cancel: CancellationToken) {}
+
+    /// Runs until `cancel`. Drives the change streams (they fill the caches), waits for the
+    /// caches' first lists, publishes, and keeps publishing.
+    pub async fn run(self, changes: CapacityChanges, cancel: CancellationToken) {
+        let shared = self.shared;
+        let mut tasks = JoinSet::new();
+        tasks.spawn(dispatch::run(shared.clone(), changes, cancel.clone()));
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            ready = wait_for_caches(&shared.caches) => if let Err(err) = ready {
+                tracing::error!(err = %err, "Capacity controller not started");
+                cancel.cancelled().await;
+                return;
+            },
+        }
+        shared.resync();
+        let s = shared.clone();
+        tasks.spawn(run_workers(
+            shared.topology.clone(),
+            1,
+            cancel.clone(),
+            move |()| {
+                let s = s.clone();
+                async move {
+                    s.resync();
+                    Outcome::Done
+                }
+            },
+        ));
+        let s = shared.clone();
+        tasks.spawn(run_workers(
+            shared.queue.clone(),
+            shared.config.workers,
+            cancel.clone(),
+            move |item: Item| {
+                let s = s.clone();
+                async move { s.process(item).await }
+            },
+        ));
+        tasks.spawn(poll(shared.clone(), cancel.clone()));
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Why the controller could not start.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error(
+        "the CSIStorageCapacity cache is missing (the provisioner was started without --enable-capacity)"
+    )]
+    NoCapacityCache,
+    #[error("the {0} cache stopped before its first list")]
+    Stopped(&'static str),
+}
+
+async fn wait_for_caches(caches: &Caches) -> Result<(), StartError> {
+    let capacities = caches
+        .capacities
+        .as_ref()
+        .ok_or(StartError::NoCapacityCache)?;
+    let stopped = |what| move |_| StartError::Stopped(what);
+    caches
+        .classes
+        .wait_until_ready()
+        .await
+        .map_err(stopped("StorageClass"))?;
+    caches
+        .csi_nodes
+        .wait_until_ready()
+        .await
+        .map_err(stopped("CSINode"))?;
+    caches
+        .nodes
+        .wait_until_ready()
+        .await
+        .map_err(stopped("Node"))?;
+    capacities
+        .wait_until_ready()
+        .await
+        .map_err(stopped("CSIStorageCapacity"))
+}
+
+/// Every poll interval, queue every key (upstream's `--capacity-poll-interval`).
+async fn poll(shared: Arc<Shared>, cancel: CancellationToken) {
+    let period = shared.config.poll_interval.max(MIN_POLL);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => shared.enqueue_all(),
+        }
+    }
 }
 
 /// Resolves `--capacity-ownerref-level` from `POD_NAME` in `NAMESPACE` (-1 none, 0 the pod,
-/// 1 its controller, 2 that one's controller, ...).
+/// 1 its controller, 2 that one's controller, ...). Errors name what is missing; see
+/// [`OwnerError`] for the typed form.
 pub async fn lookup_owner(
-    _client: &kube::Client,
-    _namespace: &str,
-    _pod: &str,
-    _level: Option<u32>,
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    level: Option<u32>,
 ) -> Result<Option<OwnerReference>, kube::Error> {
-    Ok(None)
+    let Some(level) = level else {
+        return Ok(None);
+    };
+    owner::lookup(client, namespace, pod, level)
+        .await
+        .map(Some)
+        .map_err(OwnerError::into_kube)
 }

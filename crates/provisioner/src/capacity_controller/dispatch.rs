@@ -1,0 +1,155 @@
+//! Reads the cache change streams (which also keeps the caches filling) and turns changes into
+//! work: a debounced resync for class and topology changes, index updates and deletions or
+//! re-creations for changes of our objects. Our own writes coming back never cause a
+//! GetCapacity.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::{BoxStream, select_all};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
+use kube::api::PartialObjectMeta;
+use kube::runtime::reflector::ObjectRef;
+use runtime::reflect::Change;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use capacity::published::Published;
+
+use super::decide::{class_matters, node_segment};
+use super::index::base_for_write;
+use super::{CapacityChanges, DEBOUNCE, Item, Shared};
+
+enum Event {
+    Class(Change<StorageClass>),
+    CsiNode(Change<CSINode>),
+    Node(Change<PartialObjectMeta<Node>>),
+    Capacity(Change<CSIStorageCapacity>),
+}
+
+/// Runs until `cancel` or until every stream ends.
+pub(super) async fn run(shared: Arc<Shared>, changes: CapacityChanges, cancel: CancellationToken) {
+    let streams: Vec<BoxStream<'static, Event>> = vec![
+        changes.classes.map(Event::Class).boxed(),
+        changes.csi_nodes.map(Event::CsiNode).boxed(),
+        changes.nodes.map(Event::Node).boxed(),
+        changes.capacities.map(Event::Capacity).boxed(),
+    ];
+    let mut events = select_all(streams);
+    let mut due: Option<Instant> = None;
+    loop {
+        let debounce = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            () = debounce => {
+                due = None;
+                shared.topology.add(());
+            }
+            event = events.next() => {
+                let Some(event) = event else { return };
+                if shared.react(event) && due.is_none() {
+                    due = Some(Instant::now() + DEBOUNCE);
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Applies one change; returns whether the desired set may have changed (resync).
+    fn react(&self, event: Event) -> bool {
+        let mut state = self.state.lock();
+        // Until the first resync, which reads the caches whole, changes tell nothing new.
+        if !state.started {
+            return false;
+        }
+        let driver = &self.config.driver_name;
+        match event {
+            Event::Class(Change::Applied(sc)) => {
+                class_matters(&sc, driver, self.config.include_immediate, &state.classes)
+            }
+            Event::Class(Change::Deleted(sc)) => state
+                .classes
+                .contains_key(sc.metadata.name.as_deref().unwrap_or_default()),
+            Event::Node(Change::Applied(node)) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let csi_node = self.caches.csi_nodes.get(&ObjectRef::new(&name));
+                let now = node_segment(csi_node.as_deref(), node.metadata.labels.as_ref(), driver);
+                now.as_ref() != state.node_segments.get(&name)
+            }
+            Event::CsiNode(Change::Applied(cn)) => {
+                let name = cn.metadata.name.clone().unwrap_or_default();
+                let node = self.caches.nodes.get(&ObjectRef::new(&name));
+                let labels = node.as_ref().and_then(|n| n.metadata.labels.as_ref());
+                node_segment(Some(&cn), labels, driver).as_ref() != state.node_segments.get(&name)
+            }
+            Event::Node(Change::Deleted(node)) => state
+                .node_segments
+                .contains_key(node.metadata.name.as_deref().unwrap_or_default()),
+            Event::CsiNode(Change::Deleted(cn)) => state
+                .node_segments
+                .contains_key(cn.metadata.name.as_deref().unwrap_or_default()),
+            Event::Capacity(Change::Applied(obj)) => {
+                state.index.apply(&obj);
+                let published = Published::from_object(&obj);
+                if let Some(key) = &published.key
+                    && let Some(w) = state.written.get(key)
+                    && w.name() == published.name
+                    && !base_for_write(Some(&Arc::new(obj)), w).1
+                {
+                    state.written.remove(key);
+                }
+                // A new object may be obsolete, or make itself or another one a duplicate.
+                let doomed = match &published.key {
+                    Some(key) if state.desired.contains(key) => state.index.duplicates(key),
+                    _ if state.index.is_doomed(&published.name, &state.desired) => {
+                        vec![published.name]
+                    }
+                    _ => Vec::new(),
+                };
+                for name in doomed {
+                    self.queue.add_urgent(Item::Delete(name));
+                }
+                false
+            }
+            Event::Capacity(Change::Deleted(obj)) => {
+                let published = Published::from_object(&obj);
+                state.index.remove(&published.name);
+                if let Some(key) = &published.key {
+                    if state
+                        .written
+                        .get(key)
+                        .is_some_and(|w| w.name() == published.name)
+                    {
+                        state.written.remove(key);
+                    }
+                    // Someone deleted (or unlabelled) a needed object: publish it again.
+                    let needed = state.desired.contains(key)
+                        && !state.index.has_live(key)
+                        && !state.written.contains_key(key);
+                    if needed {
+                        self.queue.add_urgent(Item::Refresh(key.clone()));
+                    }
+                }
+                false
+            }
+            Event::Capacity(Change::Relisted) => {
+                if let Some(store) = &self.caches.capacities {
+                    state
+                        .index
+                        .rebuild(store.state().iter().map(|o| o.as_ref()));
+                }
+                true
+            }
+            Event::Class(Change::Relisted)
+            | Event::CsiNode(Change::Relisted)
+            | Event::Node(Change::Relisted) => true,
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! Our published objects by name and by key, kept from the capacity change stream, plus the
+//! objects we wrote that the cache may not show yet.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use capacity::Key;
+use capacity::plan::{obsolete, plan_key};
+use capacity::published::Published;
+use k8s_openapi::api::storage::v1::CSIStorageCapacity;
+
+/// Our objects as the cache last showed them. Updating it twice with the same change is
+/// harmless, so a rebuild from the store may overtake the change stream.
+#[derive(Debug, Default)]
+pub struct Index {
+    objects: HashMap<String, Published>,
+    by_key: HashMap<Key, BTreeSet<String>>,
+}
+
+impl Index {
+    /// Records an added or updated object.
+    pub fn apply(&mut self, obj: &CSIStorageCapacity) {
+        let published = Published::from_object(obj);
+        self.remove(&published.name);
+        if let Some(key) = &published.key {
+            self.by_key
+                .entry(key.clone())
+                .or_default()
+                .insert(published.name.clone());
+        }
+        self.objects.insert(published.name.clone(), published);
+    }
+
+    /// Forgets a deleted object.
+    pub fn remove(&mut self, name: &str) {
+        let Some(old) = self.objects.remove(name) else {
+            return;
+        };
+        if let Some(key) = old.key
+            && let Some(names) = self.by_key.get_mut(&key)
+        {
+            names.remove(name);
+            if names.is_empty() {
+                self.by_key.remove(&key);
+            }
+        }
+    }
+
+    /// Replaces everything with the store's contents (after a relist or at a resync).
+    pub fn rebuild<'a>(&mut self, objects: impl IntoIterator<Item = &'a CSIStorageCapacity>) {
+        *self = Index::default();
+        for obj in objects {
+            self.apply(obj);
+        }
+    }
+
+    /// Names of the objects representing `key`, including ones being deleted.
+    pub fn names(&self, key: &Key) -> impl Iterator<Item = &str> {
+        self.by_key
+            .get(key)
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+    }
+
+    /// Whether some object not being deleted represents `key`.
+    pub fn has_live(&self, key: &Key) -> bool {
+        self.names(key)
+            .any(|n| self.objects.get(n).is_some_and(|o| !o.deleting))
+    }
+
+    /// Every object, as last seen.
+    pub fn all(&self) -> impl Iterator<Item = &Published> {
+        self.objects.values()
+    }
+
+    /// Objects that must go: obsolete ones, and all but one per key (plan_key's survivor rule).
+    pub fn doomed(&self, desired: &BTreeSet<Key>) -> BTreeSet<String> {
+        let mut out: BTreeSet<String> = obsolete(self.objects.values(), desired)
+            .into_iter()
+            .collect();
+        for (key, names) in &self.by_key {
+            if names.len() > 1 {
+                out.extend(self.duplicates(key));
+            }
+        }
+        out
+    }
+
+    /// Whether the object `name` must go (see [`doomed`](Self::doomed)).
+    pub fn is_doomed(&self, name: &str, desired: &BTreeSet<Key>) -> bool {
+        let Some(obj) = self.objects.get(name) else {
+            return false;
+        };
+        match &obj.key {
+            _ if obj.deleting => false,
+            Some(key) if desired.contains(key) => self.duplicates(key).iter().any(|n| n == name),
+            _ => true,
+        }
+    }
+
+    /// The objects of `key` beyond the one that stays.
+    pub fn duplicates(&self, key: &Key) -> Vec<String> {
+        let group: Vec<&Published> = self
+            .names(key)
+            .filter_map(|n| self.objects.get(n))
+            .collect();
+        plan_key(None, &group, None).delete_duplicates
+    }
+
+    /// How many desired keys have an object (`csistoragecapacities_desired_current`).
+    pub fn current(&self, desired: &BTreeSet<Key>) -> usize {
+        desired.iter().filter(|k| self.has_live(k)).count()
+    }
+}
+
+/// An object we created or updated, remembered until the cache shows our write: the next
+/// write must build on it, or it would create a duplicate (after a create) or fail with a
+/// conflict (after an update).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Written {
+    /// The resourceVersion our write replaced; `None` for a create.
+    pub base: Option<String>,
+    pub object: Arc<CSIStorageCapacity>,
+}
+
+impl Written {
+    pub fn name(&self) -> &str {
+        self.object.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+/// Which version of an object the next write builds on, given what the cache shows
+/// (`cached`, same name) and what we wrote. Also says whether to keep remembering the write.
+///
+/// resourceVersions are opaque, so only equality is used: the cache still showing the version
+/// we replaced means it lags behind; showing our version means it caught up; anything else
+/// means someone wrote after us, and the cache is the truth.
+pub fn base_for_write(
+    cached: Option<&Arc<CSIStorageCapacity>>,
+    written: &Written,
+) -> (Option<Arc<CSIStorageCapacity>>, bool) {
+    match cached {
+        None if written.base.is_none() => (Some(written.object.clone()), true),
+        // We updated an object the cache no longer has: it was deleted.
+        None => (None, false),
+        Some(c) => {
+            let rv = c.metadata.resource_version.as_deref();
+            if rv.is_some() && rv == written.base.as_deref() {
+                (Some(written.object.clone()), true)
+            } else {
+                (Some(c.clone()), false)
+            }
+        }
+    }
+}
+
+/// The objects representing one key, as the next write should see them: the cache's,
+/// with our unconfirmed write in place of (or in addition to) the cached version.
+pub fn objects_for_key(
+    cached: Vec<Arc<CSIStorageCapacity>>,
+    written: Option<&Written>,
+) -> (Vec<Arc<CSIStorageCapacity>>, bool) {
+    let Some(written) = written else {
+        return (cached, false);
+    };
+    let mut by_name: BTreeMap<String, Arc<CSIStorageCapacity>> = cached
+        .into_iter()
+        .map(|o| (o.metadata.name.clone().unwrap_or_default(), o))
+        .collect();
+    let (base, keep) = base_for_write(by_name.get(written.name()), written);
+    match base {
+        Some(obj) => by_name.insert(written.name().to_string(), obj),
+        None => by_name.remove(written.name()),
+    };
+    (by_name.into_values().collect(), keep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capacity::Capacity;
+    use capacity::published::{ObjectTemplate, build_object};
+
+    fn key(node: &str, class: &str) -> Key {
+        Key {
+            segment: [("node".to_string(), node.to_string())].into(),
+            class: class.into(),
+        }
+    }
+
+    fn obj(name: &str, k: &Key, rv: &str) -> CSIStorageCapacity {
+        let template = ObjectTemplate {
+            namespace: "ns".into(),
+            driver: "drv".into(),
+            managed_by: "external-provisioner".into(),
+            owner: None,
+        };
+        let mut o = build_object(k, Capacity::from_response(1, None), &template);
+        o.metadata.name = Some(name.into());
+        o.metadata.resource_version = Some(rv.into());
+        o
+    }
+
+    #[test]
+    fn index_tracks_keys_doomed_and_current() {
+        let (a, b, gone) = (key("a", "fast"), key("b", "fast"), key("z", "fast"));
+        let desired = BTreeSet::from([a.clone(), b.clone()]);
+        let mut index = Index::default();
+        index.apply(&obj("csisc-2", &a, "1"));
+        index.apply(&obj("csisc-1", &a, "1"));
+        index.apply(&obj("csisc-3", &gone, "1"));
+        assert_eq!(
+            index.doomed(&desired),
+            BTreeSet::from(["csisc-2".to_string(), "csisc-3".to_string()]),
+            "duplicate loser and obsolete object"
+        );
+        assert_eq!(index.current(&desired), 1);
+        assert!(index.has_live(&a) && !index.has_live(&b));
+        let doomed: Vec<bool> = ["csisc-1", "csisc-2", "csisc-3", "nope"]
+            .iter()
+            .map(|n| index.is_doomed(n, &desired))
+            .collect();
+        assert_eq!(doomed, [false, true, true, false]);
+        assert_eq!(index.duplicates(&a), ["csisc-2"]);
+
+        // Re-applying is idempotent; a changed key moves the name.
+        index.apply(&obj("csisc-3", &gone, "2"));
+        index.apply(&obj("csisc-3", &b, "3"));
+        assert_eq!(index.names(&gone).count(), 0);
+        assert_eq!(index.current(&desired), 2);
+
+        index.remove("csisc-1");
+        index.remove("csisc-1");
+        assert_eq!(index.names(&a).collect::<Vec<_>>(), ["csisc-2"]);
+        assert!(index.doomed(&desired).is_empty());
+
+        let mut deleting = obj("csisc-4", &b, "1");
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        index.rebuild([&deleting]);
+        assert!(!index.has_live(&b));
+        assert_eq!(index.names(&b).count(), 1);
+        assert!(index.doomed(&desired).is_empty(), "already going");
+    }
+
+    #[test]
+    fn base_for_write_table() {
+        let k = key("a", "fast");
+        let created = Written {
+            base: None,
+            object: Arc::new(obj("csisc-1", &k, "10")),
+        };
+        let updated = Written {
+            base: Some("10".into()),
+            object: Arc::new(obj("csisc-1", &k, "11")),
+        };
+        let at = |rv: &str| Arc::new(obj("csisc-1", &k, rv));
+        type Case<'a> = (
+            &'a str,
+            Option<Arc<CSIStorageCapacity>>,
+            &'a Written,
+            Option<&'a str>,
+            bool,
+        );
+        let cases: Vec<Case> = vec![
+            ("created, not cached yet", None, &created, Some("10"), true),
+            (
+                "created and cached",
+                Some(at("10")),
+                &created,
+                Some("10"),
+                false,
+            ),
+            (
+                "updated, cache lags",
+                Some(at("10")),
+                &updated,
+                Some("11"),
+                true,
+            ),
+            (
+                "updated, cache caught up",
+                Some(at("11")),
+                &updated,
+                Some("11"),
+                false,
+            ),
+            (
+                "someone wrote after us",
+                Some(at("12")),
+                &updated,
+                Some("12"),
+                false,
+            ),
+            ("updated, then deleted", None, &updated, None, false),
+        ];
+        for (name, cached, written, want_rv, want_keep) in cases {
+            let (base, keep) = base_for_write(cached.as_ref(), written);
+            let rv = base
+                .as_ref()
+                .and_then(|b| b.metadata.resource_version.as_deref());
+            assert_eq!((rv, keep), (want_rv, want_keep), "{name}");
+        }
+    }
+
+    #[test]
+    fn objects_for_key_adds_or_replaces_the_written_one() {
+        let k = key("a", "fast");
+        let other = Arc::new(obj("csisc-0", &k, "5"));
+        let created = Written {
+            base: None,
+            object: Arc::new(obj("csisc-1", &k, "10")),
+        };
+        let names = |v: &[Arc<CSIStorageCapacity>]| {
+            v.iter()
+                .map(|o| o.metadata.name.clone().unwrap())
+                .collect::<Vec<_>>()
+        };
+        let (objs, keep) = objects_for_key(vec![other.clone()], Some(&created));
+        assert_eq!(
+            (names(&objs), keep),
+            (vec!["csisc-0".into(), "csisc-1".into()], true)
+        );
+        let (objs, keep) = objects_for_key(vec![other.clone()], None);
+        assert_eq!((names(&objs), keep), (vec!["csisc-0".to_string()], false));
+        let updated = Written {
+            base: Some("5".into()),
+            object: Arc::new(obj("csisc-0", &k, "6")),
+        };
+        let (objs, keep) = objects_for_key(vec![other], Some(&updated));
+        assert_eq!(objs[0].metadata.resource_version.as_deref(), Some("6"));
+        assert!(keep);
+        let (objs, keep) = objects_for_key(vec![], Some(&updated));
+        assert!(objs.is_empty() && !keep);
+    }
+}

@@ -1,0 +1,188 @@
+//! How fresh each published key is: the bookkeeping behind
+//! `csistoragecapacity_seconds_since_last_success` and `csistoragecapacity_consecutive_failures`.
+//! Upstream keeps a stale value after GetCapacity fails and says nothing; we keep it too but
+//! show its age.
+
+use std::collections::{BTreeSet, HashMap};
+
+use capacity::Key;
+use tokio::time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    /// When the key entered the desired set: the age of "no value yet".
+    since: Instant,
+    last_success: Option<Instant>,
+    failures: u32,
+}
+
+/// One key's freshness at one moment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Freshness {
+    pub key: Key,
+    /// Since the last successful GetCapacity, or since the key is desired if none succeeded.
+    pub seconds_since_success: f64,
+    pub consecutive_failures: u32,
+}
+
+/// Freshness per desired key; keys that leave the desired set are forgotten.
+#[derive(Debug, Default)]
+pub struct Staleness {
+    entries: HashMap<Key, Entry>,
+}
+
+impl Staleness {
+    /// Keeps exactly the desired keys: new ones start now, gone ones are dropped.
+    pub fn retain(&mut self, desired: &BTreeSet<Key>, now: Instant) {
+        self.entries.retain(|k, _| desired.contains(k));
+        for key in desired {
+            self.entries.entry(key.clone()).or_insert(Entry {
+                since: now,
+                last_success: None,
+                failures: 0,
+            });
+        }
+    }
+
+    /// GetCapacity answered for `key`. Ignored for keys not desired.
+    pub fn success(&mut self, key: &Key, now: Instant) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.last_success = Some(now);
+            e.failures = 0;
+        }
+    }
+
+    /// GetCapacity failed for `key`; returns the consecutive failures so far (0 when the key is
+    /// not desired).
+    pub fn failure(&mut self, key: &Key) -> u32 {
+        match self.entries.get_mut(key) {
+            Some(e) => {
+                e.failures = e.failures.saturating_add(1);
+                e.failures
+            }
+            None => 0,
+        }
+    }
+
+    /// Every key's freshness at `now`, sorted by key.
+    pub fn snapshot(&self, now: Instant) -> Vec<Freshness> {
+        let mut out: Vec<Freshness> = self
+            .entries
+            .iter()
+            .map(|(key, e)| Freshness {
+                key: key.clone(),
+                seconds_since_success: now
+                    .saturating_duration_since(e.last_success.unwrap_or(e.since))
+                    .as_secs_f64(),
+                consecutive_failures: e.failures,
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(node: &str) -> Key {
+        Key {
+            segment: [("node".to_string(), node.to_string())].into(),
+            class: "fast".into(),
+        }
+    }
+
+    enum Step {
+        Desire(&'static [&'static str]),
+        Ok(&'static str),
+        Fail(&'static str, u32),
+        Wait(u64),
+        Expect(&'static [(&'static str, u64, u32)]),
+    }
+
+    #[test]
+    fn sequences() {
+        use Step::*;
+        let cases: Vec<(&str, Vec<Step>)> = vec![
+            (
+                "never answered: age since desired",
+                vec![Desire(&["a"]), Wait(5), Expect(&[("a", 5, 0)])],
+            ),
+            (
+                "success resets age and failures",
+                vec![
+                    Desire(&["a"]),
+                    Fail("a", 1),
+                    Fail("a", 2),
+                    Wait(3),
+                    Expect(&[("a", 3, 2)]),
+                    Ok("a"),
+                    Wait(1),
+                    Expect(&[("a", 1, 0)]),
+                ],
+            ),
+            (
+                "failures after success: value kept, age grows",
+                vec![
+                    Desire(&["a", "b"]),
+                    Ok("a"),
+                    Ok("b"),
+                    Wait(10),
+                    Fail("a", 1),
+                    Wait(10),
+                    Expect(&[("a", 20, 1), ("b", 20, 0)]),
+                ],
+            ),
+            (
+                "gone keys are forgotten; unknown keys ignored",
+                vec![
+                    Desire(&["a", "b"]),
+                    Fail("b", 1),
+                    Desire(&["a"]),
+                    Fail("b", 0),
+                    Ok("b"),
+                    Wait(2),
+                    Expect(&[("a", 2, 0)]),
+                    Desire(&["a", "b"]),
+                    Wait(1),
+                    Expect(&[("a", 3, 0), ("b", 1, 0)]),
+                ],
+            ),
+        ];
+        for (name, steps) in cases {
+            let mut s = Staleness::default();
+            let mut now = Instant::now();
+            for step in steps {
+                match step {
+                    Desire(nodes) => s.retain(&nodes.iter().map(|n| key(n)).collect(), now),
+                    Ok(n) => s.success(&key(n), now),
+                    Fail(n, want) => assert_eq!(s.failure(&key(n)), want, "{name}"),
+                    Wait(d) => now += std::time::Duration::from_secs(d),
+                    Expect(want) => {
+                        let got: Vec<(Key, u64, u32)> = s
+                            .snapshot(now)
+                            .into_iter()
+                            .map(|f| {
+                                (
+                                    f.key,
+                                    f.seconds_since_success as u64,
+                                    f.consecutive_failures,
+                                )
+                            })
+                            .collect();
+                        let want: Vec<(Key, u64, u32)> =
+                            want.iter().map(|(n, a, f)| (key(n), *a, *f)).collect();
+                        assert_eq!(got, want, "{name}");
+                        assert_eq!(s.len(), want.len(), "{name}");
+                    }
+                }
+            }
+        }
+    }
+}
