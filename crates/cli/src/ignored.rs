@@ -41,10 +41,6 @@ const RULES: &[(&str, &str)] = &[
     ("snapshot-orphan-sweep-interval", DATA_SOURCES),
     ("cloning-protection-threads", DATA_SOURCES),
     ("prevent-volume-mode-conversion", DATA_SOURCES),
-    (
-        "enable-pprof",
-        "Go's pprof profiling endpoints have no equivalent here; nothing is served under /debug/pprof/",
-    ),
 ];
 
 impl Options {

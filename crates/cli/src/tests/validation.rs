@@ -186,6 +186,7 @@ fn accepted_but_ignored_lists_flags_given_that_do_nothing_here() {
             "--snapshot-orphan-sweep-interval=1m",
             "--cloning-protection-threads=2",
             "--prevent-volume-mode-conversion=false",
+            // Acted on (the HTTP endpoint serves /debug/pprof/), so not listed.
             "--enable-pprof",
             "--feature-gates=CrossNamespaceVolumeDataSource=true",
             "--log-text-info-buffer-size=0",
@@ -204,7 +205,6 @@ fn accepted_but_ignored_lists_flags_given_that_do_nothing_here() {
             "snapshot-orphan-sweep-interval",
             "cloning-protection-threads",
             "prevent-volume-mode-conversion",
-            "enable-pprof",
             "feature-gates",
         ]
     );
