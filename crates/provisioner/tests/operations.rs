@@ -1,0 +1,381 @@
+//! Operating the provisioner as a deployment would: metrics after real work, leader election
+//! between two replicas, secrets kept out of the logs at any verbosity, and command-line
+//! errors. Each control-plane test has its own namespace, driver name and classes.
+
+mod ops_support;
+
+use std::process::Command;
+use std::time::Instant;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use ops_support::{Ops, eventually, free_port, http_get, sample, scrape};
+use serde_json::json;
+
+const PROVISIONED: &str = "controller_persistentvolumeclaim_provision_total";
+const PROVISION_FAILED: &str = "controller_persistentvolumeclaim_provision_failed_total";
+const DELETED: &str = "controller_persistentvolume_delete_total";
+const MASTER: &str = "leader_election_master_status";
+
+/// Three claims provisioned, one failing, one deleted: the scrape counts exactly that.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn metrics_count_what_happened() {
+    let ops = Ops::start("ops-metrics").await;
+    let port = free_port();
+    let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
+    let provisioner = ops.provisioner("csi-provisioner", &[&endpoint, "-v=3"]);
+    let fast = ops.class("fast", json!({})).await;
+    let bad = ops
+        .class("bad", json!({"csi.storage.k8s.io/bogus": "x"}))
+        .await;
+    for name in ["a", "b", "c"] {
+        ops.claim(name, &fast).await;
+    }
+    let mut volumes = Vec::new();
+    for name in ["a", "b", "c"] {
+        volumes.push(ops.wait_bound(name).await);
+    }
+    ops.claim("broken", &bad).await;
+    let bad_ref = bad.as_str();
+    eventually(
+        "the failed provisioning to be counted",
+        60,
+        move || async move {
+            let m = scrape(port).await?;
+            (sample(&m, PROVISION_FAILED, &[("class", bad_ref)])? >= 1.0).then_some(())
+        },
+    )
+    .await;
+    ops.delete_and_wait_gone("a", &volumes[0]).await;
+    let fast_ref = fast.as_str();
+    let m = eventually("the deletion to be counted", 60, move || async move {
+        let m = scrape(port).await?;
+        (sample(&m, DELETED, &[("class", fast_ref)]) == Some(1.0)).then_some(m)
+    })
+    .await;
+
+    let create_ok = [
+        ("driver_name", ops.driver.as_str()),
+        ("method_name", "/csi.v1.Controller/CreateVolume"),
+        ("grpc_status_code", "OK"),
+    ];
+    let creates = sample(&m, "csi_sidecar_operations_seconds_count", &create_ok);
+    assert!(
+        creates >= Some(3.0),
+        "CreateVolume OK count {creates:?} in:\n{m}"
+    );
+    assert_eq!(
+        sample(&m, PROVISIONED, &[("class", &fast), ("source", "")]),
+        Some(3.0),
+        "{m}"
+    );
+    assert_eq!(sample(&m, PROVISIONED, &[("class", &bad)]), None, "{m}");
+    assert!(sample(&m, PROVISION_FAILED, &[("class", &bad), ("source", "")]) >= Some(1.0));
+    assert_eq!(
+        sample(&m, PROVISION_FAILED, &[("class", &fast)]),
+        None,
+        "{m}"
+    );
+    assert_eq!(sample(&m, DELETED, &[("class", &fast)]), Some(1.0), "{m}");
+    for (name, labels) in [
+        (
+            "controller_persistentvolumeclaim_provision_duration_seconds_count",
+            vec![("class", fast.as_str())],
+        ),
+        (
+            "controller_persistentvolume_delete_duration_seconds_count",
+            vec![("class", fast.as_str())],
+        ),
+        ("workqueue_adds_total", vec![("name", "claims")]),
+        ("workqueue_adds_total", vec![("name", "volumes")]),
+        ("workqueue_depth", vec![("name", "claims")]),
+        ("process_cpu_seconds_total", vec![]),
+        ("process_resident_memory_bytes", vec![]),
+        ("process_virtual_memory_bytes", vec![]),
+        ("process_open_fds", vec![]),
+        ("process_max_fds", vec![]),
+        ("process_start_time_seconds", vec![]),
+    ] {
+        assert!(
+            sample(&m, name, &labels).is_some(),
+            "no {name}{labels:?} in:\n{m}"
+        );
+    }
+    // No leader election here: no health route, no election metrics.
+    let health = http_get(port, "/healthz/leader-election")
+        .await
+        .expect("answer");
+    assert_eq!(health.0, 404);
+    assert_eq!(sample(&m, MASTER, &[]), None);
+    let (status, content_type, _) = http_get(port, "/metrics").await.expect("answer");
+    assert_eq!(status, 200);
+    assert!(
+        content_type.starts_with("application/openmetrics-text; version=1.0.0"),
+        "{content_type}"
+    );
+    drop(provisioner);
+}
+
+struct Replica {
+    host: String,
+    port: u16,
+    process: testenv::Process,
+}
+
+/// Two replicas on one driver: only the Lease holder provisions; after a SIGKILL of the holder
+/// the other takes over and provisions, and no volume is created twice.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn only_the_leader_provisions_and_a_standby_takes_over() {
+    let ops = Ops::start("ops-le").await;
+    let ns_flag = format!("--leader-election-namespace={}", ops.ns);
+    let mut replicas: Vec<Replica> = ["a", "b"]
+        .iter()
+        .map(|suffix| {
+            let host = format!("{}-{suffix}", ops.ns);
+            let port = free_port();
+            let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
+            let args = [
+                "--leader-election",
+                ns_flag.as_str(),
+                "--leader-election-lease-duration=4s",
+                "--leader-election-renew-deadline=3s",
+                "--leader-election-retry-period=1s",
+                endpoint.as_str(),
+                "-v=3",
+            ];
+            let process =
+                ops.provisioner_on_host(&format!("csi-provisioner-{suffix}"), &host, &args);
+            Replica {
+                host,
+                port,
+                process,
+            }
+        })
+        .collect();
+    let leases: Api<Lease> = Api::namespaced(ops.client.clone(), &ops.ns);
+    let lease_name = leader_election::lock_name(&ops.driver);
+    let hosts: Vec<String> = replicas.iter().map(|r| r.host.clone()).collect();
+    let holder = |leases: &Api<Lease>, lease_name: &str| {
+        let (leases, lease_name) = (leases.clone(), lease_name.to_string());
+        async move {
+            let lease = leases.get_opt(&lease_name).await.ok()??;
+            lease.spec?.holder_identity
+        }
+    };
+    let first_holder = eventually("a replica to hold the Lease", 60, || async {
+        holder(&leases, &lease_name)
+            .await
+            .filter(|h| hosts.contains(h))
+    })
+    .await;
+    let leader = hosts
+        .iter()
+        .position(|h| *h == first_holder)
+        .expect("known host");
+    let standby = 1 - leader;
+    eprintln!(
+        "leader {} (port {}), standby {} (port {})",
+        replicas[leader].host,
+        replicas[leader].port,
+        replicas[standby].host,
+        replicas[standby].port
+    );
+
+    // Both serve health; only the leader says it is master.
+    for r in &replicas {
+        let (status, _, body) = eventually("the health endpoint", 60, || {
+            http_get(r.port, "/healthz/leader-election")
+        })
+        .await;
+        assert_eq!((status, body.as_str()), (200, "ok"), "{}", r.host);
+    }
+    let leader_port = replicas[leader].port;
+    eventually("the leader to report master_status 1", 30, move || async move {
+        (sample(&scrape(leader_port).await?, MASTER, &[])? == 1.0).then_some(())
+    })
+    .await;
+    let standby_metrics = scrape(replicas[standby].port)
+        .await
+        .expect("standby metrics");
+    assert_ne!(
+        sample(&standby_metrics, MASTER, &[]),
+        Some(1.0),
+        "{standby_metrics}"
+    );
+
+    let class = ops.class("le", json!({})).await;
+    ops.claim("first", &class).await;
+    let first = ops.wait_bound("first").await;
+    let class_ref = class.as_str();
+    eventually(
+        "the leader to count the provisioning",
+        30,
+        move || async move {
+            (sample(
+                &scrape(leader_port).await?,
+                PROVISIONED,
+                &[("class", class_ref)],
+            )? == 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+    let standby_metrics = scrape(replicas[standby].port)
+        .await
+        .expect("standby metrics");
+    assert_eq!(
+        sample(&standby_metrics, PROVISIONED, &[("class", &class)]),
+        None,
+        "the standby provisioned:\n{standby_metrics}"
+    );
+
+    replicas[leader].process.kill9();
+    let killed = Instant::now();
+    let standby_host = replicas[standby].host.clone();
+    eventually("the standby to take the Lease", 30, || async {
+        (holder(&leases, &lease_name).await? == standby_host).then_some(())
+    })
+    .await;
+    eprintln!(
+        "takeover {:.1}s after SIGKILL (lease duration 4s)",
+        killed.elapsed().as_secs_f64()
+    );
+    ops.claim("second", &class).await;
+    let second = ops.wait_bound("second").await;
+    let standby_port = replicas[standby].port;
+    let m = eventually(
+        "the new leader to count its provisioning",
+        30,
+        move || async move {
+            let m = scrape(standby_port).await?;
+            (sample(&m, PROVISIONED, &[("class", class_ref)])? == 1.0).then_some(m)
+        },
+    )
+    .await;
+    assert_eq!(sample(&m, MASTER, &[]), Some(1.0), "{m}");
+
+    let creates = ops.successful_creates();
+    assert_eq!(creates.get(&first), Some(&1), "{creates:?}");
+    assert_eq!(creates.get(&second), Some(&1), "{creates:?}");
+    assert!(
+        creates.values().all(|n| *n == 1),
+        "a volume was created twice: {creates:?}"
+    );
+}
+
+/// Secrets of every kind a class can name, provisioned and deleted at `-v=10`: no value shows
+/// up in the provisioner's output, while the sanitised requests do.
+async fn secrets_stay_out_of_the_log(prefix: &str, format: &str) {
+    let ops = Ops::start(prefix).await;
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let values: Vec<(&str, String)> = ["prov", "publish", "stage", "expand"]
+        .iter()
+        .map(|kind| (*kind, format!("S3cr3t-{kind}-{token}")))
+        .collect();
+    for (kind, value) in &values {
+        ops.secret(
+            kind,
+            &[("password", value), ("user", &format!("user-{value}"))],
+        )
+        .await;
+    }
+    let ns = ops.ns.as_str();
+    let class = ops
+        .class(
+            "sec",
+            json!({
+                "csi.storage.k8s.io/provisioner-secret-name": "prov",
+                "csi.storage.k8s.io/provisioner-secret-namespace": ns,
+                "csi.storage.k8s.io/controller-publish-secret-name": "publish",
+                "csi.storage.k8s.io/controller-publish-secret-namespace": ns,
+                "csi.storage.k8s.io/node-stage-secret-name": "stage",
+                "csi.storage.k8s.io/node-stage-secret-namespace": ns,
+                "csi.storage.k8s.io/controller-expand-secret-name": "expand",
+                "csi.storage.k8s.io/controller-expand-secret-namespace": ns,
+            }),
+        )
+        .await;
+    let logging = format!("--logging-format={format}");
+    let provisioner = ops.provisioner("csi-provisioner", &["-v=10", &logging]);
+    ops.claim("data", &class).await;
+    let volume = ops.wait_bound("data").await;
+    ops.delete_and_wait_gone("data", &volume).await;
+
+    // The driver did receive the provisioner secret: there was something to leak.
+    let prov_value = &values[0].1;
+    for method in ["CreateVolume", "DeleteVolume"] {
+        let calls = ops.mock.calls_of(method);
+        assert!(
+            calls
+                .iter()
+                .any(|c| c["request"]["secrets"]["password"] == json!(prov_value)),
+            "{method} without the secret: {calls:#?}"
+        );
+    }
+    let log = provisioner.log();
+    let path = provisioner.log_path().display();
+    for (kind, value) in &values {
+        assert!(
+            !log.contains(value.as_str()),
+            "the {kind} secret value is in {path}"
+        );
+    }
+    let stripped: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(csi::sanitize::STRIPPED))
+        .collect();
+    assert!(
+        !stripped.is_empty(),
+        "no sanitised CSI request in {path}: was -v=10 honoured?"
+    );
+    if format == "json" {
+        for line in &stripped {
+            let parsed: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+            assert!(parsed.get("msg").is_some(), "{line}");
+        }
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn secrets_stay_out_of_the_text_log() {
+    secrets_stay_out_of_the_log("ops-sec-text", "text").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn secrets_stay_out_of_the_json_log() {
+    secrets_stay_out_of_the_log("ops-sec-json", "json").await;
+}
+
+/// Runs without a cluster: the binary rejects a bad value before connecting to anything.
+#[test]
+fn bad_flag_value_exits_2_naming_the_flag_and_version_exits_0() {
+    let binary = env!("CARGO_BIN_EXE_csi-provisioner");
+    let out = Command::new(binary)
+        .arg("--timeout=abc")
+        .output()
+        .expect("run csi-provisioner");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(lines[0].contains("--timeout"), "{stderr}");
+    assert!(lines[0].contains("abc"), "{stderr}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+
+    let out = Command::new(binary)
+        .arg("--version")
+        .output()
+        .expect("run csi-provisioner");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.trim_end().ends_with(csi_provisioner::VERSION),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+}

@@ -1,0 +1,292 @@
+//! Helpers for the operations tests: a namespace and driver of their own on the shared real
+//! control plane, provisioners started as they would be deployed, and a tiny scraper.
+
+#![allow(dead_code)] // not every test uses every helper
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use testenv::{ControlPlane, MockDriver, Process, Provisioner};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One test's world: namespace, driver name, directory for sockets and logs, the mock driver.
+pub struct Ops {
+    pub client: Client,
+    pub ns: String,
+    pub driver: String,
+    pub dir: PathBuf,
+    pub mock: MockDriver,
+}
+
+impl Ops {
+    pub async fn start(prefix: &str) -> Ops {
+        let cp = ControlPlane::shared();
+        let client = cp.client().await;
+        let ns = testenv::create_namespace(&client, prefix).await;
+        let driver = format!("{ns}.ops.csi");
+        // Unix socket paths are limited to 108 bytes: keep the directory short.
+        let dir = PathBuf::from(format!("/tmp/{ns}"));
+        std::fs::create_dir_all(&dir).expect("test directory");
+        eprintln!("{ns}: driver {driver}, logs in {}", dir.display());
+        let mock = MockDriver::start(&dir, &["--driver-name", &driver]);
+        Ops {
+            client,
+            ns,
+            driver,
+            dir,
+            mock,
+        }
+    }
+
+    /// `csi-provisioner` against our driver, logging to `<dir>/<name>.log`.
+    pub fn provisioner(&self, name: &str, args: &[&str]) -> Provisioner {
+        let cp = ControlPlane::shared();
+        Provisioner::start(
+            &self.dir,
+            name,
+            cp.kubeconfig(),
+            &self.mock.socket,
+            args,
+            &[("NAMESPACE", self.ns.as_str())],
+        )
+    }
+
+    /// `csi-provisioner` in its own UTS namespace with `hostname`, so that replicas on this one
+    /// machine get distinct leader-election identities (upstream's identity is the hostname,
+    /// i.e. the pod name). Needs root, as tests here run.
+    pub fn provisioner_on_host(&self, name: &str, hostname: &str, args: &[&str]) -> Process {
+        let cp = ControlPlane::shared();
+        let binary = testenv::workspace_binary("csi-provisioner");
+        let mut cmd = Command::new("unshare");
+        cmd.arg("--uts")
+            .arg("sh")
+            .arg("-c")
+            .arg("hostname \"$0\" && exec \"$@\"")
+            .arg(hostname)
+            .arg(binary)
+            .arg(format!("--kubeconfig={}", cp.kubeconfig().display()))
+            .arg(format!("--csi-address={}", self.mock.socket.display()))
+            .args(args)
+            .env("NAMESPACE", &self.ns);
+        testenv::spawn(name, cmd, &self.dir)
+    }
+
+    /// A StorageClass `<ns>-<suffix>` of our driver with Immediate binding.
+    pub async fn class(&self, suffix: &str, parameters: serde_json::Value) -> String {
+        let name = format!("{}-{suffix}", self.ns);
+        let sc: StorageClass = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": self.driver,
+            "volumeBindingMode": "Immediate",
+            "reclaimPolicy": "Delete",
+            "parameters": parameters,
+        }))
+        .expect("class");
+        Api::<StorageClass>::all(self.client.clone())
+            .create(&PostParams::default(), &sc)
+            .await
+            .unwrap_or_else(|e| panic!("creating StorageClass {name}: {e}"));
+        name
+    }
+
+    pub async fn secret(&self, name: &str, data: &[(&str, &str)]) {
+        let string_data: BTreeMap<String, String> = data
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            string_data: Some(string_data),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap_or_else(|e| panic!("creating Secret {name}: {e}"));
+    }
+
+    pub fn claims(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn volumes(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+
+    pub async fn claim(&self, name: &str, class: &str) -> PersistentVolumeClaim {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }))
+        .expect("claim");
+        self.claims()
+            .create(&PostParams::default(), &pvc)
+            .await
+            .unwrap_or_else(|e| panic!("creating claim {name}: {e}"))
+    }
+
+    /// Waits until the claim is Bound; returns its volume's name.
+    pub async fn wait_bound(&self, name: &str) -> String {
+        let claim = testenv::wait_for(&self.claims(), name, "be Bound", |c| {
+            c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+        })
+        .await;
+        claim
+            .spec
+            .and_then(|s| s.volume_name)
+            .expect("a bound claim names its volume")
+    }
+
+    /// Deletes a bound claim and waits until its volume is gone (reclaim policy Delete).
+    pub async fn delete_and_wait_gone(&self, claim: &str, volume: &str) {
+        self.claims()
+            .delete(claim, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("deleting claim {claim}: {e}"));
+        let volumes = self.volumes();
+        eventually(&format!("PV {volume} to be deleted"), 60, || async {
+            matches!(volumes.get_opt(volume).await, Ok(None)).then_some(())
+        })
+        .await;
+    }
+
+    /// CreateVolume calls the driver answered without error, by volume name.
+    pub fn successful_creates(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for call in self.mock.calls_of("CreateVolume") {
+            if call.get("error").is_none() {
+                let name = call["request"]["name"].as_str().unwrap_or("").to_string();
+                *out.entry(name).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("probe port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, for at most `seconds`.
+pub async fn eventually<T, F, Fut>(what: &str, seconds: u64, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {seconds}s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A plain HTTP/1.1 GET on 127.0.0.1; `None` when nothing answers.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String, String)> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let content_type = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default();
+    Some((status, content_type, body.to_string()))
+}
+
+/// The metrics exposition of the provisioner listening on `port`.
+pub async fn scrape(port: u16) -> Option<String> {
+    match http_get(port, "/metrics").await? {
+        (200, _, body) => Some(body),
+        _ => None,
+    }
+}
+
+/// The sum of the samples named `name` whose labels include every pair of `labels`; `None`
+/// when there is no such sample.
+pub fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut found = None;
+    for line in exposition.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = match line.rsplit_once(' ') {
+            Some(parts) => parts,
+            None => continue,
+        };
+        let (metric, label_text) = match series.split_once('{') {
+            Some((m, rest)) => (m, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if metric != name {
+            continue;
+        }
+        let have = parse_labels(label_text);
+        if labels
+            .iter()
+            .all(|(k, v)| have.get(*k).map(String::as_str) == Some(*v))
+            && let Ok(v) = value.parse::<f64>()
+        {
+            *found.get_or_insert(0.0) += v;
+        }
+    }
+    found
+}
+
+fn parse_labels(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut rest = text;
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, escaped)) = chars.next() {
+                        value.push(escaped);
+                    }
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        out.insert(key.trim_start_matches(',').to_string(), value);
+        rest = &after[end..];
+    }
+    out
+}
+
+/// Everything a process logged so far.
+pub fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
