@@ -120,7 +120,14 @@ fn test(root: &std::path::Path) -> Result<()> {
     let bin_dir = gobuild::build(root, false)?;
     cargo(&["build", "--workspace", "--bins", "--tests"], None)?;
     let result = cargo(
-        &["test", "--workspace", "--", "--include-ignored"],
+        // --no-fail-fast: one failing test binary must not hide the others' results.
+        &[
+            "test",
+            "--workspace",
+            "--no-fail-fast",
+            "--",
+            "--include-ignored",
+        ],
         Some(&bin_dir),
     );
     if result.is_err() {
