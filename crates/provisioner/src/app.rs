@@ -354,7 +354,10 @@ async fn dispatch_volumes(
                 volumes.enqueue(&pv);
                 claims.enqueue_for_volume(&pv);
             }
-            Change::Deleted(pv) => claims.enqueue_for_volume(&pv),
+            Change::Deleted(pv) => {
+                volumes.forget(&pv);
+                claims.enqueue_for_volume(&pv);
+            }
             Change::Relisted => volumes.enqueue_all(),
         }
     }

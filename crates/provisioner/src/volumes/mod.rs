@@ -3,13 +3,15 @@
 
 pub mod decide;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
+use parking_lot::Mutex;
 use provisioning::names::{EVENT_VOLUME_FAILED_DELETE, PV_FINALIZER};
 use runtime::events::EventType;
 use runtime::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
@@ -25,6 +27,9 @@ use decide::{Action, DeletionSecret};
 pub struct VolumesController {
     ctx: Context,
     queue: WorkQueue<String>,
+    /// UIDs of PVs whose volume is already deleted while the PV object still shows in the
+    /// cache: later syncs only finish deleting the object (no second DeleteVolume).
+    deleted: Arc<Mutex<HashSet<String>>>,
 }
 
 impl VolumesController {
@@ -33,6 +38,14 @@ impl VolumesController {
         VolumesController {
             queue: WorkQueue::new("volumes", limiter, Some(metrics)),
             ctx,
+            deleted: Arc::default(),
+        }
+    }
+
+    /// The PV object is gone: nothing left to remember about it.
+    pub fn forget(&self, pv: &PersistentVolume) {
+        if let Some(uid) = &pv.metadata.uid {
+            self.deleted.lock().remove(uid);
         }
     }
 
@@ -87,16 +100,22 @@ impl VolumesController {
             .as_ref()
             .and_then(|s| s.storage_class_name.clone())
             .unwrap_or_default();
-        if let Err(message) = self.delete_volume(pv, &class).await {
-            let reference = object_reference(pv);
-            self.ctx.recorder.event(
-                &reference,
-                EventType::Warning,
-                EVENT_VOLUME_FAILED_DELETE,
-                message.clone(),
-            );
-            self.ctx.metrics.delete_failed(&class);
-            return Err(message);
+        let uid = pv.metadata.uid.clone().unwrap_or_default();
+        // Updates of the PV while it is being deleted bring us back here: delete the volume once.
+        let first_time = !self.deleted.lock().contains(&uid);
+        if first_time {
+            if let Err(message) = self.delete_volume(pv, &class).await {
+                let reference = object_reference(pv);
+                self.ctx.recorder.event(
+                    &reference,
+                    EventType::Warning,
+                    EVENT_VOLUME_FAILED_DELETE,
+                    message.clone(),
+                );
+                self.ctx.metrics.delete_failed(&class);
+                return Err(message);
+            }
+            self.deleted.lock().insert(uid);
         }
         let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
         match api.delete(&name, &DeleteParams::default()).await {
@@ -108,16 +127,18 @@ impl VolumesController {
             self.set_finalizers(pv, decide::finalizers_without_ours(pv))
                 .await?;
         }
-        self.ctx
-            .metrics
-            .delete_succeeded(&class, started.elapsed().as_secs_f64());
-        if let Some(capacity) = &self.ctx.capacity {
-            capacity.volume_changed(
-                &class,
-                pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
-            );
+        if first_time {
+            self.ctx
+                .metrics
+                .delete_succeeded(&class, started.elapsed().as_secs_f64());
+            if let Some(capacity) = &self.ctx.capacity {
+                capacity.volume_changed(
+                    &class,
+                    pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
+                );
+            }
+            klog::v!(2, pv = %name, "Deleted volume");
         }
-        klog::v!(2, pv = %name, "Deleted volume");
         Ok(())
     }
 

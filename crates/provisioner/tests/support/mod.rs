@@ -1,0 +1,244 @@
+//! A provisioning scenario on the shared real control plane: a namespace, a driver name and
+//! StorageClass names of its own, the mock CSI driver and the real `csi-provisioner`.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use testenv::{ControlPlane, MockDriver, Provisioner};
+
+pub struct Scenario {
+    pub client: Client,
+    pub ns: String,
+    pub driver: String,
+    pub dir: PathBuf,
+    mock: Option<MockDriver>,
+    provisioner: Option<Provisioner>,
+}
+
+impl Scenario {
+    /// A namespace, a driver name and a directory; nothing running yet.
+    pub async fn new(prefix: &str) -> Scenario {
+        let client = ControlPlane::shared().client().await;
+        let ns = testenv::create_namespace(&client, prefix).await;
+        let driver = format!("{ns}.mock.csi");
+        // Unix socket paths are limited to 108 bytes: keep the driver's directory short.
+        let dir = PathBuf::from(format!("/tmp/{ns}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        eprintln!("scenario {ns}: logs in {}", dir.display());
+        Scenario {
+            client,
+            ns,
+            driver,
+            dir,
+            mock: None,
+            provisioner: None,
+        }
+    }
+
+    /// [`Scenario::new`], then the mock driver with `mock_args` and the provisioner with
+    /// `prov_args`.
+    pub async fn start(prefix: &str, mock_args: &[&str], prov_args: &[&str]) -> Scenario {
+        let mut s = Scenario::new(prefix).await;
+        s.start_driver(mock_args);
+        s.start_provisioner(prov_args);
+        s
+    }
+
+    pub fn start_driver<S: AsRef<str>>(&mut self, args: &[S]) {
+        let mut all = vec![format!("--driver-name={}", self.driver)];
+        all.extend(args.iter().map(|s| s.as_ref().to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        self.mock = Some(MockDriver::start(&self.dir, &all));
+    }
+
+    pub fn start_provisioner<S: AsRef<str>>(&mut self, args: &[S]) {
+        let cp = ControlPlane::shared();
+        let socket = self.mock().socket.clone();
+        let args: Vec<&str> = args.iter().map(|s| s.as_ref()).collect();
+        let env = [("NAMESPACE", self.ns.as_str())];
+        self.provisioner = Some(Provisioner::start(
+            &self.dir,
+            "csi-provisioner",
+            cp.kubeconfig(),
+            &socket,
+            &args,
+            &env,
+        ));
+    }
+
+    pub fn mock(&self) -> &MockDriver {
+        self.mock.as_ref().expect("the mock driver was not started")
+    }
+
+    pub fn provisioner(&mut self) -> &mut Provisioner {
+        self.provisioner
+            .as_mut()
+            .expect("the provisioner was not started")
+    }
+
+    /// Node names unique to this scenario (Nodes are cluster-scoped).
+    pub fn node_names(&self, short: &[&str]) -> Vec<String> {
+        short.iter().map(|n| format!("{}-{n}", self.ns)).collect()
+    }
+
+    /// A StorageClass of our driver named `<ns>-<suffix>`.
+    pub async fn class(&self, suffix: &str, binding: &str, extra: serde_json::Value) -> String {
+        let name = format!("{}-{suffix}", self.ns);
+        let mut obj = json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": self.driver,
+            "volumeBindingMode": binding,
+        });
+        merge(&mut obj, extra);
+        let sc: StorageClass = serde_json::from_value(obj).unwrap();
+        Api::<StorageClass>::all(self.client.clone())
+            .create(&PostParams::default(), &sc)
+            .await
+            .unwrap();
+        name
+    }
+
+    pub async fn claim(
+        &self,
+        name: &str,
+        class: &str,
+        size: &str,
+        extra: serde_json::Value,
+    ) -> PersistentVolumeClaim {
+        let mut obj = json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": size}}},
+        });
+        merge(&mut obj, extra);
+        let pvc: PersistentVolumeClaim = serde_json::from_value(obj).unwrap();
+        self.claims()
+            .create(&PostParams::default(), &pvc)
+            .await
+            .unwrap()
+    }
+
+    pub fn claims(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn volumes(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+
+    pub async fn wait_bound(&self, name: &str) -> PersistentVolumeClaim {
+        testenv::wait_for(
+            &self.claims(),
+            name,
+            "be Bound",
+            |c: &PersistentVolumeClaim| {
+                c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+            },
+        )
+        .await
+    }
+
+    /// Events on an object of this namespace, by involved object name.
+    pub async fn events_for(&self, name: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Waits for an event with `reason` whose message contains `needle` on object `name`.
+    pub async fn wait_event(&self, name: &str, reason: &str, needle: &str) -> Event {
+        eventually(
+            &format!("event {reason} containing {needle:?} on {name}"),
+            || async {
+                self.events_for(name).await.into_iter().find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.message.as_deref().is_some_and(|m| m.contains(needle))
+                })
+            },
+        )
+        .await
+    }
+
+    /// The mock driver's CreateVolume calls for volume name `pv`.
+    pub fn create_calls(&self, pv: &str) -> Vec<serde_json::Value> {
+        self.mock()
+            .calls_of("CreateVolume")
+            .into_iter()
+            .filter(|c| c["request"]["name"] == pv)
+            .collect()
+    }
+
+    /// Names of the volumes the driver holds now (ListVolumes through our own CSI client).
+    pub async fn driver_volumes(&self) -> Vec<String> {
+        let client = csi::Client::connect(
+            &format!("unix://{}", self.mock().socket.display()),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+        let resp = client
+            .list_volumes(csi::v1::ListVolumesRequest::default())
+            .await
+            .unwrap();
+        resp.entries
+            .into_iter()
+            .filter_map(|e| e.volume)
+            .map(|v| v.volume_id)
+            .collect()
+    }
+}
+
+/// Polls `f` until it returns `Some`, for up to a minute.
+pub async fn eventually<T, F, Fut>(what: &str, f: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_within(what, Duration::from_secs(60), f).await
+}
+
+/// Polls `f` until it returns `Some`, for up to `timeout`.
+pub async fn eventually_within<T, F, Fut>(what: &str, timeout: Duration, f: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn merge(base: &mut serde_json::Value, extra: serde_json::Value) {
+    match (base, extra) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(e)) => {
+            for (k, v) in e {
+                merge(b.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (b, e) => *b = e,
+    }
+}
+
+pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
