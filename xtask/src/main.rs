@@ -1,6 +1,7 @@
 //! `cargo xtask`: everything beyond plain cargo.
 
 mod cluster;
+mod demo;
 mod gobuild;
 mod recipe;
 
@@ -34,8 +35,15 @@ enum Cmd {
     },
     /// Build everything and run all tests, including those needing the control plane.
     Test,
-    /// Demo (not implemented yet).
-    Demo,
+    /// A local control plane, the mock driver and csi-provisioner: a volume for a claim, then
+    /// pods placed only where their volume fits, with CSIStorageCapacity objects shown.
+    Demo {
+        #[arg(long, default_value = "target/demo")]
+        dir: PathBuf,
+        /// Leave everything running and print the kubeconfig path.
+        #[arg(long)]
+        keep: bool,
+    },
     /// Benchmarks (not implemented yet).
     Bench,
 }
@@ -111,7 +119,21 @@ fn run(cli: Cli) -> Result<()> {
             ClusterCmd::Down { dir } => cluster::down(&dir),
         },
         Cmd::Test => test(&root),
-        Cmd::Demo => bail!("`cargo xtask demo` is not implemented yet"),
+        Cmd::Demo { dir, keep } => {
+            gobuild::build(&root, false)?;
+            cargo(
+                &[
+                    "build",
+                    "--package",
+                    "csi-provisioner",
+                    "--package",
+                    "mock-csi-driver",
+                    "--bins",
+                ],
+                None,
+            )?;
+            demo::run(&root, &demo::Options { dir, keep })
+        }
         Cmd::Bench => bail!("`cargo xtask bench` is not implemented yet"),
     }
 }

@@ -28,7 +28,7 @@ pub use cluster::{
     try_create_csi_driver, try_create_fake_nodes, wait_for,
 };
 pub use control_plane::{COMPONENTS, ControlPlane, ControlPlaneOptions};
-pub use detached::{is_running as detached_is_running, stop_detached};
+pub use detached::{is_running as detached_is_running, record_detached, stop_detached};
 pub use error::Error;
 pub use mock_driver::MockDriver;
 pub use paths::{

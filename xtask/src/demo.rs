@@ -1,0 +1,406 @@
+//! `cargo xtask demo`: a real control plane, the mock driver and our csi-provisioner telling the
+//! Storage Capacity story: a volume for a claim, then pods placed only where their volume fits,
+//! and one pod that cannot fit anywhere, with the explanation on its claim.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use testenv::{ControlPlane, ControlPlaneOptions};
+
+const DRIVER: &str = "mock.csi.test";
+const TOPOLOGY_KEY: &str = "topology.mock.csi/node";
+const NAMESPACE: &str = "demo";
+/// Free space per fake node: different on purpose, as in the Storage Capacity page's story.
+const POOLS: [(&str, &str); 3] = [("node-1", "10Gi"), ("node-2", "20Gi"), ("node-3", "100Gi")];
+/// Pods created one after the other, each with one late-binding claim of this size.
+const PODS: [(&str, &str); 4] = [
+    ("app-1", "5Gi"),
+    ("app-2", "15Gi"),
+    ("app-3", "50Gi"),
+    ("app-4", "500Gi"),
+];
+
+pub struct Options {
+    pub dir: PathBuf,
+    pub keep: bool,
+}
+
+/// Stops everything the demo started unless `--keep` was given, also when the demo fails.
+struct Teardown<'a> {
+    dir: &'a Path,
+    keep: bool,
+}
+
+impl Drop for Teardown<'_> {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = testenv::stop_detached(self.dir);
+        }
+    }
+}
+
+pub fn run(root: &Path, opts: &Options) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting a tokio runtime")?;
+    if testenv::detached_is_running(&opts.dir)? {
+        bail!(
+            "a cluster is already running in {}; stop it with `cargo xtask cluster down --dir {}`",
+            opts.dir.display(),
+            opts.dir.display()
+        );
+    }
+    let teardown = Teardown {
+        dir: &opts.dir,
+        keep: opts.keep,
+    };
+    runtime.block_on(story(root, &opts.dir))?;
+    if opts.keep {
+        println!("\nThe cluster keeps running (driver and provisioner included).");
+        println!(
+            "  export KUBECONFIG={}",
+            opts.dir.join("kubeconfig").display()
+        );
+        println!(
+            "  kubectl get csistoragecapacities -A; kubectl -n {NAMESPACE} get pvc,pods -o wide"
+        );
+        println!(
+            "  logs: {}/logs/    stop: cargo xtask cluster down --dir {}",
+            opts.dir.display(),
+            opts.dir.display()
+        );
+    } else {
+        println!("\nTearing down (use --keep to leave it running).");
+    }
+    drop(teardown);
+    Ok(())
+}
+
+async fn story(root: &Path, dir: &Path) -> Result<()> {
+    heading(
+        "Starting a local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)",
+    );
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        dir: Some(dir.to_path_buf()),
+        nodes: POOLS.len(),
+        driver: DRIVER.to_string(),
+        topology_key: TOPOLOGY_KEY.to_string(),
+        detached: true,
+        startup_timeout: Duration::from_secs(60),
+    })
+    .await?;
+    let client = cp.try_client().await?;
+    let kubeconfig = cp.kubeconfig().to_path_buf();
+    println!(
+        "ready in {:.1}s at {}",
+        cp.startup_time().as_secs_f64(),
+        cp.server_url()
+    );
+    let dir = cp.detach()?;
+    testenv::try_create_csi_driver(&client, DRIVER, true).await?;
+    create(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
+    )
+    .await?;
+    println!(
+        "{} fake nodes with the driver's topology label {TOPOLOGY_KEY}; CSIDriver {DRIVER} with storageCapacity: true",
+        POOLS.len()
+    );
+
+    heading("Starting the mock CSI driver and csi-provisioner");
+    let socket = start_driver(root, &dir)?;
+    start_provisioner(root, &dir, &kubeconfig, &socket)?;
+    for (node, size) in POOLS {
+        println!("  pool on {node}: {size}");
+    }
+    println!(
+        "csi-provisioner --enable-capacity (its log: {}/logs/csi-provisioner.log)",
+        dir.display()
+    );
+
+    immediate_volume(&client, &socket).await?;
+    capacity_aware_placement(&client).await
+}
+
+fn start_driver(root: &Path, dir: &Path) -> Result<PathBuf> {
+    let socket = dir.join("csi.sock");
+    let mut cmd = Command::new(root.join("target/debug/mock-csi-driver"));
+    cmd.arg(format!("--endpoint=unix://{}", socket.display()))
+        .arg(format!("--driver-name={DRIVER}"));
+    for (node, size) in POOLS {
+        cmd.arg(format!("--pool={TOPOLOGY_KEY}={node}:{size}"));
+    }
+    let process = testenv::spawn_detached("mock-csi-driver", cmd, &dir.join("logs"))?;
+    testenv::record_detached(dir, "mock-csi-driver", process.disown())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        if Instant::now() > deadline {
+            bail!(
+                "mock-csi-driver did not create {}; see {}/logs/mock-csi-driver.log",
+                socket.display(),
+                dir.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(socket)
+}
+
+fn start_provisioner(root: &Path, dir: &Path, kubeconfig: &Path, socket: &Path) -> Result<()> {
+    let mut cmd = Command::new(root.join("target/debug/csi-provisioner"));
+    cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--csi-address={}", socket.display()))
+        .args([
+            "--enable-capacity",
+            "--capacity-ownerref-level=-1",
+            "--capacity-poll-interval=1m",
+            "-v=2",
+        ])
+        .env("NAMESPACE", NAMESPACE);
+    let process = testenv::spawn_detached("csi-provisioner", cmd, &dir.join("logs"))?;
+    testenv::record_detached(dir, "csi-provisioner", process.disown())?;
+    Ok(())
+}
+
+/// Part 1: an Immediate claim becomes Bound to a PV whose volume the driver holds.
+async fn immediate_volume(client: &Client, socket: &Path) -> Result<()> {
+    heading("1. A volume for a claim (StorageClass with volumeBindingMode: Immediate)");
+    create(client, class("demo-immediate", "Immediate")).await?;
+    create(client, claim("data", "demo-immediate", "1Gi")).await?;
+    let started = Instant::now();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
+    let bound = wait(|| async {
+        let c = claims.get("data").await.ok()?;
+        (c.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(c)
+    })
+    .await
+    .context("claim demo/data did not become Bound; see the csi-provisioner log")?;
+    let pv_name = bound.spec.and_then(|s| s.volume_name).unwrap_or_default();
+    println!(
+        "PVC {NAMESPACE}/data (1Gi): Bound to {pv_name} after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let pv: PersistentVolume = Api::all(client.clone()).get(&pv_name).await?;
+    let spec = pv.spec.unwrap_or_default();
+    let csi = spec.csi.unwrap_or_default();
+    let size = spec
+        .capacity
+        .unwrap_or_default()
+        .get("storage")
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    println!(
+        "PV  {pv_name}: {size}, driver {}, volume handle {}, reclaim policy {}",
+        csi.driver,
+        csi.volume_handle,
+        spec.persistent_volume_reclaim_policy.unwrap_or_default()
+    );
+    let placed: Vec<String> = spec
+        .node_affinity
+        .and_then(|a| a.required)
+        .map(|r| r.node_selector_terms)
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|t| t.match_expressions.unwrap_or_default())
+        .map(|e| format!("{}={}", e.key, e.values.unwrap_or_default().join("|")))
+        .collect();
+    if !placed.is_empty() {
+        println!(
+            "    reachable from {} (the driver put it there; its pool has that much less room)",
+            placed.join(", ")
+        );
+    }
+    let csi_client =
+        csi::Client::connect(&format!("unix://{}", socket.display()), Default::default()).await?;
+    let volumes = csi_client.list_volumes(Default::default()).await?;
+    for entry in volumes.entries {
+        if let Some(v) = entry.volume {
+            println!(
+                "driver (ListVolumes): volume {} of {} bytes",
+                v.volume_id, v.capacity_bytes
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Part 2: the seed's story — objects per node, pods only where their volume fits.
+async fn capacity_aware_placement(client: &Client) -> Result<()> {
+    heading(
+        "2. Capacity-aware placement (StorageClass with volumeBindingMode: WaitForFirstConsumer)",
+    );
+    create(client, class("demo-local", "WaitForFirstConsumer")).await?;
+    let capacities: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), NAMESPACE);
+    wait(|| async {
+        let n = capacities
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .filter(|c| c.storage_class_name == "demo-local")
+            .count();
+        (n == POOLS.len()).then_some(())
+    })
+    .await
+    .context("CSIStorageCapacity objects did not appear; see the csi-provisioner log")?;
+    println!("csi-provisioner published one CSIStorageCapacity per node for class demo-local:");
+    print_capacities(&capacities).await?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let events: Api<Event> = Api::namespaced(client.clone(), NAMESPACE);
+    for (name, size) in PODS {
+        let claim_name = format!("{name}-data");
+        create(client, claim(&claim_name, "demo-local", size)).await?;
+        create(client, pod(name, &claim_name)).await?;
+        let outcome = wait(|| async {
+            if let Some(node) = pods.get(name).await.ok()?.spec?.node_name {
+                return Some(Ok(node));
+            }
+            let list = events
+                .list(&ListParams::default().fields(&format!("involvedObject.name={claim_name}")))
+                .await
+                .ok()?;
+            list.items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("NotEnoughCapacity"))
+                .map(Err)
+        })
+        .await;
+        match outcome {
+            Some(Ok(node)) => println!("pod {name} with a {size} volume → {node}"),
+            Some(Err(event)) => {
+                println!("pod {name} with a {size} volume → Pending: no node has room");
+                println!(
+                    "  PVC {NAMESPACE}/{claim_name}: Warning NotEnoughCapacity: {}",
+                    event.message.unwrap_or_default()
+                );
+            }
+            None => println!(
+                "pod {name} with a {size} volume → not placed within 30s (see the csi-provisioner log)"
+            ),
+        }
+    }
+    println!(
+        "\nCapacity after provisioning (updated right after each CreateVolume, not at the next poll):"
+    );
+    print_capacities(&capacities).await
+}
+
+async fn print_capacities(api: &Api<CSIStorageCapacity>) -> Result<()> {
+    let mut rows: Vec<[String; 5]> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|c| c.storage_class_name == "demo-local")
+        .map(|c| {
+            let labels: BTreeMap<String, String> = c
+                .node_topology
+                .and_then(|t| t.match_labels)
+                .unwrap_or_default();
+            [
+                c.metadata.name.unwrap_or_default(),
+                c.storage_class_name,
+                labels.get(TOPOLOGY_KEY).cloned().unwrap_or_default(),
+                c.capacity.map(|q| q.0).unwrap_or_else(|| "-".into()),
+                c.maximum_volume_size
+                    .map(|q| q.0)
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    rows.sort_by(|a, b| a[2].cmp(&b[2]));
+    println!(
+        "  {:<14} {:<12} {:<8} {:<10} MAX VOLUME",
+        "NAME", "CLASS", "NODE", "CAPACITY"
+    );
+    for [name, class, node, cap, max] in rows {
+        println!("  {name:<14} {class:<12} {node:<8} {cap:<10} {max}");
+    }
+    Ok(())
+}
+
+fn class(name: &str, binding: &str) -> serde_json::Value {
+    json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+           "provisioner": DRIVER, "volumeBindingMode": binding, "reclaimPolicy": "Delete"})
+}
+
+fn claim(name: &str, class: &str, size: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NAMESPACE},
+           "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class, "resources": {"requests": {"storage": size}}}})
+}
+
+fn pod(name: &str, claim: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
+           "spec": {"containers": [{"name": "app", "image": "registry.invalid/demo"}],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}})
+}
+
+/// Creates any object from its JSON form.
+async fn create(client: &Client, obj: serde_json::Value) -> Result<()> {
+    let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let result = match kind.as_str() {
+        "Namespace" => Api::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value::<k8s_openapi::api::core::v1::Namespace>(obj)?,
+            )
+            .await
+            .map(drop),
+        "StorageClass" => Api::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value::<StorageClass>(obj)?,
+            )
+            .await
+            .map(drop),
+        "PersistentVolumeClaim" => Api::namespaced(client.clone(), NAMESPACE)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value::<PersistentVolumeClaim>(obj)?,
+            )
+            .await
+            .map(drop),
+        "Pod" => Api::namespaced(client.clone(), NAMESPACE)
+            .create(&PostParams::default(), &serde_json::from_value::<Pod>(obj)?)
+            .await
+            .map(drop),
+        other => bail!("demo cannot create {other}"),
+    };
+    result.with_context(|| format!("creating {kind} {name}"))
+}
+
+/// Polls `f` for up to 30 s; `None` if it never answered.
+async fn wait<T, F, Fut>(f: F) -> Option<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    None
+}
+
+fn heading(text: &str) {
+    println!("\n== {text}");
+}
