@@ -12,6 +12,7 @@ use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use runtime::reflect::Change;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -28,8 +29,19 @@ enum Event {
     Capacity(Change<CSIStorageCapacity>),
 }
 
-/// Runs until `cancel` or until every stream ends.
-pub(super) async fn run(shared: Arc<Shared>, changes: CapacityChanges, cancel: CancellationToken) {
+/// Runs until `cancel` or until every stream ends. `synced` fires once every stream finished
+/// its first list: the caches are then complete (the reflector fills a cache before it passes
+/// the change on).
+///
+/// Waiting on the stores instead (`Store::wait_until_ready`) is not safe here: kube-runtime
+/// 5.0 wakes only the last of several concurrent waiters of one store, and the start-up code
+/// waits on the same stores.
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    changes: CapacityChanges,
+    cancel: CancellationToken,
+    synced: oneshot::Sender<()>,
+) {
     let streams: Vec<BoxStream<'static, Event>> = vec![
         changes.classes.map(Event::Class).boxed(),
         changes.csi_nodes.map(Event::CsiNode).boxed(),
@@ -38,6 +50,8 @@ pub(super) async fn run(shared: Arc<Shared>, changes: CapacityChanges, cancel: C
     ];
     let mut events = select_all(streams);
     let mut due: Option<Instant> = None;
+    let mut listed = [false; 4];
+    let mut synced = Some(synced);
     loop {
         let debounce = async {
             match due {
@@ -53,10 +67,29 @@ pub(super) async fn run(shared: Arc<Shared>, changes: CapacityChanges, cancel: C
             }
             event = events.next() => {
                 let Some(event) = event else { return };
+                if let Some(i) = event.first_list_done() {
+                    listed[i] = true;
+                    if listed.iter().all(|l| *l) && let Some(tx) = synced.take() {
+                        let _ = tx.send(());
+                    }
+                }
                 if shared.react(event) && due.is_none() {
                     due = Some(Instant::now() + DEBOUNCE);
                 }
             }
+        }
+    }
+}
+
+impl Event {
+    /// Which stream finished a list, if this change says so.
+    fn first_list_done(&self) -> Option<usize> {
+        match self {
+            Event::Class(Change::Relisted) => Some(0),
+            Event::CsiNode(Change::Relisted) => Some(1),
+            Event::Node(Change::Relisted) => Some(2),
+            Event::Capacity(Change::Relisted) => Some(3),
+            _ => None,
         }
     }
 }

@@ -289,12 +289,24 @@ impl CapacityController {
     /// caches' first lists, publishes, and keeps publishing.
     pub async fn run(self, changes: CapacityChanges, cancel: CancellationToken) {
         let shared = self.shared;
+        if shared.caches.capacities.is_none() {
+            tracing::error!(
+                "Capacity controller not started: the CSIStorageCapacity cache is missing (the provisioner was started without --enable-capacity)"
+            );
+            return;
+        }
         let mut tasks = JoinSet::new();
-        tasks.spawn(dispatch::run(shared.clone(), changes, cancel.clone()));
+        let (synced_tx, synced) = tokio::sync::oneshot::channel();
+        tasks.spawn(dispatch::run(
+            shared.clone(),
+            changes,
+            cancel.clone(),
+            synced_tx,
+        ));
         tokio::select! {
             _ = cancel.cancelled() => return,
-            ready = wait_for_caches(&shared.caches) => if let Err(err) = ready {
-                tracing::error!(err = %err, "Capacity controller not started");
+            synced = synced => if synced.is_err() {
+                tracing::error!("Capacity controller not started: a cache stopped before its first list");
                 cancel.cancelled().await;
                 return;
             },
@@ -326,44 +338,6 @@ impl CapacityController {
         tasks.spawn(poll(shared.clone(), cancel.clone()));
         while tasks.join_next().await.is_some() {}
     }
-}
-
-/// Why the controller could not start.
-#[derive(Debug, thiserror::Error)]
-enum StartError {
-    #[error(
-        "the CSIStorageCapacity cache is missing (the provisioner was started without --enable-capacity)"
-    )]
-    NoCapacityCache,
-    #[error("the {0} cache stopped before its first list")]
-    Stopped(&'static str),
-}
-
-async fn wait_for_caches(caches: &Caches) -> Result<(), StartError> {
-    let capacities = caches
-        .capacities
-        .as_ref()
-        .ok_or(StartError::NoCapacityCache)?;
-    let stopped = |what| move |_| StartError::Stopped(what);
-    caches
-        .classes
-        .wait_until_ready()
-        .await
-        .map_err(stopped("StorageClass"))?;
-    caches
-        .csi_nodes
-        .wait_until_ready()
-        .await
-        .map_err(stopped("CSINode"))?;
-    caches
-        .nodes
-        .wait_until_ready()
-        .await
-        .map_err(stopped("Node"))?;
-    capacities
-        .wait_until_ready()
-        .await
-        .map_err(stopped("CSIStorageCapacity"))
 }
 
 /// Every poll interval, queue every key (upstream's `--capacity-poll-interval`).

@@ -1,0 +1,357 @@
+//! The world of one capacity test: a namespace, a driver name, fake nodes with one mock pool
+//! each, the mock CSI driver and the real `csi-provisioner`, plus helpers to read what the
+//! scheduler and the provisioner did.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use testenv::{ControlPlane, MockDriver, Provisioner};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub const KEY: &str = "topology.mock.csi/node";
+pub const GI: i64 = 1 << 30;
+
+/// One test's world: namespace, driver, nodes, mock driver and provisioner.
+pub struct World {
+    pub client: Client,
+    pub ns: String,
+    pub driver: String,
+    pub dir: PathBuf,
+    pub mock: MockDriver,
+    pub prov: Provisioner,
+    pub port: u16,
+}
+
+impl World {
+    /// Nodes `<ns>-<suffix>` with a pool of `size` each, a CSIDriver with storageCapacity,
+    /// the mock driver (plus `mock_args`) and the provisioner (plus `prov_args`).
+    pub async fn start(
+        prefix: &str,
+        pools: &[(&str, &str)],
+        mock_args: &[&str],
+        prov_args: &[&str],
+    ) -> World {
+        let cp = ControlPlane::shared();
+        let client = cp.client().await;
+        let ns = testenv::create_namespace(&client, prefix).await;
+        let driver = format!("{ns}.mock.csi");
+        let dir = PathBuf::from(format!("/tmp/{ns}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        testenv::create_csi_driver(&client, &driver, true).await;
+        let nodes: Vec<String> = pools.iter().map(|(n, _)| format!("{ns}-{n}")).collect();
+        let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        testenv::create_fake_nodes(&client, &driver, KEY, &names).await;
+        let mut args = vec![format!("--driver-name={driver}")];
+        for (node, (_, size)) in nodes.iter().zip(pools) {
+            args.push(format!("--pool={KEY}={node}:{size}"));
+        }
+        args.extend(mock_args.iter().map(|s| s.to_string()));
+        let mock = MockDriver::start(&dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        let port = free_port();
+        let prov = start_provisioner(&dir, &mock, &ns, port, prov_args, &[]);
+        eprintln!("world {ns}: logs in {}", dir.display());
+        World {
+            client,
+            ns,
+            driver,
+            dir,
+            mock,
+            prov,
+            port,
+        }
+    }
+
+    pub fn node(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.ns)
+    }
+
+    /// Restarts the provisioner with other flags and environment (same port).
+    pub fn replace_provisioner(&mut self, prov_args: &[&str], env: &[(&str, &str)]) {
+        self.prov.stop();
+        self.prov = start_provisioner(&self.dir, &self.mock, &self.ns, self.port, prov_args, env);
+    }
+
+    pub async fn class(&self, suffix: &str, binding: &str) -> String {
+        let name = format!("{}-{suffix}", self.ns);
+        let sc: StorageClass = serde_json::from_value(json!({
+            "metadata": {"name": name}, "provisioner": self.driver,
+            "volumeBindingMode": binding, "reclaimPolicy": "Delete",
+        }))
+        .unwrap();
+        Api::<StorageClass>::all(self.client.clone())
+            .create(&PostParams::default(), &sc)
+            .await
+            .unwrap();
+        name
+    }
+
+    pub fn capacities(&self) -> Api<CSIStorageCapacity> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Waits until our objects, by (class, node), satisfy `ok`.
+    pub async fn wait_objects(&self, what: &str, ok: impl Fn(&Objects) -> bool) -> Objects {
+        eventually(what, || async {
+            let list = self.capacities().list(&ListParams::default()).await.ok()?;
+            let objects = by_key(list.items);
+            ok(&objects).then_some(objects)
+        })
+        .await
+    }
+
+    pub async fn claim_and_pod(&self, name: &str, class: &str, size: &str) {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": size}}},
+        }))
+        .unwrap();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}],
+                     "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": name}}]},
+        }))
+        .unwrap();
+        let pp = PostParams::default();
+        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &self.ns)
+            .create(&pp, &pvc)
+            .await
+            .unwrap();
+        self.pods().create(&pp, &pod).await.unwrap();
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub async fn wait_scheduled(&self, pod: &str) -> String {
+        eventually(&format!("pod {pod} scheduled"), || async {
+            let p = self.pods().get(pod).await.ok()?;
+            p.spec?.node_name
+        })
+        .await
+    }
+
+    /// Waits for the scheduler to report the pod unschedulable; returns its message.
+    pub async fn wait_unschedulable(&self, pod: &str) -> String {
+        eventually(&format!("pod {pod} unschedulable"), || async {
+            let p = self.pods().get(pod).await.ok()?;
+            assert_eq!(p.spec.as_ref()?.node_name, None, "pod {pod} was scheduled");
+            let c = p
+                .status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled")?;
+            (c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+                .then(|| c.message.unwrap_or_default())
+        })
+        .await
+    }
+
+    /// Deletes pod and claim at once (fake nodes have no kubelet to confirm a graceful delete).
+    pub async fn delete_claim_and_pod(&self, name: &str) {
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        self.pods().delete(name, &now).await.unwrap();
+        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &self.ns)
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    /// A volume created behind the provisioner's back (changes the pool's free space).
+    pub async fn create_volume_directly(&self, name: &str, bytes: i64, node: &str) {
+        let client = csi::Client::connect(&self.mock.endpoint(), Default::default())
+            .await
+            .unwrap();
+        let topology = csi::v1::Topology {
+            segments: [(KEY.to_string(), node.to_string())].into(),
+        };
+        client
+            .create_volume(csi::v1::CreateVolumeRequest {
+                name: name.into(),
+                capacity_range: Some(csi::v1::CapacityRange {
+                    required_bytes: bytes,
+                    limit_bytes: 0,
+                }),
+                volume_capabilities: vec![mount_capability()],
+                accessibility_requirements: Some(csi::v1::TopologyRequirement {
+                    requisite: vec![topology.clone()],
+                    preferred: vec![topology],
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+
+    pub async fn metrics(&self) -> Option<String> {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await
+            .ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).await.ok()?;
+        Some(text)
+    }
+
+    /// A gauge of one (class, node) key, from /metrics.
+    pub async fn key_metric(&self, name: &str, class: &str, node: &str) -> Option<f64> {
+        let series = format!("{name}{{storageclass=\"{class}\",segment=\"{KEY}={node}\"}} ");
+        let text = self.metrics().await?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series)?.trim().parse().ok())
+    }
+
+    pub fn create_calls(&self) -> usize {
+        self.mock.calls_of("CreateVolume").len()
+    }
+}
+
+pub fn mount_capability() -> csi::v1::VolumeCapability {
+    use csi::v1::volume_capability::{AccessMode, AccessType, MountVolume, access_mode::Mode};
+    csi::v1::VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+    }
+}
+
+pub fn start_provisioner(
+    dir: &std::path::Path,
+    mock: &MockDriver,
+    ns: &str,
+    port: u16,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Provisioner {
+    let http = format!("--http-endpoint=127.0.0.1:{port}");
+    let mut args = vec!["--enable-capacity", "-v=5", http.as_str()];
+    if !extra
+        .iter()
+        .any(|a| a.starts_with("--capacity-ownerref-level"))
+    {
+        args.push("--capacity-ownerref-level=-1");
+    }
+    args.extend(extra);
+    let mut all_env = vec![("NAMESPACE", ns)];
+    all_env.extend(env);
+    Provisioner::start(
+        dir,
+        "csi-provisioner",
+        ControlPlane::shared().kubeconfig(),
+        &mock.socket,
+        &args,
+        &all_env,
+    )
+}
+
+/// Our objects by (class, node name).
+pub type Objects = BTreeMap<(String, String), CSIStorageCapacity>;
+
+pub fn by_key(items: Vec<CSIStorageCapacity>) -> Objects {
+    let mut out = Objects::new();
+    for o in items {
+        let node = o
+            .node_topology
+            .as_ref()
+            .and_then(|t| t.match_labels.as_ref())
+            .and_then(|l| l.get(KEY))
+            .cloned()
+            .unwrap_or_default();
+        let key = (o.storage_class_name.clone(), node);
+        assert!(!out.contains_key(&key), "duplicate object for {key:?}");
+        out.insert(key, o);
+    }
+    out
+}
+
+pub fn bytes(o: &CSIStorageCapacity) -> Option<i64> {
+    let q = o.capacity.as_ref()?;
+    provisioning::quantity::parse_quantity(&q.0).ok()
+}
+
+pub fn key(class: &str, node: &str) -> (String, String) {
+    (class.to_string(), node.to_string())
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `f` until it returns `Some`, for up to two minutes.
+pub async fn eventually<T, F, Fut>(what: &str, f: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub fn kubectl(args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", ControlPlane::shared().kubeconfig())
+        .output()
+        .expect(
+            "kubectl is needed for this test (it is on the project's machines at /usr/bin/kubectl)",
+        );
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A Deployment → ReplicaSet → Pod chain (no controllers run for them: plain objects).
+pub async fn owner_chain(client: &Client, ns: &str) -> (Deployment, ReplicaSet, Pod) {
+    let pp = PostParams::default();
+    let labels = json!({"app": "csi-provisioner"});
+    let template = json!({"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}});
+    let dep: Deployment = serde_json::from_value(json!({"metadata": {"name": "prov"},
+        "spec": {"selector": {"matchLabels": labels}, "template": template}}))
+    .unwrap();
+    let dep = Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&pp, &dep)
+        .await
+        .unwrap();
+    let owned_by = |kind: &str, name: &str, uid: &Option<String>| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": uid, "controller": true}]);
+    let rs: ReplicaSet = serde_json::from_value(json!({"metadata": {"name": "prov-1", "ownerReferences": owned_by("Deployment", "prov", &dep.metadata.uid)},
+        "spec": {"selector": {"matchLabels": labels}, "template": template}})).unwrap();
+    let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns)
+        .create(&pp, &rs)
+        .await
+        .unwrap();
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "prov-1-x", "labels": labels, "ownerReferences": owned_by("ReplicaSet", "prov-1", &rs.metadata.uid)},
+        "spec": template["spec"]})).unwrap();
+    let pod = Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&pp, &pod)
+        .await
+        .unwrap();
+    (dep, rs, pod)
+}
