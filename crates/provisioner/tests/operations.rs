@@ -5,7 +5,7 @@
 mod ops_support;
 
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -48,12 +48,23 @@ async fn metrics_count_what_happened() {
     )
     .await;
     ops.delete_and_wait_gone("a", &volumes[0]).await;
-    let fast_ref = fast.as_str();
-    let m = eventually("the deletion to be counted", 60, move || async move {
-        let m = scrape(port).await?;
-        (sample(&m, DELETED, &[("class", fast_ref)]) == Some(1.0)).then_some(m)
-    })
-    .await;
+    // Poll by hand to say what the counter showed when it never got to 1.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let m = loop {
+        let m = scrape(port).await.unwrap_or_default();
+        let deleted = sample(&m, DELETED, &[("class", &fast)]);
+        if deleted == Some(1.0) {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the deletion was not counted within 60s: {DELETED}{{class={fast:?}}} = {deleted:?} \
+             (the PV is gone, DeleteVolume calls: {}); provisioner log in {}",
+            ops.mock.calls_of("DeleteVolume").len(),
+            provisioner.log_path().display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
 
     let create_ok = [
         ("driver_name", ops.driver.as_str()),
