@@ -1,1 +1,102 @@
+//! `mock-csi-driver`: a CSI driver that tests, the demo and benchmarks run as a real process on
+//! a unix socket. It serves Identity, Controller and the two Node RPCs a provisioner uses
+//! (NodeGetInfo, NodeGetCapabilities), keeps its volumes in memory, and carves them out of
+//! fixed-size pools that each sit in one topology segment. NodeUnpublishVolume and
+//! NodeUnstageVolume are answered too (OK for a known volume, NOT_FOUND otherwise) because
+//! csi-sanity calls them when cleaning up; nothing is ever published or staged.
+//!
+//! SIGTERM or SIGINT stops the driver: calls in flight get up to 5 s, idle client connections
+//! are dropped, and the socket file is removed. A stale socket file is replaced at start.
+//!
+//! # Command line
+//!
+//! ```text
+//! mock-csi-driver --endpoint unix:///path/to/csi.sock   (or a bare absolute path)
+//!                 --driver-name NAME                     (default "mock.csi.test")
+//!                 [--pool [KIND@]SEGMENT:SIZE]...        (default: one 1Pi pool, no segment)
+//!                 [--max-volume-size SIZE]               GetCapacity maximum_volume_size, verbatim
+//!                 [--node-id ID] [--node-topology k=v[,k=v]]   NodeGetInfo (default "mock-node")
+//!                 [--faults FILE] [--call-log FILE]
+//!                 [--publish-unpublish] [--single-node-multi-writer] [--modify-volume]
+//!                 [--no-topology] [--no-capacity]
+//! ```
+//!
+//! SEGMENT is `key=value[,key=value...]` or empty; SIZE is a Kubernetes quantity (`10Gi`,
+//! `500M`, `1073741824`). KIND is matched against the `kind` parameter of CreateVolume and
+//! GetCapacity (absent = ""). A bad flag prints one line naming the flag and the expected form
+//! and exits with code 2. `RUST_LOG` sets the stderr log level (default `info`); the stderr log
+//! shows method, gRPC code and duration only, never request contents.
+//!
+//! # Behaviour
+//!
+//! - Topology (VOLUME_ACCESSIBILITY_CONSTRAINTS) is advertised iff some pool has a segment and
+//!   `--no-topology` is absent. Controller capabilities: CREATE_DELETE_VOLUME, LIST_VOLUMES,
+//!   GET_CAPACITY (unless `--no-capacity`; GetCapacity then answers UNIMPLEMENTED) and the
+//!   optional flags. PUBLISH_UNPUBLISH_VOLUME is advertised only: the `csi` crate's proto has
+//!   no ControllerPublishVolume, so such calls get UNIMPLEMENTED.
+//! - CreateVolume size: `required_bytes`, or 1 GiB when 0, capped by `limit_bytes`. Placement
+//!   tries the `preferred` terms in order, then `requisite`; a pool matches a term when its
+//!   segment has every key/value of the term; within a term pools are tried in command-line
+//!   order and the first with room wins. No room: RESOURCE_EXHAUSTED naming the size asked and
+//!   the largest free space among matching pools. A `kind` that no pool has: INVALID_ARGUMENT.
+//!   The same name again returns the same volume if its size fits the new range and the kind
+//!   is the same, else ALREADY_EXISTS. Volume ids are `mock-vol-<n>`; `volume_context` holds
+//!   `kind` and `pool` (the pool's index); `accessible_topology` is the pool's segment.
+//! - ListVolumes tokens are creation numbers: deleting volumes between pages is harmless and
+//!   a token the driver never issued gives ABORTED. `--max-volume-size` is not enforced by
+//!   CreateVolume; it is only reported.
+//!
+//! # Faults file (`--faults FILE`)
+//!
+//! ```json
+//! {"CreateVolume": {"code": "Unavailable", "message": "try later", "delay_ms": 5000, "times": 3},
+//!  "GetCapacity":  {"delay_ms": 200}}
+//! ```
+//!
+//! Keys are RPC method names (`CreateVolume`, `DeleteVolume`, `GetCapacity`, `ListVolumes`,
+//! `ValidateVolumeCapabilities`, `ControllerGetCapabilities`, `ControllerModifyVolume`,
+//! `GetPluginInfo`, `GetPluginCapabilities`, `Probe`, `NodeGetInfo`, `NodeGetCapabilities`,
+//! `NodeUnpublishVolume`, `NodeUnstageVolume`).
+//! All fields are optional: `delay_ms` sleeps before handling; `code` (a Go gRPC code name such
+//! as `ResourceExhausted`, or `RESOURCE_EXHAUSTED`; `OK` = no error) fails the call with
+//! `message` (default "injected fault for METHOD"); without `code` the call is then handled
+//! normally. `times` limits the fault to the next N calls of that method; absent means every
+//! call. The file is checked on every call and re-read when its mtime, size or inode changed;
+//! a change resets the `times` counters. A missing or empty file means no faults. A file that
+//! does not parse (bad JSON, unknown method or code, unknown field) is reported on stderr and
+//! the previous faults stay in force; write to a temporary file and rename it over the faults
+//! file to change it atomically.
+//!
+//! # Call log (`--call-log FILE`)
+//!
+//! The file is opened for appending; each finished call adds one line:
+//!
+//! ```json
+//! {"time":"2025-01-02T03:04:05.678Z","method":"CreateVolume","duration_ms":1,
+//!  "request":{"name":"pvc-1","secrets":{"k":"v"}},"response":{"volume":{"capacity_bytes":1073741824,"volume_id":"mock-vol-0"}}}
+//! {"time":"...","method":"GetCapacity","duration_ms":0,"request":{},
+//!  "error":{"code":"ResourceExhausted","message":"..."}}
+//! ```
+//!
+//! `time` is when the call arrived (RFC 3339, UTC, milliseconds); lines are written when calls
+//! finish, so concurrent calls may appear out of `time` order. Requests and responses are
+//! protobuf JSON with the proto field names (`capacity_bytes`), 64-bit integers as JSON numbers,
+//! enums by name, and fields at their default value left out. Secrets are recorded as sent.
 
+pub mod calllog;
+pub mod cli;
+pub mod codes;
+pub mod faults;
+pub mod handlers;
+pub mod node_cleanup;
+pub mod pools;
+pub mod quantity;
+pub mod server;
+pub mod service;
+pub mod spec;
+
+pub use cli::{Config, parse_args};
+pub use handlers::DriverConfig;
+pub use pools::Pools;
+pub use server::{ServeError, driver, serve};
+pub use service::MockDriver;

@@ -1,0 +1,275 @@
+//! The gRPC services: fault injection, locking, the stderr line and the call log around the
+//! plain handlers.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use csi::v1::controller_server::Controller;
+use csi::v1::identity_server::Identity;
+use csi::v1::node_server::Node;
+use csi::v1::*;
+use jiff::Timestamp;
+use parking_lot::Mutex;
+use tonic::{Request, Response, Status};
+
+use crate::calllog::{CallLog, CallRecord};
+use crate::codes::code_name;
+use crate::faults::FaultFile;
+use crate::handlers::{self, DriverConfig};
+use crate::pools::Pools;
+
+/// The driver: Identity, Controller and Node in one cheaply clonable value.
+#[derive(Clone)]
+pub struct MockDriver {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: DriverConfig,
+    pools: Mutex<Pools>,
+    faults: Mutex<FaultFile>,
+    log: Option<CallLog>,
+    in_flight: AtomicUsize,
+}
+
+/// Counts a call as in flight until dropped (also when the client cancels it).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(counter: &'a AtomicUsize) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Self(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl MockDriver {
+    pub fn new(
+        cfg: DriverConfig,
+        pools: Pools,
+        faults: Option<PathBuf>,
+        log: Option<CallLog>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                cfg,
+                pools: Mutex::new(pools),
+                faults: Mutex::new(FaultFile::new(faults)),
+                log,
+                in_flight: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// How many calls are being handled right now.
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Runs a Node RPC that only reads the pools (see `node_cleanup`).
+    pub(crate) async fn node_undo<Req, Resp>(
+        &self,
+        method: &'static str,
+        request: Request<Req>,
+        handle: impl FnOnce(&Pools, &Req) -> Result<Resp, Status>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message,
+    {
+        self.call(method, request, |d, r| handle(&d.pools.lock(), r))
+            .await
+    }
+
+    /// Runs one RPC: injected delay or error first, then the handler, then the logs.
+    async fn call<Req, Resp>(
+        &self,
+        method: &'static str,
+        request: Request<Req>,
+        handle: impl FnOnce(&Inner, &Req) -> Result<Resp, Status>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message,
+    {
+        let _in_flight = InFlight::enter(&self.inner.in_flight);
+        let time = Timestamp::now();
+        let started = Instant::now();
+        let req = request.into_inner();
+        let fault = self.inner.faults.lock().next(method);
+        let result = match fault {
+            Some(action) => {
+                if !action.delay.is_zero() {
+                    tokio::time::sleep(action.delay).await;
+                }
+                match action.error {
+                    Some((code, message)) => Err(Status::new(code, message)),
+                    None => handle(&self.inner, &req),
+                }
+            }
+            None => handle(&self.inner, &req),
+        };
+        let duration = started.elapsed();
+        // Only the method and outcome reach stderr: requests may carry secrets.
+        match &result {
+            Ok(_) => tracing::info!(method, ms = duration.as_millis() as u64, "OK"),
+            Err(s) => tracing::info!(
+                method,
+                ms = duration.as_millis() as u64,
+                code = code_name(s.code()),
+                message = s.message(),
+                "failed"
+            ),
+        }
+        if let Some(log) = &self.inner.log {
+            let codec = log.codec();
+            log.write(&CallRecord {
+                time,
+                method: method.to_owned(),
+                duration,
+                request: codec.to_json(&format!("csi.v1.{method}Request"), &req),
+                outcome: match &result {
+                    Ok(resp) => Ok(codec.to_json(&format!("csi.v1.{method}Response"), resp)),
+                    Err(s) => Err((s.code(), s.message().to_owned())),
+                },
+            });
+        }
+        result.map(Response::new)
+    }
+}
+
+#[tonic::async_trait]
+impl Identity for MockDriver {
+    async fn get_plugin_info(
+        &self,
+        request: Request<GetPluginInfoRequest>,
+    ) -> Result<Response<GetPluginInfoResponse>, Status> {
+        self.call("GetPluginInfo", request, |d, _| {
+            Ok(handlers::plugin_info(&d.cfg))
+        })
+        .await
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        request: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        self.call("GetPluginCapabilities", request, |d, _| {
+            Ok(handlers::plugin_capabilities(&d.cfg, &d.pools.lock()))
+        })
+        .await
+    }
+
+    async fn probe(
+        &self,
+        request: Request<ProbeRequest>,
+    ) -> Result<Response<ProbeResponse>, Status> {
+        self.call("Probe", request, |_, _| {
+            Ok(ProbeResponse { ready: Some(true) })
+        })
+        .await
+    }
+}
+
+#[tonic::async_trait]
+impl Controller for MockDriver {
+    async fn create_volume(
+        &self,
+        request: Request<CreateVolumeRequest>,
+    ) -> Result<Response<CreateVolumeResponse>, Status> {
+        self.call("CreateVolume", request, |d, r| {
+            handlers::create_volume(&mut d.pools.lock(), &d.cfg, r)
+        })
+        .await
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<DeleteVolumeRequest>,
+    ) -> Result<Response<DeleteVolumeResponse>, Status> {
+        self.call("DeleteVolume", request, |d, r| {
+            handlers::delete_volume(&mut d.pools.lock(), r)
+        })
+        .await
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
+        self.call("ValidateVolumeCapabilities", request, |d, r| {
+            handlers::validate_capabilities(&d.pools.lock(), &d.cfg, r)
+        })
+        .await
+    }
+
+    async fn list_volumes(
+        &self,
+        request: Request<ListVolumesRequest>,
+    ) -> Result<Response<ListVolumesResponse>, Status> {
+        self.call("ListVolumes", request, |d, r| {
+            handlers::list_volumes(&d.pools.lock(), r)
+        })
+        .await
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<GetCapacityRequest>,
+    ) -> Result<Response<GetCapacityResponse>, Status> {
+        self.call("GetCapacity", request, |d, r| {
+            handlers::get_capacity(&d.pools.lock(), &d.cfg, r)
+        })
+        .await
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        request: Request<ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
+        self.call("ControllerGetCapabilities", request, |d, _| {
+            Ok(handlers::controller_capabilities(&d.cfg))
+        })
+        .await
+    }
+
+    async fn controller_modify_volume(
+        &self,
+        request: Request<ControllerModifyVolumeRequest>,
+    ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
+        self.call("ControllerModifyVolume", request, |d, r| {
+            handlers::modify_volume(&mut d.pools.lock(), &d.cfg, r)
+        })
+        .await
+    }
+}
+
+#[tonic::async_trait]
+impl Node for MockDriver {
+    async fn node_get_capabilities(
+        &self,
+        request: Request<NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
+        self.call("NodeGetCapabilities", request, |_, _| {
+            Ok(handlers::node_capabilities())
+        })
+        .await
+    }
+
+    async fn node_get_info(
+        &self,
+        request: Request<NodeGetInfoRequest>,
+    ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        self.call("NodeGetInfo", request, |d, _| {
+            Ok(handlers::node_info(&d.cfg))
+        })
+        .await
+    }
+}

@@ -1,0 +1,276 @@
+//! The real binary over its unix socket, through the generated tonic clients: volumes,
+//! capacity, run-time faults and the call log.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use common::Driver;
+use csi::v1::controller_client::ControllerClient;
+use csi::v1::identity_client::IdentityClient;
+use csi::v1::node_client::NodeClient;
+use csi::v1::volume_capability::access_mode::Mode;
+use csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+use csi::v1::*;
+use serde_json::{Value, json};
+use tonic::Code;
+
+const GI: i64 = 1 << 30;
+const NODE_KEY: &str = "topology.mock.csi/node";
+const SECRET: &str = "s3cr3t-value";
+
+fn topo(node: &str) -> Topology {
+    Topology {
+        segments: HashMap::from([(NODE_KEY.to_owned(), node.to_owned())]),
+    }
+}
+
+fn create_request(name: &str, size: i64, preferred: &str) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: size,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![VolumeCapability {
+            access_type: Some(AccessType::Mount(MountVolume::default())),
+            access_mode: Some(AccessMode {
+                mode: Mode::SingleNodeWriter.into(),
+            }),
+        }],
+        secrets: HashMap::from([("password".to_owned(), SECRET.to_owned())]),
+        accessibility_requirements: Some(TopologyRequirement {
+            requisite: vec![topo("node-1"), topo("node-2")],
+            preferred: vec![topo(preferred)],
+        }),
+        ..Default::default()
+    }
+}
+
+fn capacity_request(node: &str) -> GetCapacityRequest {
+    GetCapacityRequest {
+        accessible_topology: Some(topo(node)),
+        ..Default::default()
+    }
+}
+
+/// Replaces the faults file the way tests should: write elsewhere, rename over it.
+fn set_faults(path: &Path, faults: Value) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, faults.to_string()).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn call_log(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+        .collect()
+}
+
+#[tokio::test]
+async fn volumes_capacity_faults_and_call_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = dir.path().join("faults.json");
+    let calls = dir.path().join("calls.jsonl");
+    let mut driver = Driver::start(
+        dir.path(),
+        &[
+            "--driver-name=test.mock.csi".into(),
+            format!("--pool={NODE_KEY}=node-1:10Gi"),
+            format!("--pool={NODE_KEY}=node-2:20Gi"),
+            "--max-volume-size=1Pi".into(),
+            "--node-id=node-1".into(),
+            format!("--node-topology={NODE_KEY}=node-1"),
+            format!("--faults={}", faults.display()),
+            format!("--call-log={}", calls.display()),
+        ],
+    );
+    let channel = driver.channel().await;
+    let mut identity = IdentityClient::new(channel.clone());
+    let mut controller = ControllerClient::new(channel.clone());
+    let mut node = NodeClient::new(channel);
+
+    let info = identity
+        .get_plugin_info(GetPluginInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.name, "test.mock.csi");
+    let caps = identity
+        .get_plugin_capabilities(GetPluginCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        caps.capabilities.len(),
+        2,
+        "controller + topology: {caps:?}"
+    );
+    let info = node
+        .node_get_info(NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (info.node_id.as_str(), info.accessible_topology),
+        ("node-1", Some(topo("node-1")))
+    );
+
+    // Placement follows `preferred`; capacity of that node drops by the volume size.
+    let created = controller
+        .create_volume(create_request("pvc-1", 3 * GI, "node-2"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(created.accessible_topology, vec![topo("node-2")]);
+    assert_eq!(created.capacity_bytes, 3 * GI);
+    let cap = controller
+        .get_capacity(capacity_request("node-2"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cap.available_capacity, 17 * GI);
+    assert_eq!(cap.maximum_volume_size, Some(1 << 50), "reported verbatim");
+
+    // A fault written while the driver runs hits the next call only (times = 1).
+    set_faults(
+        &faults,
+        json!({"CreateVolume": {"code": "Unavailable", "message": "injected outage", "times": 1}}),
+    );
+    let err = controller
+        .create_volume(create_request("pvc-2", GI, "node-1"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.code(), err.message()),
+        (Code::Unavailable, "injected outage")
+    );
+    let second = controller
+        .create_volume(create_request("pvc-2", GI, "node-1"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(second.accessible_topology, vec![topo("node-1")]);
+
+    // Too big for every node: RESOURCE_EXHAUSTED names the largest free space.
+    let err = controller
+        .create_volume(create_request("pvc-3", 18 * GI, "node-2"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(err.message().contains(&(17 * GI).to_string()), "{err:?}");
+
+    controller
+        .delete_volume(DeleteVolumeRequest {
+            volume_id: created.volume_id.clone(),
+            secrets: HashMap::new(),
+        })
+        .await
+        .unwrap();
+    let cap = controller
+        .get_capacity(capacity_request("node-2"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cap.available_capacity, 20 * GI, "delete frees the space");
+
+    let status = driver.terminate();
+    assert!(status.success(), "SIGTERM is a clean exit: {status}");
+    assert!(!driver.socket.exists(), "socket removed on shutdown");
+    assert!(
+        !driver.stderr().contains(SECRET),
+        "stderr must not show secrets"
+    );
+
+    let log = call_log(&calls);
+    let methods: Vec<&str> = log.iter().map(|l| l["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        [
+            "GetPluginInfo",
+            "GetPluginCapabilities",
+            "NodeGetInfo",
+            "CreateVolume",
+            "GetCapacity",
+            "CreateVolume",
+            "CreateVolume",
+            "CreateVolume",
+            "DeleteVolume",
+            "GetCapacity"
+        ]
+    );
+    for line in &log {
+        let time = line["time"].as_str().unwrap();
+        assert!(
+            time.parse::<jiff::Timestamp>().is_ok() && time.ends_with('Z'),
+            "{time}"
+        );
+        assert_eq!(
+            time.split('.').nth(1).map(str::len),
+            Some(4),
+            "millis + Z: {time}"
+        );
+    }
+    let first_create = &log[3];
+    assert_eq!(first_create["request"]["name"], "pvc-1");
+    assert_eq!(
+        first_create["request"]["secrets"]["password"], SECRET,
+        "test driver records secrets"
+    );
+    assert_eq!(
+        first_create["request"]["accessibility_requirements"]["preferred"],
+        json!([{"segments": {NODE_KEY: "node-2"}}])
+    );
+    assert_eq!(first_create["response"]["volume"]["capacity_bytes"], 3 * GI);
+    assert_eq!(
+        first_create["response"]["volume"]["volume_id"],
+        created.volume_id.as_str()
+    );
+    assert_eq!(log[4]["response"]["maximum_volume_size"], 1_i64 << 50);
+    assert_eq!(
+        log[5]["error"],
+        json!({"code": "Unavailable", "message": "injected outage"})
+    );
+    assert!(log[5].get("response").is_none());
+    assert_eq!(log[7]["error"]["code"], "ResourceExhausted");
+}
+
+#[tokio::test]
+async fn delay_only_fault_then_normal_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = dir.path().join("faults.json");
+    let driver = Driver::start(dir.path(), &[format!("--faults={}", faults.display())]);
+    let mut controller = ControllerClient::new(driver.channel().await);
+    set_faults(&faults, json!({"GetCapacity": {"delay_ms": 50}}));
+    // No timing assertion: the call still answers normally after the delay.
+    let cap = controller
+        .get_capacity(GetCapacityRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cap.available_capacity, 1 << 50, "default pool is 1Pi");
+    assert_eq!(cap.maximum_volume_size, None);
+}
+
+#[test]
+fn bad_flag_exits_2_with_one_line_naming_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mock-csi-driver"))
+        .args(["--endpoint=/tmp/never.sock", "--pool=fast@node=a"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--pool") && stderr.contains("[KIND@]SEGMENT:SIZE"),
+        "{stderr}"
+    );
+}
