@@ -78,9 +78,9 @@ impl VolumesController {
         };
         let result = match decide::decide(&pv, &self.ctx.driver.name) {
             Action::Ignore => Ok(()),
-            Action::AddFinalizer => self.set_finalizers(&pv, with_ours(&pv)).await,
+            Action::AddFinalizer => self.set_finalizers(&pv, with_ours).await,
             Action::RemoveFinalizer => {
-                self.set_finalizers(&pv, decide::finalizers_without_ours(&pv))
+                self.set_finalizers(&pv, decide::finalizers_without_ours)
                     .await
             }
             Action::Delete => self.delete(&pv).await,
@@ -102,8 +102,7 @@ impl VolumesController {
             .unwrap_or_default();
         let uid = pv.metadata.uid.clone().unwrap_or_default();
         // Updates of the PV while it is being deleted bring us back here: delete the volume once.
-        let first_time = !self.deleted.lock().contains(&uid);
-        if first_time {
+        if !self.deleted.lock().contains(&uid) {
             if let Err(message) = self.delete_volume(pv, &class).await {
                 let reference = object_reference(pv);
                 self.ctx.recorder.event(
@@ -116,18 +115,6 @@ impl VolumesController {
                 return Err(message);
             }
             self.deleted.lock().insert(uid);
-        }
-        let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(format!("cannot delete PersistentVolume {name}: {e}")),
-        }
-        if decide::has_finalizer(pv) {
-            self.set_finalizers(pv, decide::finalizers_without_ours(pv))
-                .await?;
-        }
-        if first_time {
             self.ctx
                 .metrics
                 .delete_succeeded(&class, started.elapsed().as_secs_f64());
@@ -138,6 +125,16 @@ impl VolumesController {
                 );
             }
             klog::v!(2, pv = %name, "Deleted volume");
+        }
+        let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(format!("cannot delete PersistentVolume {name}: {e}")),
+        }
+        if decide::has_finalizer(pv) {
+            self.set_finalizers(pv, decide::finalizers_without_ours)
+                .await?;
         }
         Ok(())
     }
@@ -200,21 +197,35 @@ impl VolumesController {
     async fn set_finalizers(
         &self,
         pv: &PersistentVolume,
-        finalizers: Vec<String>,
+        finalizers: fn(&PersistentVolume) -> Vec<String>,
     ) -> Result<(), String> {
         let name = pv.name_any();
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": pv.resource_version()}});
         let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(format!(
-                "cannot update finalizers of PersistentVolume {name}: {e}"
-            )),
+        let mut current = pv.clone();
+        // A conflict means the PV changed (e.g. we just deleted it): re-read and re-apply.
+        for _ in 0..3 {
+            let patch = json!({"metadata": {"finalizers": finalizers(&current), "resourceVersion": current.resource_version()}});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&name).await {
+                    Ok(Some(fresh)) => current = fresh,
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(format!("cannot read PersistentVolume {name}: {e}")),
+                },
+                Err(e) => {
+                    return Err(format!(
+                        "cannot update finalizers of PersistentVolume {name}: {e}"
+                    ));
+                }
+            }
         }
+        Err(format!(
+            "cannot update finalizers of PersistentVolume {name}: it keeps changing"
+        ))
     }
 }
 
