@@ -354,19 +354,28 @@ async fn poll(shared: Arc<Shared>, cancel: CancellationToken) {
 }
 
 /// Resolves `--capacity-ownerref-level` from `POD_NAME` in `NAMESPACE` (-1 none, 0 the pod,
-/// 1 its controller, 2 that one's controller, ...). Errors name what is missing; see
-/// [`OwnerError`] for the typed form.
+/// 1 its controller, 2 that one's controller, ...). Errors name what is missing; the message
+/// is carried in a `kube::Error::Api` status (use [`find_owner`] for the typed error).
 pub async fn lookup_owner(
     client: &kube::Client,
     namespace: &str,
     pod: &str,
     level: Option<u32>,
 ) -> Result<Option<OwnerReference>, kube::Error> {
-    let Some(level) = level else {
-        return Ok(None);
-    };
-    owner::lookup(client, namespace, pod, level)
+    find_owner(client, namespace, pod, level)
         .await
-        .map(Some)
         .map_err(OwnerError::into_kube)
+}
+
+/// [`lookup_owner`] with an error whose message reads well on its own.
+pub async fn find_owner(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    level: Option<u32>,
+) -> Result<Option<OwnerReference>, OwnerError> {
+    match level {
+        None => Ok(None),
+        Some(level) => owner::lookup(client, namespace, pod, level).await.map(Some),
+    }
 }

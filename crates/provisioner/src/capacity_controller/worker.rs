@@ -201,7 +201,7 @@ impl Shared {
                 let obj = build_object(key, reading, &self.template);
                 match self.api.create(&PostParams::default(), &obj).await {
                     Ok(created) => {
-                        klog::v!(3, name = ?created.metadata.name, key = %what(), capacity = reading.available,
+                        klog::v!(3, name = created.metadata.name.as_deref().unwrap_or_default(), key = %what(), capacity = reading.available,
                             "Created CSIStorageCapacity");
                         self.remember(key, None, created);
                     }
