@@ -119,6 +119,20 @@ pub(crate) fn remove_state(dir: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// Adds a detached process (e.g. the demo's driver and provisioner) to `<dir>/pids`, so that
+/// [`stop_detached`] stops it with the cluster.
+pub fn record_detached(dir: &Path, name: &str, pid: u32) -> Result<(), Error> {
+    use std::io::Write;
+    let path = dir.join(PID_FILE);
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .ctx(|| format!("opening {}", path.display()))?;
+    file.write_all(render_pids(&[(name.to_string(), pid)]).as_bytes())
+        .ctx(|| format!("writing {}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,13 +190,4 @@ mod tests {
         assert!(dir.join("logs/etcd.log").exists());
         fs::remove_dir_all(&dir).expect("cleanup");
     }
-}
-
-/// Adds a detached process (e.g. the demo's driver and provisioner) to `<dir>/pids`, so that
-/// [`stop_detached`] stops it with the cluster.
-pub fn record_detached(dir: &Path, name: &str, pid: u32) -> Result<(), Error> {
-    use std::io::Write;
-    let path = dir.join(PID_FILE);
-    let mut file = fs::OpenOptions::new().create(true).append(true).open(&path).ctx(|| format!("opening {}", path.display()))?;
-    file.write_all(render_pids(&[(name.to_string(), pid)]).as_bytes()).ctx(|| format!("writing {}", path.display()))
 }
