@@ -380,6 +380,14 @@ async fn failures_keep_value_and_show_staleness() {
     .await;
     let objects = w.wait_objects("the object", |o| o.contains_key(&a)).await;
     assert_eq!(bytes(&objects[&a]), Some(10 * GI), "last value kept");
+    // Bounded: a poll every second while failing still queues the one key at most once.
+    let text = w.metrics().await.unwrap();
+    let depth: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("workqueue_depth{name=\"csistoragecapacity\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no csistoragecapacity queue depth in {text}"));
+    assert!(depth <= 1.0, "queue depth {depth}");
 
     w.mock.clear_faults();
     w.wait_objects("8Gi after recovery", |o| {
