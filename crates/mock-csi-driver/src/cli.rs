@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::Parser;
+use csi::v1::volume_capability::access_mode::Mode;
 
 use crate::handlers::DriverConfig;
 use crate::quantity::parse_quantity;
@@ -63,6 +64,17 @@ struct Args {
     /// Do not advertise GET_CAPACITY (GetCapacity then answers UNIMPLEMENTED).
     #[arg(long)]
     no_capacity: bool,
+    /// Refuse volumes with this CSI access mode (e.g. MULTI_NODE_MULTI_WRITER), repeatable.
+    #[arg(long, value_name = "MODE", value_parser = access_mode_arg)]
+    reject_access_mode: Vec<Mode>,
+}
+
+fn access_mode_arg(s: &str) -> Result<Mode, String> {
+    Mode::from_str_name(s)
+        .filter(|m| *m != Mode::Unknown)
+        .ok_or_else(|| {
+            format!("unknown CSI access mode {s:?}; expected e.g. MULTI_NODE_MULTI_WRITER")
+        })
 }
 
 fn endpoint_arg(s: &str) -> Result<PathBuf, String> {
@@ -121,6 +133,7 @@ where
             node_topology: a.node_topology.unwrap_or_default(),
             publish_unpublish: a.publish_unpublish,
             single_node_multi_writer: a.single_node_multi_writer,
+            reject_access_modes: a.reject_access_mode,
             modify_volume: a.modify_volume,
             no_topology: a.no_topology,
             no_capacity: a.no_capacity,

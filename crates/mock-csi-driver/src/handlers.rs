@@ -25,6 +25,8 @@ pub struct DriverConfig {
     pub modify_volume: bool,
     pub no_topology: bool,
     pub no_capacity: bool,
+    /// Access modes this driver refuses (INVALID_ARGUMENT), to test how a CO reports it.
+    pub reject_access_modes: Vec<Mode>,
 }
 
 impl Default for DriverConfig {
@@ -39,6 +41,7 @@ impl Default for DriverConfig {
             modify_volume: false,
             no_topology: false,
             no_capacity: false,
+            reject_access_modes: Vec::new(),
         }
     }
 }
@@ -147,6 +150,10 @@ pub fn check_capability(cap: &VolumeCapability, cfg: &DriverConfig) -> Result<()
                 m.as_str_name()
             ))
         }
+        Ok(m) if cfg.reject_access_modes.contains(&m) => Err(format!(
+            "access mode {} is not supported by this driver",
+            m.as_str_name()
+        )),
         Ok(_) => Ok(()),
     }
 }

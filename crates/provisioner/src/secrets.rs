@@ -9,7 +9,8 @@ use provisioning::secrets::SecretRef;
 /// Why a secret could not be used. The messages name the secret, never its content.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
-    #[error("{0}")]
+    /// The API server's own words (`secrets "x" not found`), as upstream prints them.
+    #[error("{}", api_message(.0))]
     Get(#[from] kube::Error),
     #[error("key {key:?} is not valid UTF-8 text; CSI secrets must be strings")]
     NotText { key: String },
@@ -32,4 +33,11 @@ pub async fn fetch(
             Err(_) => Err(SecretError::NotText { key }),
         })
         .collect()
+}
+
+fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
 }

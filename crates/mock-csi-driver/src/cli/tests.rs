@@ -35,6 +35,7 @@ fn every_flag() {
         "--modify-volume",
         "--no-topology",
         "--no-capacity",
+        "--reject-access-mode=MULTI_NODE_MULTI_WRITER",
     ])
     .unwrap();
     let want = DriverConfig {
@@ -47,6 +48,9 @@ fn every_flag() {
         modify_volume: true,
         no_topology: true,
         no_capacity: true,
+        reject_access_modes: vec![
+            csi::v1::volume_capability::access_mode::Mode::MultiNodeMultiWriter,
+        ],
     };
     assert_eq!(cfg.driver, want);
     assert_eq!(cfg.socket, PathBuf::from("/run/csi.sock"));

@@ -77,6 +77,24 @@ fn snmw_modes_accepted_when_advertised() {
 }
 
 #[test]
+fn rejected_access_modes_are_refused_and_others_kept() {
+    let cfg = DriverConfig {
+        reject_access_modes: vec![Mode::MultiNodeMultiWriter],
+        ..DriverConfig::default()
+    };
+    let err = check_capability(&cap(Mode::MultiNodeMultiWriter), &cfg).unwrap_err();
+    assert_eq!(
+        err,
+        "access mode MULTI_NODE_MULTI_WRITER is not supported by this driver"
+    );
+    assert_eq!(check_capability(&cap(Mode::SingleNodeWriter), &cfg), Ok(()));
+    assert_eq!(
+        check_capability(&cap(Mode::MultiNodeMultiWriter), &DriverConfig::default()),
+        Ok(())
+    );
+}
+
+#[test]
 fn create_returns_topology_id_and_context() {
     let mut p = pools(&["n=node-1:10Gi", "fast@n=node-2:10Gi", "bulk@:10Gi"]);
     let cfg = DriverConfig::default();
