@@ -1,5 +1,6 @@
 //! `cargo xtask`: everything beyond plain cargo.
 
+mod bench;
 mod cluster;
 mod demo;
 mod gobuild;
@@ -44,8 +45,22 @@ enum Cmd {
         #[arg(long)]
         keep: bool,
     },
-    /// Benchmarks (not implemented yet).
-    Bench,
+    /// Side-by-side benchmarks with upstream external-provisioner v6.3.0: writes
+    /// bench/results/<n>.json, BENCHMARKS.md and bench/plots/ (`--quick`: target/bench-quick/).
+    Bench {
+        /// Scenarios to run (1-6, comma-separated); all when omitted.
+        #[arg(long, value_delimiter = ',')]
+        scenario: Vec<u8>,
+        /// Measured runs per provisioner (and variant); the tables show median and min–max.
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+        /// Smaller sizes, for developing the harness.
+        #[arg(long)]
+        quick: bool,
+        /// Only re-render BENCHMARKS.md and the plots from the JSON results.
+        #[arg(long)]
+        report_only: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -134,7 +149,37 @@ fn run(cli: Cli) -> Result<()> {
             )?;
             demo::run(&root, &demo::Options { dir, keep })
         }
-        Cmd::Bench => bail!("`cargo xtask bench` is not implemented yet"),
+        Cmd::Bench {
+            scenario,
+            runs,
+            quick,
+            report_only,
+        } => {
+            let opts = bench::Options {
+                scenarios: scenario,
+                runs,
+                quick,
+                report_only,
+            };
+            if report_only {
+                return bench::run(&root, &root, &opts);
+            }
+            let bin_dir = gobuild::build(&root, true)?;
+            // Release builds only: debug builds would measure the compiler, not the design.
+            cargo(
+                &[
+                    "build",
+                    "--release",
+                    "--package",
+                    "csi-provisioner",
+                    "--package",
+                    "mock-csi-driver",
+                    "--bins",
+                ],
+                None,
+            )?;
+            bench::run(&root, &bin_dir, &opts)
+        }
     }
 }
 

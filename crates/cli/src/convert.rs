@@ -11,7 +11,6 @@ use crate::goparse::{
 };
 use crate::labels::parse_labels;
 use crate::options::{Env, LoggingOptions, Options};
-use crate::quantity::parse_quantity_value;
 
 const DURATION_FORM: &str = "expected a Go duration such as 10s, 1m30s or 250ms";
 
@@ -108,9 +107,9 @@ fn verbosity(raw: Option<String>) -> Result<u32, CliError> {
 
 fn quantity(flag: &'static str, raw: Option<String>) -> Result<String, CliError> {
     let s = raw.unwrap_or_else(|| "0".to_string());
-    match parse_quantity_value(&s) {
-        Some(_) => Ok(s),
-        None => Err(CliError::value(
+    match quantity::parse_quantity(&s) {
+        Ok(_) => Ok(s),
+        Err(_) => Err(CliError::value(
             flag,
             &s,
             "expected a quantity such as 0, 512, 64Ki or 1Mi",

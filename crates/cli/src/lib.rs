@@ -22,7 +22,6 @@ pub mod goparse;
 mod ignored;
 mod labels;
 mod options;
-mod quantity;
 mod validate;
 
 use std::collections::BTreeSet;

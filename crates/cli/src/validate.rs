@@ -16,7 +16,6 @@ use crate::duration::format_go_duration;
 use crate::error::CliError;
 use crate::gates::GateError;
 use crate::options::Options;
-use crate::quantity::parse_quantity_value;
 
 const LOGGING_ALPHA: &str = "needs the LoggingAlphaOptions feature gate, which cannot be enabled; only the default is accepted (as upstream)";
 
@@ -55,7 +54,7 @@ pub(crate) fn stage_one(
         ("log-text-info-buffer-size", &log.text_info_buffer_size),
         ("log-json-info-buffer-size", &log.json_info_buffer_size),
     ] {
-        if parse_quantity_value(size).is_some_and(|v| v != 0.0) {
+        if quantity::parse_quantity(size).is_ok_and(|v| v != 0) {
             return Err(CliError::invalid(flag, LOGGING_ALPHA));
         }
     }

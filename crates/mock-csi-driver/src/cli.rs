@@ -7,8 +7,8 @@ use clap::Parser;
 use csi::v1::volume_capability::access_mode::Mode;
 
 use crate::handlers::DriverConfig;
-use crate::quantity::parse_quantity;
 use crate::spec::{PoolSpec, Segment, default_pool, parse_endpoint, parse_pool, parse_segment};
+use quantity::parse_quantity;
 
 /// Everything the binary needs to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +90,7 @@ fn segment_arg(s: &str) -> Result<Segment, String> {
 }
 
 fn size_arg(s: &str) -> Result<i64, String> {
-    parse_quantity(s).map_err(|e| e.to_string())
+    parse_quantity(s).map_err(|e| crate::spec::size_problem(&e))
 }
 
 fn non_empty_arg(s: &str) -> Result<String, String> {

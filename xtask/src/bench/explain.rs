@@ -1,0 +1,197 @@
+//! Words around the numbers: setup text shared by scenarios 1 and 2, the machine line, and
+//! the one line per scenario on what explains the difference, computed from the results.
+
+use super::ctx::Sizes;
+use super::report::fmt_num;
+use super::results::{Impl, ScenarioResult};
+use super::stats;
+
+pub fn setup_throughput(s: &Sizes, deletion: bool) -> String {
+    let what = if deletion {
+        "After scenario 1's claims are all Bound, they are deleted at once (one \
+         deletecollection); measured until every PV is gone and the driver's ListVolumes is \
+         empty. Reclaim policy Delete."
+    } else {
+        "Measured from the first create until every claim is Bound (kube-controller-manager \
+         binds them; it runs with its default client QPS 20/30 for both) and until every PV \
+         exists (the provisioner's own part)."
+    };
+    format!(
+        "{} claims of 1 Gi in an Immediate StorageClass, created at once (32 requests in \
+         flight), one mock driver with no topology. Both provisioners get `--kube-api-qps` / \
+         `--kube-api-burst` of the variant, 100 worker threads, no capacity tracking. A warm-up \
+         claim is provisioned and deleted first. {what} API requests are the increase of \
+         `rest_client_requests_total` (all codes) over the phase.",
+        s.s1_claims
+    )
+}
+
+/// Cores, memory, load and commit, for the reader of numbers from a shared machine.
+pub fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| super::procfs::status_kb(&t, "MemTotal"))
+        .map_or(0.0, |kb| kb as f64 / 1048576.0);
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into());
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "?".into());
+    format!(
+        "Machine: {cores} cores, {mem_gib:.0} GiB, 1-minute load average {load} when the \
+         scenario ended; commit {commit}."
+    )
+}
+
+/// Median of one metric.
+fn med(r: &ScenarioResult, which: Impl, variant: &str, key: &str) -> Option<f64> {
+    let v: Vec<f64> = r
+        .values(which, variant, key)
+        .iter()
+        .map(|(_, x)| *x)
+        .collect();
+    stats::summarize(&v).map(|s| s.median)
+}
+
+/// Median of the paired us/upstream ratios of one metric.
+fn ratio(r: &ScenarioResult, variant: &str, key: &str) -> Option<f64> {
+    let pairs = stats::paired_ratios(
+        &r.values(Impl::Ours, variant, key),
+        &r.values(Impl::Upstream, variant, key),
+    );
+    stats::summarize(&pairs).map(|s| s.median)
+}
+
+fn n(x: Option<f64>) -> String {
+    x.map_or("–".into(), fmt_num)
+}
+
+fn r2(x: Option<f64>) -> String {
+    x.map_or("–".into(), |v| format!("{v:.2}"))
+}
+
+/// The one line on what explains the difference.
+pub fn explain(r: &ScenarioResult) -> String {
+    let v = r.variants();
+    let first = v.first().cloned().unwrap_or_default();
+    let last = v.last().cloned().unwrap_or_default();
+    match r.scenario {
+        1 | 2 => {
+            let key = if r.scenario == 1 {
+                "bound_s"
+            } else {
+                "pvs_gone_s"
+            };
+            format!(
+                "with the default QPS the client-side rate limiter sets the pace, so time \
+                 follows API requests per volume (ours {} vs upstream {}, time ratio {}); with \
+                 100/200 kube-controller-manager's own binder QPS (20/30) is the shared limit \
+                 (time ratio {}).",
+                n(med(r, Impl::Ours, &first, "api_per_volume")),
+                n(med(r, Impl::Upstream, &first, "api_per_volume")),
+                r2(ratio(r, &first, key)),
+                r2(ratio(r, &last, key)),
+            )
+        }
+        3 => format!(
+            "both cache the same Nodes, CSINodes, PVs and PVCs; the RSS ratio ({}) is the cost \
+             of each side's cached object representation plus runtime (Go heap and GC headroom \
+             vs Rust allocations), and start-up time is listing them ({} vs {} s).",
+            r2(ratio(r, &first, "rss_mib")),
+            n(med(r, Impl::Ours, &first, "ready_s")),
+            n(med(r, Impl::Upstream, &first, "ready_s")),
+        ),
+        4 => format!(
+            "both refresh the node's objects right after CreateVolume; the lag is that \
+             refresh's queueing, one GetCapacity and one API update per class (p50 {} vs {} ms, \
+             all three classes {} vs {} ms).",
+            n(med(r, Impl::Ours, &first, "lag_p50_ms")),
+            n(med(r, Impl::Upstream, &first, "lag_p50_ms")),
+            n(med(r, Impl::Ours, &first, "all_p50_ms")),
+            n(med(r, Impl::Upstream, &first, "all_p50_ms")),
+        ),
+        5 => format!(
+            "every 10 s poll queues every object again and one worker calls GetCapacity for \
+             each: a depth that does not return to zero means the worker cannot keep up \
+             (median depth {} vs {}, {} vs {} GetCapacity calls/s); publication is bound by \
+             the capacity QPS (ratio {}).",
+            n(med(r, Impl::Ours, &first, "depth_median")),
+            n(med(r, Impl::Upstream, &first, "depth_median")),
+            n(med(r, Impl::Ours, &first, "getcapacity_per_s")),
+            n(med(r, Impl::Upstream, &first, "getcapacity_per_s")),
+            r2(ratio(r, &first, "publish_s")),
+        ),
+        _ => format!(
+            "the scheduler places pods on the capacity it last saw; every volume created before \
+             the node's object is updated (capacity QPS 1) can send the next pod to a full node, \
+             which costs a ResourceExhausted and a reschedule (ours {} vs upstream {} failed \
+             CreateVolume calls).",
+            n(med(r, Impl::Ours, &first, "exhausted_calls")),
+            n(med(r, Impl::Upstream, &first, "exhausted_calls")),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::results::RunRecord;
+
+    fn result(scenario: u8, key: &str, ours: f64, upstream: f64) -> ScenarioResult {
+        let mut a = RunRecord::new(Impl::Ours, "", 1);
+        a.set(key, ours);
+        let mut b = RunRecord::new(Impl::Upstream, "", 1);
+        b.set(key, upstream);
+        ScenarioResult {
+            scenario,
+            title: String::new(),
+            quick: false,
+            finished_at: String::new(),
+            wall_seconds: 0.0,
+            command: String::new(),
+            setup: String::new(),
+            metrics: vec![],
+            runs: vec![a, b],
+            plot: None,
+            notes: vec![],
+        }
+    }
+
+    #[test]
+    fn lines_quote_the_measured_numbers() {
+        let cases = [
+            (1, "api_per_volume", 3.0, 4.5, "ours 3.00 vs upstream 4.50"),
+            (3, "rss_mib", 20.0, 80.0, "RSS ratio (0.25)"),
+            (4, "lag_p50_ms", 12.0, 900.0, "p50 12.0 vs 900 ms"),
+            (5, "depth_median", 0.0, 5000.0, "median depth 0 vs 5000"),
+            (
+                6,
+                "exhausted_calls",
+                2.0,
+                40.0,
+                "ours 2.00 vs upstream 40.0",
+            ),
+        ];
+        for (s, key, a, b, want) in cases {
+            let line = explain(&result(s, key, a, b));
+            assert!(line.contains(want), "scenario {s}: {line}");
+        }
+        let empty = explain(&result(4, "other", 1.0, 1.0));
+        assert!(empty.contains("p50 – vs – ms"), "{empty}");
+    }
+
+    #[test]
+    fn setup_names_the_size() {
+        let s = setup_throughput(&Sizes::full(), false);
+        assert!(s.contains("1000 claims"), "{s}");
+        assert!(setup_throughput(&Sizes::full(), true).contains("deletecollection"));
+        assert!(machine().starts_with("Machine: "));
+    }
+}

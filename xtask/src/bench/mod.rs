@@ -1,0 +1,326 @@
+//! `cargo xtask bench`: our csi-provisioner and upstream external-provisioner v6.3.0 measured
+//! side by side on one real local control plane. Results: `bench/results/<n>.json` (raw, latest
+//! run), `BENCHMARKS.md` and `bench/plots/<n>.png` (rendered from the JSON). A program, not a
+//! test: no number ever fails it.
+
+mod calllog;
+mod cluster;
+mod ctx;
+mod explain;
+mod freshness;
+mod launch;
+mod memory;
+mod objects;
+mod observe;
+mod placement;
+mod plot;
+mod procfs;
+mod prom;
+mod quantity;
+mod report;
+mod results;
+mod sampler;
+mod scale;
+mod stats;
+mod throughput;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use testenv::{ControlPlane, ControlPlaneOptions};
+
+use ctx::{Ctx, Sizes};
+use launch::Binaries;
+use results::{RunRecord, ScenarioResult};
+
+/// What `cargo xtask bench` was asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub scenarios: Vec<u8>,
+    pub runs: u32,
+    pub quick: bool,
+    /// Only re-render BENCHMARKS.md and the plots from the JSON results.
+    pub report_only: bool,
+}
+
+/// Where results go: the committed files for full runs, `target/bench-quick/` for `--quick`.
+struct Outputs {
+    results: PathBuf,
+    markdown: PathBuf,
+    plots: PathBuf,
+    plots_in_doc: String,
+}
+
+impl Outputs {
+    fn new(root: &Path, quick: bool) -> Outputs {
+        if quick {
+            let base = testenv::target_dir().join("bench-quick");
+            Outputs {
+                results: base.join("results"),
+                markdown: base.join("BENCHMARKS.md"),
+                plots: base.join("plots"),
+                plots_in_doc: "plots".into(),
+            }
+        } else {
+            Outputs {
+                results: root.join("bench/results"),
+                markdown: root.join("BENCHMARKS.md"),
+                plots: root.join("bench/plots"),
+                plots_in_doc: "bench/plots".into(),
+            }
+        }
+    }
+
+    fn render(&self) -> Result<()> {
+        report::write_all(
+            &self.results,
+            &self.markdown,
+            &self.plots,
+            &self.plots_in_doc,
+            &explain::explain,
+        )
+    }
+}
+
+/// The scenarios to run, sorted, without duplicates; all six when none are named.
+pub fn selection(asked: &[u8]) -> Result<Vec<u8>> {
+    if let Some(bad) = asked.iter().find(|s| !(1..=6).contains(*s)) {
+        bail!("there is no scenario {bad}: scenarios are 1 to 6");
+    }
+    let mut s: Vec<u8> = if asked.is_empty() {
+        (1..=6).collect()
+    } else {
+        asked.to_vec()
+    };
+    s.sort_unstable();
+    s.dedup();
+    Ok(s)
+}
+
+/// The command that reproduces one scenario as it was run.
+pub fn command_line(scenario: u8, runs: u32, quick: bool) -> String {
+    let mut c = format!("cargo xtask bench --scenario {scenario}");
+    if runs != 3 {
+        c.push_str(&format!(" --runs {runs}"));
+    }
+    if quick {
+        c.push_str(" --quick");
+    }
+    c
+}
+
+pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
+    let outputs = Outputs::new(root, opts.quick);
+    if opts.report_only {
+        outputs.render()?;
+        println!("bench: wrote {}", outputs.markdown.display());
+        return Ok(());
+    }
+    let scenarios = selection(&opts.scenarios)?;
+    if opts.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let bins = Binaries {
+        ours: root.join("target/release/csi-provisioner"),
+        upstream: bin_dir.join("csi-provisioner-upstream"),
+        driver: root.join("target/release/mock-csi-driver"),
+    };
+    for b in [&bins.ours, &bins.upstream, &bins.driver] {
+        if !b.exists() {
+            bail!(
+                "{} is missing (the bench command builds it; did the build fail?)",
+                b.display()
+            );
+        }
+    }
+    let stamp = jiff::Timestamp::now()
+        .strftime("%Y%m%dT%H%M%SZ")
+        .to_string();
+    let work = testenv::target_dir().join("bench-runs").join(stamp);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting a tokio runtime")?;
+    let began = Instant::now();
+    runtime.block_on(async {
+        let cp = ControlPlane::start(ControlPlaneOptions {
+            dir: Some(work.join("control-plane")),
+            startup_timeout: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await?;
+        println!(
+            "bench: control plane in {} (logs in {}/logs)",
+            work.display(),
+            cp.dir().display()
+        );
+        let (runs, quick) = (opts.runs, opts.quick);
+        let ctx = Ctx {
+            client: cp.try_client().await?,
+            kubeconfig: cp.kubeconfig().to_path_buf(),
+            bins,
+            runs,
+            quick,
+            sizes: if quick { Sizes::quick() } else { Sizes::full() },
+            work: work.clone(),
+            command: Box::new(move |s| command_line(s, runs, quick)),
+        };
+        run_scenarios(&ctx, &scenarios, &outputs).await
+    })?;
+    println!(
+        "bench: done in {:.1} min; results in {}, report {}",
+        began.elapsed().as_secs_f64() / 60.0,
+        outputs.results.display(),
+        outputs.markdown.display()
+    );
+    Ok(())
+}
+
+async fn run_scenarios(ctx: &Ctx, scenarios: &[u8], outputs: &Outputs) -> Result<()> {
+    let mut throughput_done = false;
+    for &s in scenarios {
+        let began = Instant::now();
+        let mut produced: Vec<(u8, Vec<RunRecord>)> = Vec::new();
+        let mut notes = Vec::new();
+        match s {
+            // One measured run covers both: deletion needs the claims creation made.
+            1 | 2 if !throughput_done => {
+                throughput_done = true;
+                let (c, d) = throughput::run(ctx).await;
+                if scenarios.contains(&1) {
+                    produced.push((1, c));
+                }
+                if scenarios.contains(&2) {
+                    produced.push((2, d));
+                }
+            }
+            1 | 2 => continue,
+            3 => {
+                let (runs, n) = memory::run(ctx).await;
+                produced.push((3, runs));
+                notes.extend(n);
+            }
+            4..=6 => {
+                let (runs, n) = match s {
+                    4 => freshness::run(ctx).await,
+                    5 => scale::run(ctx).await,
+                    _ => placement::run(ctx).await,
+                };
+                produced.push((s, runs));
+                notes.extend(n);
+            }
+            _ => bail!("there is no scenario {s}"),
+        }
+        let wall = began.elapsed().as_secs_f64() / produced.len().max(1) as f64;
+        for (n, runs) in produced {
+            let result = assemble(ctx, n, runs, wall, notes.clone());
+            let path = outputs.results.join(format!("{n}.json"));
+            results::write(&path, &result)?;
+            println!("bench: wrote {}", path.display());
+        }
+        outputs.render()?;
+    }
+    Ok(())
+}
+
+/// The result of scenario `n` with its fixed description.
+fn assemble(
+    ctx: &Ctx,
+    n: u8,
+    runs: Vec<RunRecord>,
+    wall: f64,
+    notes: Vec<String>,
+) -> ScenarioResult {
+    let sizes = &ctx.sizes;
+    let (title, setup, metrics, plot) = match n {
+        1 => (
+            "Provisioning throughput",
+            explain::setup_throughput(sizes, false),
+            throughput::create_metrics(),
+            throughput::create_plot(),
+        ),
+        2 => (
+            "Deletion throughput",
+            explain::setup_throughput(sizes, true),
+            throughput::delete_metrics(),
+            throughput::delete_plot(),
+        ),
+        3 => (
+            "Memory at rest",
+            memory::setup(sizes),
+            memory::metrics(),
+            memory::plot(),
+        ),
+        4 => (
+            "Capacity freshness",
+            freshness::setup(sizes),
+            freshness::metrics(),
+            freshness::plot(),
+        ),
+        5 => (
+            "Capacity scale",
+            scale::setup(sizes),
+            scale::metrics(),
+            scale::plot(),
+        ),
+        _ => (
+            "Placement under a burst",
+            placement::setup(sizes),
+            placement::metrics(),
+            placement::plot(),
+        ),
+    };
+    ScenarioResult {
+        scenario: n,
+        title: title.into(),
+        quick: ctx.quick,
+        finished_at: jiff::Timestamp::now()
+            .strftime("%Y-%m-%d %H:%M UTC")
+            .to_string(),
+        wall_seconds: wall,
+        command: (ctx.command)(n),
+        setup: format!("{setup}\n\n{}", explain::machine()),
+        metrics,
+        runs,
+        plot: Some(plot),
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenario_selection() {
+        assert_eq!(selection(&[]).unwrap(), vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(selection(&[4, 1, 4]).unwrap(), vec![1, 4]);
+        let err = selection(&[7]).unwrap_err().to_string();
+        assert!(err.contains("no scenario 7"), "{err}");
+        assert!(selection(&[0]).is_err());
+    }
+
+    #[test]
+    fn reproducing_commands() {
+        assert_eq!(command_line(1, 3, false), "cargo xtask bench --scenario 1");
+        assert_eq!(
+            command_line(5, 1, true),
+            "cargo xtask bench --scenario 5 --runs 1 --quick"
+        );
+    }
+
+    #[test]
+    fn quick_output_stays_out_of_the_tree() {
+        let root = Path::new("/ws");
+        let full = Outputs::new(root, false);
+        assert_eq!(full.results, PathBuf::from("/ws/bench/results"));
+        assert_eq!(full.markdown, PathBuf::from("/ws/BENCHMARKS.md"));
+        let quick = Outputs::new(root, true);
+        assert!(
+            quick.results.ends_with("bench-quick/results"),
+            "{:?}",
+            quick.results
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! Scenario 6: placement under a burst. Pods with one WaitForFirstConsumer claim each are
+//! created at once; the real kube-scheduler places them using the published capacity. Counted:
+//! ResourceExhausted reschedules, time until every pod is bound to a node, pods left pending.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::CSIStorageCapacity;
+use kube::Api;
+use kube::api::ListParams;
+
+use super::calllog;
+use super::cluster::{self, create_all, poll};
+use super::ctx::{Ctx, Sizes, Slot, cumulative};
+use super::freshness::wait_published;
+use super::launch::{self, Budget, Driver, Running};
+use super::objects::{self, TOPOLOGY_KEY};
+use super::observe;
+use super::results::{Impl, MetricDef, PlotSpec, RunRecord};
+
+/// Upstream's defaults for both: capacity QPS 1/5, poll 1m, kube QPS 5/10.
+pub const CAPACITY_QPS: (u32, u32) = (1, 5);
+const CLAIM_SIZE: &str = "9Gi";
+const POOL_SIZE: &str = "100Gi";
+
+pub fn setup(s: &Sizes) -> String {
+    format!(
+        "{} fake nodes, a {POOL_SIZE} pool per node, CSIDriver with `storageCapacity: true`, \
+         one WaitForFirstConsumer StorageClass. {} pods, each with its own {CLAIM_SIZE} claim, \
+         are created at once (room for 11 volumes per node, so all fit if placed well); the \
+         real kube-scheduler places them. Flags: upstream's defaults (QPS 5/10, capacity QPS \
+         {}/{}, poll 1m). ResourceExhausted is counted in the driver's call log (failed \
+         CreateVolume calls) and in ProvisioningFailed events (sum of their counts).",
+        s.s6_nodes, s.s6_pods, CAPACITY_QPS.0, CAPACITY_QPS.1
+    )
+}
+
+pub fn metrics() -> Vec<MetricDef> {
+    vec![
+        MetricDef::new(
+            "all_bound_s",
+            "Time until every pod is bound to a node",
+            "s",
+            true,
+        ),
+        MetricDef::new("pending", "Pods left pending", "", true),
+        MetricDef::new(
+            "exhausted_calls",
+            "ResourceExhausted CreateVolume calls",
+            "",
+            true,
+        ),
+        MetricDef::new("exhausted_events", "ResourceExhausted events", "", true),
+        MetricDef::new("create_calls", "CreateVolume calls", "", true),
+        MetricDef::new("publish_s", "First publication of the objects", "s", true),
+    ]
+}
+
+pub fn plot() -> PlotSpec {
+    PlotSpec {
+        title: "Pods bound to a node after a burst".into(),
+        x_label: "seconds".into(),
+        y_label: "pods bound".into(),
+        series: "scheduled".into(),
+        pick_by: "all_bound_s".into(),
+    }
+}
+
+async fn exhausted_events(ctx: &Ctx, namespace: &str) -> Result<f64> {
+    let events: Api<Event> = Api::namespaced(ctx.client.clone(), namespace);
+    let list = events
+        .list(&ListParams::default().fields("reason=ProvisioningFailed"))
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|e| {
+            e.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("ResourceExhausted")
+        })
+        .map(|e| f64::from(e.count.unwrap_or(1).max(1)))
+        .sum())
+}
+
+async fn measure(
+    ctx: &Ctx,
+    slot: &Slot,
+    rec: &mut RunRecord,
+    started: &mut (Option<Running>, Option<Driver>),
+) -> Result<()> {
+    let nodes = cluster::ensure_nodes(&ctx.client, ctx.sizes.s6_nodes, &slot.driver).await?;
+    ctx.prepare(slot, true).await?;
+    let class = slot.driver.trim_end_matches(".bench.csi").to_string();
+    let sc = objects::storage_class(&class, &slot.driver, "WaitForFirstConsumer", "Delete");
+    create_all(&Api::all(ctx.client.clone()), vec![sc]).await?;
+    let pools = launch::node_pools(TOPOLOGY_KEY, &nodes, POOL_SIZE);
+    let driver = started.1.insert(ctx.start_driver(slot, &pools)?);
+    let call_log = driver.call_log.clone();
+    let budget = Budget::defaults().with_capacity(CAPACITY_QPS.0, CAPACITY_QPS.1, "1m");
+    let t_start = Instant::now();
+    let caps_api: Api<CSIStorageCapacity> = Api::namespaced(ctx.client.clone(), &slot.namespace);
+    let caps = observe::watch_capacities(caps_api, t_start, &slot.driver);
+    let prov = started
+        .0
+        .insert(ctx.start_provisioner(slot, &budget, driver)?);
+    let published = wait_published(&caps, prov, nodes.len(), ctx.sizes.long_wait, t_start).await?;
+    rec.set("publish_s", published);
+
+    let n = ctx.sizes.s6_pods;
+    let t0 = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &slot.namespace);
+    let placed = observe::watch_pods(pods.clone(), t0);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &slot.namespace);
+    let batch =
+        (0..n).map(|i| objects::claim(&format!("d-{i}"), &class, CLAIM_SIZE, &slot.driver, None));
+    create_all(&claims, batch.collect()).await?;
+    create_all(
+        &pods,
+        (0..n)
+            .map(|i| objects::pod(&format!("p-{i}"), &format!("d-{i}")))
+            .collect(),
+    )
+    .await?;
+    let what = format!("{n} pods bound to nodes");
+    let outcome = poll(
+        &what,
+        ctx.sizes.long_wait.min(Duration::from_secs(900)),
+        Duration::from_millis(250),
+        || async {
+            prov.check_alive()?;
+            Ok((placed.with(|p| p.scheduled.len()) >= n).then_some(()))
+        },
+    )
+    .await;
+    let times: Vec<f64> = placed.with(|p| p.scheduled.values().map(|(t, _)| *t).collect());
+    match outcome {
+        Ok(()) => rec.set("all_bound_s", times.iter().copied().fold(0.0, f64::max)),
+        Err(e) => rec.notes.push(format!("{e:#}")),
+    }
+    rec.set("pending", (n - times.len()) as f64);
+    let calls = calllog::read(&call_log);
+    rec.set(
+        "exhausted_calls",
+        calllog::count_errors(&calls, "CreateVolume", "ResourceExhausted") as f64,
+    );
+    rec.set(
+        "create_calls",
+        calllog::count(&calls, "CreateVolume") as f64,
+    );
+    rec.set(
+        "exhausted_events",
+        exhausted_events(ctx, &slot.namespace).await?,
+    );
+    rec.series.insert("scheduled".into(), cumulative(times));
+    Ok(())
+}
+
+pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<String>) {
+    let mut records = Vec::new();
+    for run in 1..=ctx.runs {
+        for which in Impl::order(run) {
+            let slot = ctx.slot(6, "", which, run);
+            println!("bench: scenario 6, run {run}, {which}");
+            let mut rec = RunRecord::new(which, "", run);
+            let mut started = (None, None);
+            if let Err(e) = measure(ctx, &slot, &mut rec, &mut started).await {
+                rec.notes.push(format!("{e:#}"));
+            }
+            ctx.teardown(&slot, started.0, started.1).await;
+            println!("  {:?} {:?}", rec.values, rec.notes);
+            records.push(rec);
+        }
+    }
+    (records, Vec::new())
+}

@@ -1,0 +1,246 @@
+//! The raw results of one scenario, as written to `bench/results/<n>.json` and read back to
+//! render BENCHMARKS.md and the plots.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// Which provisioner ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Impl {
+    Ours,
+    Upstream,
+}
+
+impl Impl {
+    pub const BOTH: [Impl; 2] = [Impl::Ours, Impl::Upstream];
+
+    /// Both, in the order run `run` starts them: alternating, so that neither always runs
+    /// first on a machine whose load drifts.
+    pub fn order(run: u32) -> [Impl; 2] {
+        if run % 2 == 1 {
+            [Impl::Ours, Impl::Upstream]
+        } else {
+            [Impl::Upstream, Impl::Ours]
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Impl::Ours => "ours",
+            Impl::Upstream => "upstream",
+        }
+    }
+}
+
+impl fmt::Display for Impl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// A metric a scenario reports, in table order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricDef {
+    pub key: String,
+    pub label: String,
+    pub unit: String,
+    /// For the reader: whether a ratio below 1 means we are better.
+    pub lower_is_better: bool,
+}
+
+impl MetricDef {
+    pub fn new(key: &str, label: &str, unit: &str, lower_is_better: bool) -> MetricDef {
+        MetricDef {
+            key: key.into(),
+            label: label.into(),
+            unit: unit.into(),
+            lower_is_better,
+        }
+    }
+}
+
+/// One measured run of one provisioner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub implementation: Impl,
+    /// Scenario variant (e.g. `qps 5/10`); empty when the scenario has one.
+    pub variant: String,
+    pub run: u32,
+    pub values: BTreeMap<String, f64>,
+    /// Named time series (x, y) kept for plots.
+    #[serde(default)]
+    pub series: BTreeMap<String, Vec<(f64, f64)>>,
+    /// What went wrong, if anything (timeouts, incomplete work).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl RunRecord {
+    pub fn new(implementation: Impl, variant: &str, run: u32) -> RunRecord {
+        RunRecord {
+            implementation,
+            variant: variant.into(),
+            run,
+            values: BTreeMap::new(),
+            series: BTreeMap::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn set(&mut self, key: &str, value: f64) {
+        self.values.insert(key.into(), value);
+    }
+}
+
+/// What a scenario's plot shows: one series name taken from the median run of each
+/// (implementation, variant).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlotSpec {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    /// The series key in [`RunRecord::series`].
+    pub series: String,
+    /// The metric that picks the median run.
+    pub pick_by: String,
+}
+
+/// Everything one scenario produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioResult {
+    pub scenario: u8,
+    pub title: String,
+    pub quick: bool,
+    /// RFC 3339 time the scenario finished.
+    pub finished_at: String,
+    /// Wall time of the whole scenario (setup, all runs, cleanup).
+    pub wall_seconds: f64,
+    pub command: String,
+    /// Markdown describing the setup.
+    pub setup: String,
+    pub metrics: Vec<MetricDef>,
+    pub runs: Vec<RunRecord>,
+    pub plot: Option<PlotSpec>,
+    /// Scenario-level problems (setup failures, skipped runs).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl ScenarioResult {
+    /// Variants in first-seen order.
+    pub fn variants(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for r in &self.runs {
+            if !out.contains(&r.variant) {
+                out.push(r.variant.clone());
+            }
+        }
+        out
+    }
+
+    /// `(run, value)` of one metric for one implementation and variant.
+    pub fn values(&self, which: Impl, variant: &str, key: &str) -> Vec<(u32, f64)> {
+        self.runs
+            .iter()
+            .filter(|r| r.implementation == which && r.variant == variant)
+            .filter_map(|r| r.values.get(key).map(|v| (r.run, *v)))
+            .collect()
+    }
+}
+
+pub fn write(path: &Path, result: &ScenarioResult) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(result)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// Every `<n>.json` in `dir`, by scenario number. Files that do not parse are reported, not
+/// fatal: one stale file must not block the others' report.
+pub fn read_all(dir: &Path) -> Result<(Vec<ScenarioResult>, Vec<String>)> {
+    let mut results = Vec::new();
+    let mut problems = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((results, problems)),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    for entry in entries {
+        let path = entry?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let parsed = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<ScenarioResult>(&t).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(r) => results.push(r),
+            Err(e) => problems.push(format!("{}: {e}", path.display())),
+        }
+    }
+    results.sort_by_key(|r| r.scenario);
+    Ok((results, problems))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_order_alternates() {
+        assert_eq!(Impl::order(1), [Impl::Ours, Impl::Upstream]);
+        assert_eq!(Impl::order(2), [Impl::Upstream, Impl::Ours]);
+        assert_eq!(Impl::order(3), [Impl::Ours, Impl::Upstream]);
+    }
+
+    #[test]
+    fn results_round_trip_and_select() {
+        let mut a = RunRecord::new(Impl::Ours, "qps 5/10", 1);
+        a.set("secs", 2.0);
+        a.series
+            .insert("bound".into(), vec![(0.0, 0.0), (1.0, 5.0)]);
+        let mut b = RunRecord::new(Impl::Upstream, "qps 5/10", 1);
+        b.set("secs", 4.0);
+        let mut c = RunRecord::new(Impl::Ours, "qps 100/200", 1);
+        c.set("secs", 1.0);
+        let result = ScenarioResult {
+            scenario: 1,
+            title: "t".into(),
+            quick: true,
+            finished_at: "2026-01-01T00:00:00Z".into(),
+            wall_seconds: 12.0,
+            command: "cargo xtask bench --scenario 1".into(),
+            setup: "s".into(),
+            metrics: vec![MetricDef::new("secs", "Time", "s", true)],
+            runs: vec![a, b, c],
+            plot: None,
+            notes: vec![],
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let path = dir.join("1.json");
+        write(&path, &result).unwrap();
+        std::fs::write(dir.join("9.json"), "not json").unwrap();
+        let (back, problems) = read_all(dir).unwrap();
+        assert_eq!(back, vec![result.clone()]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(result.variants(), vec!["qps 5/10", "qps 100/200"]);
+        assert_eq!(
+            result.values(Impl::Ours, "qps 5/10", "secs"),
+            vec![(1, 2.0)]
+        );
+        assert_eq!(result.values(Impl::Upstream, "qps 100/200", "secs"), vec![]);
+    }
+
+    #[test]
+    fn missing_directory_is_empty() {
+        let (r, p) = read_all(Path::new("/nonexistent/bench/results")).unwrap();
+        assert!(r.is_empty() && p.is_empty());
+    }
+}
