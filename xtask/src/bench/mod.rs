@@ -16,7 +16,6 @@ mod placement;
 mod plot;
 mod procfs;
 mod prom;
-mod quantity;
 mod report;
 mod results;
 mod sampler;

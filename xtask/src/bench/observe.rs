@@ -16,7 +16,6 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
 use super::objects::TOPOLOGY_KEY;
-use super::quantity;
 
 /// Locks, shrugging off poisoning: a panicked observer only loses its own update.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -221,7 +220,11 @@ pub fn watch_capacities(
                     at,
                     class: c.storage_class_name.clone(),
                     node,
-                    bytes: c.capacity.as_ref().and_then(|q| quantity::bytes(&q.0)),
+                    bytes: c
+                        .capacity
+                        .as_ref()
+                        .and_then(|q| quantity::parse_quantity(&q.0).ok())
+                        .map(|b| b as f64),
                 };
                 s.history.push(seen.clone());
                 s.current.insert(name, seen);
