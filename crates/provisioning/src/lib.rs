@@ -45,7 +45,6 @@ pub mod capabilities;
 pub mod claim;
 pub mod errors;
 pub mod fstype;
-pub(crate) mod gofmt;
 pub mod lifecycle;
 pub mod names;
 pub mod parameters;

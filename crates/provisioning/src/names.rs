@@ -114,7 +114,7 @@ pub fn provisioning_started_message(namespace: &str, name: &str) -> String {
     };
     format!(
         "External provisioner is provisioning volume for claim {}",
-        crate::gofmt::quote(&object)
+        gofmt::quote(&object)
     )
 }
 

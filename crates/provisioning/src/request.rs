@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
 use crate::claim;
 use crate::errors::ProvisionError;
-use crate::gofmt::quote;
+use gofmt::quote;
 
 /// Everything a CreateVolumeRequest is made of, already decided by the other modules.
 #[derive(Debug, Clone)]

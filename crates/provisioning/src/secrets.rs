@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, SecretReference};
 use thiserror::Error;
 
-use crate::gofmt::{quote, quote_list};
 use crate::names;
 use crate::validation::{is_dns1123_label, is_dns1123_subdomain};
+use gofmt::{quote, quote_list};
 
 /// The CSI calls that can carry secrets, each with its own StorageClass keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

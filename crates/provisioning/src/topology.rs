@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::TopologySelectorTerm;
 use thiserror::Error;
 
 use crate::errors::ProvisioningState;
-use crate::gofmt::{list, quote};
+use gofmt::{list, quote};
 
 pub use affinity::{csi_node_topology_keys, volume_node_affinity};
 pub use hash::{fnv32, pvc_name_hash_and_index};

@@ -1,0 +1,115 @@
+//! Go's renderings of strings, for texts that must read exactly like upstream's: klog's quoted
+//! log values and the `%q` / `%v` verbs in upstream error messages.
+
+use std::fmt::Write as _;
+
+/// Quotes `s` like Go's `strconv.Quote` (and the `%q` verb): double quotes, Go's escapes for
+/// control characters and for characters Go does not consider printable.
+///
+/// Go decides printability from its Unicode tables; we approximate them with the character
+/// classes Rust exposes (controls, whitespace other than the ASCII space) plus the invisible
+/// format and private-use characters Go escapes. Every other character is written as is.
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if is_printable(c) => out.push(c),
+            // Go writes non-printable ASCII as \xNN, the rest as \uNNNN or \UNNNNNNNN.
+            c if (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if (c as u32) < 0x1_0000 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => {
+                let _ = write!(out, "\\U{:08x}", c as u32);
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `%q` of a `[]string`: `["a" "b"]`.
+pub fn quote_list<S: AsRef<str>>(items: &[S]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| quote(s.as_ref())).collect();
+    format!("[{}]", quoted.join(" "))
+}
+
+/// `%v` of a `[]string`: `[a b]`.
+pub fn list<S: AsRef<str>>(items: &[S]) -> String {
+    let plain: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    format!("[{}]", plain.join(" "))
+}
+
+fn is_printable(c: char) -> bool {
+    if c == ' ' {
+        return true;
+    }
+    if c.is_control() || c.is_whitespace() {
+        return false;
+    }
+    // Format characters (category Cf) and private-use planes Go's unicode.IsPrint rejects,
+    // which would otherwise be invisible in a terminal.
+    !matches!(c,
+        '\u{ad}'
+        | '\u{600}'..='\u{605}'
+        | '\u{61c}'
+        | '\u{6dd}'
+        | '\u{70f}'
+        | '\u{180e}'
+        | '\u{200b}'..='\u{200f}'
+        | '\u{202a}'..='\u{202e}'
+        | '\u{2060}'..='\u{2064}'
+        | '\u{2066}'..='\u{206f}'
+        | '\u{feff}'
+        | '\u{fff9}'..='\u{fffb}'
+        | '\u{e000}'..='\u{f8ff}'
+        | '\u{f0000}'..='\u{10ffff}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    // Expected values are what Go's strconv.Quote prints for the same input.
+    #[rstest]
+    #[case("", r#""""#)]
+    #[case("hello world", r#""hello world""#)]
+    #[case(r#"say "hi""#, r#""say \"hi\"""#)]
+    #[case(r"C:\dir", r#""C:\\dir""#)]
+    #[case("a\nb\tc\r", r#""a\nb\tc\r""#)]
+    #[case("\u{7}\u{8}\u{c}\u{b}", r#""\a\b\f\v""#)]
+    #[case("\u{0}\u{1f}\u{7f}", r#""\x00\x1f\x7f""#)]
+    #[case("\u{85}", r#""\u0085""#)]
+    #[case("no\u{a0}break", r#""no\u00a0break""#)]
+    #[case("zero\u{200b}width", r#""zero\u200bwidth""#)]
+    #[case("line\u{2028}sep", r#""line\u2028sep""#)]
+    #[case("bom\u{feff}", r#""bom\ufeff""#)]
+    #[case("\u{f0000}", r#""\U000f0000""#)]
+    #[case("grüße µs 日本", r#""grüße µs 日本""#)]
+    #[case("emoji 🚀", r#""emoji 🚀""#)]
+    #[case("${pvc.annotations['a']}", r#""${pvc.annotations['a']}""#)]
+    fn quote_matches_strconv_quote(#[case] input: &str, #[case] want: &str) {
+        assert_eq!(quote(input), want);
+    }
+
+    #[test]
+    fn lists() {
+        assert_eq!(quote_list(&["pvc.name", "x"]), r#"["pvc.name" "x"]"#);
+        assert_eq!(quote_list::<&str>(&[]), "[]");
+        assert_eq!(list(&["zone", "rack"]), "[zone rack]");
+        assert_eq!(list::<String>(&[]), "[]");
+    }
+}
