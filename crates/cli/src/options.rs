@@ -207,30 +207,6 @@ impl Default for Options {
     }
 }
 
-/// A client-go rate limit after its defaulting rules: QPS 0 means 5, burst 0 means 10, and a
-/// negative QPS turns client-side limiting off.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RateLimit {
-    Unlimited,
-    TokenBucket { qps: f32, burst: u32 },
-}
-
-impl RateLimit {
-    /// Applies client-go's rules to flag values. Upstream converts QPS to float32 first.
-    pub fn from_flags(qps: f32, burst: i64) -> Self {
-        let qps = if qps == 0.0 { 5.0 } else { qps };
-        let burst = if burst == 0 { 10 } else { burst };
-        if qps > 0.0 {
-            Self::TokenBucket {
-                qps,
-                burst: u32::try_from(burst.max(0)).unwrap_or(u32::MAX),
-            }
-        } else {
-            Self::Unlimited
-        }
-    }
-}
-
 impl Options {
     /// Whether `--<name>` was given on the command line.
     pub fn is_explicit(&self, name: &str) -> bool {
@@ -243,31 +219,6 @@ impl Options {
         self.metrics_address
             .as_deref()
             .or(self.http_endpoint.as_deref())
-    }
-
-    /// The main client's rate limit (`--kube-api-qps`, `--kube-api-burst`).
-    pub fn kube_api_rate(&self) -> RateLimit {
-        RateLimit::from_flags(self.kube_api_qps as f32, self.kube_api_burst)
-    }
-
-    /// The capacity client's rate limit (`--kube-api-capacity-qps`, `--kube-api-capacity-burst`).
-    pub fn capacity_api_rate(&self) -> RateLimit {
-        RateLimit::from_flags(self.kube_api_capacity_qps, self.kube_api_capacity_burst)
-    }
-
-    /// The Lease namespace like csi-lib-utils picks it: the flag, else `POD_NAMESPACE`, else the
-    /// service-account namespace file's content (`sa_namespace`, trimmed), else `default`.
-    pub fn leader_election_namespace_or(&self, sa_namespace: Option<&str>) -> String {
-        self.leader_election_namespace
-            .clone()
-            .or_else(|| self.env.pod_namespace.clone())
-            .or_else(|| {
-                sa_namespace
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-            })
-            .unwrap_or_else(|| "default".to_string())
     }
 }
 

@@ -237,8 +237,8 @@ fn every_flag_is_settable(#[case] args: &[&str], #[case] check: Check) {
 #[case(&["--worker-threads=0x10"], |o: &Options| o.worker_threads == 16)]
 #[case(&["--kube-api-burst=1_000"], |o: &Options| o.kube_api_burst == 1000)]
 #[case(&["--kube-api-burst=010"], |o: &Options| o.kube_api_burst == 8)]
-#[case(&["--kube-api-qps=-1"], |o: &Options| o.kube_api_rate() == RateLimit::Unlimited)]
-#[case(&["--kube-api-qps=0", "--kube-api-burst=0"], |o: &Options| o.kube_api_rate() == RateLimit::TokenBucket { qps: 5.0, burst: 10 })]
+#[case(&["--kube-api-qps=-1"], |o: &Options| o.kube_api_qps == -1.0)]
+#[case(&["--kube-api-qps=0", "--kube-api-burst=0"], |o: &Options| o.kube_api_qps == 0.0 && o.kube_api_burst == 0)]
 #[case(&["--feature-gates=Topology=false,CrossNamespaceVolumeDataSource=true", "--feature-gates=Topology=true"],
        |o: &Options| o.feature_gates.enabled(Feature::Topology) && o.feature_gates.enabled(Feature::CrossNamespaceVolumeDataSource))]
 #[case(&["--feature-gates", "AllAlpha=true"], |o: &Options| o.feature_gates.enabled(Feature::ReleaseLeaderElectionOnExit))]

@@ -102,29 +102,6 @@ fn environment_is_captured_and_kubeconfig_overrides_the_flag() {
     assert_eq!(o.kubeconfig.as_deref(), Some("/flag/kubeconfig"));
 }
 
-#[rstest]
-#[case(Some("flag-ns"), Some("pod-ns"), Some("sa-ns"), "flag-ns")]
-#[case(None, Some("pod-ns"), Some("sa-ns"), "pod-ns")]
-#[case(None, None, Some(" sa-ns\n"), "sa-ns")]
-#[case(None, None, Some("  "), "default")]
-#[case(None, None, None, "default")]
-fn leader_election_namespace_fallbacks(
-    #[case] flag: Option<&str>,
-    #[case] pod_ns: Option<&str>,
-    #[case] sa: Option<&str>,
-    #[case] want: &str,
-) {
-    let o = Options {
-        leader_election_namespace: flag.map(str::to_string),
-        env: Env {
-            pod_namespace: pod_ns.map(str::to_string),
-            ..Env::default()
-        },
-        ..Options::default()
-    };
-    assert_eq!(o.leader_election_namespace_or(sa), want);
-}
-
 #[test]
 fn version_skips_the_later_checks_like_upstream() {
     // Upstream prints the version before checking these.
