@@ -23,18 +23,8 @@ use crate::volume_name::make_volume_name;
 /// The error for claims with a snapshot or clone data source.
 pub const DATA_SOURCES_UNSUPPORTED: &str = "data sources (snapshots and clones) are not supported yet by this provisioner; the claim was not provisioned";
 
-/// The driver capabilities the checks need.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DriverCapabilities {
-    /// Plugin capability `CONTROLLER_SERVICE`.
-    pub controller_service: bool,
-    /// Controller capability `CREATE_DELETE_VOLUME`.
-    pub create_delete_volume: bool,
-    /// Controller capability `SINGLE_NODE_MULTI_WRITER`.
-    pub single_node_multi_writer: bool,
-    /// Controller capability `MODIFY_VOLUME` (needed for VolumeAttributesClasses).
-    pub modify_volume: bool,
-}
+/// The driver's capabilities, as read once at start-up.
+pub use csi::DriverCapabilities;
 
 /// Provisioner settings (flags and feature gates).
 #[derive(Debug, Clone, Copy)]

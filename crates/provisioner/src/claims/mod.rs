@@ -18,7 +18,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{ShouldProvision, should_provision};
 use provisioning::lifecycle::{Step, decide};
-use provisioning::prepare::{DriverCapabilities, ProvisionerConfig};
+use provisioning::prepare::ProvisionerConfig;
 use runtime::events::EventType;
 use runtime::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
 use tokio_util::sync::CancellationToken;
@@ -260,16 +260,6 @@ impl ClaimsController {
             default_fs_type: opts.default_fstype.as_deref().unwrap_or_default(),
             extra_create_metadata: opts.extra_create_metadata,
             volume_attributes_class_enabled: self.vac_enabled(),
-        }
-    }
-
-    fn prepare_capabilities(&self) -> DriverCapabilities {
-        let caps = &self.ctx.driver.capabilities;
-        DriverCapabilities {
-            controller_service: caps.controller_service,
-            create_delete_volume: caps.create_delete_volume,
-            single_node_multi_writer: caps.single_node_multi_writer,
-            modify_volume: caps.modify_volume,
         }
     }
 

@@ -64,7 +64,7 @@ impl ClaimsController {
             claim,
             class: Some(class),
             config: &config,
-            capabilities: self.prepare_capabilities(),
+            capabilities: ctx.driver.capabilities,
             topology,
         })
     }

@@ -17,12 +17,14 @@ const CONFIG: ProvisionerConfig<'static> = ProvisionerConfig {
     volume_attributes_class_enabled: true,
 };
 
-const CAPS: DriverCapabilities = DriverCapabilities {
-    controller_service: true,
-    create_delete_volume: true,
-    single_node_multi_writer: false,
-    modify_volume: true,
-};
+fn caps() -> DriverCapabilities {
+    DriverCapabilities {
+        controller_service: true,
+        create_delete_volume: true,
+        modify_volume: true,
+        ..DriverCapabilities::default()
+    }
+}
 
 fn run(
     claim: &PersistentVolumeClaim,
@@ -60,7 +62,7 @@ fn class_with(params: &[(&str, &str)]) -> StorageClass {
 #[test]
 fn normal_provision() {
     let sc = class_with(&[("type", "ssd"), (names::PARAM_FSTYPE, "xfs")]);
-    let got = plan(run(&claim(), Some(&sc), &CONFIG, CAPS));
+    let got = plan(run(&claim(), Some(&sc), &CONFIG, caps()));
     assert_eq!(got.volume_name, format!("pvc-{UID}"));
     assert_eq!(got.fs_type, "xfs");
     assert_eq!(got.requested_bytes, 1 << 30);
@@ -102,7 +104,7 @@ fn extra_metadata_and_uuid_length() {
         &claim(),
         Some(&class_with(&[("type", "ssd")])),
         &config,
-        CAPS,
+        caps(),
     ));
     assert_eq!(got.volume_name, "pvc-0f1c2d3e");
     assert_eq!(
@@ -145,12 +147,12 @@ fn fs_types() {
             default_fs_type: default,
             ..CONFIG
         };
-        let got = plan(run(&claim(), Some(&class_with(&params)), &config, CAPS));
+        let got = plan(run(&claim(), Some(&class_with(&params)), &config, caps()));
         assert_eq!(got.fs_type, want, "{name}");
     }
     let sc = class_with(&[("fstype", "xfs"), (names::PARAM_FSTYPE, "ext4")]);
     assert_eq!(
-        failure(run(&claim(), Some(&sc), &CONFIG, CAPS)),
+        failure(run(&claim(), Some(&sc), &CONFIG, caps())),
         (Finished, r#"fstype specified in parameters with both "fstype" and "csi.storage.k8s.io/fstype" keys"#.into())
     );
 }
@@ -166,7 +168,7 @@ fn secrets_and_default_secrets() {
             "secrets",
         ),
     ]);
-    let got = plan(run(&claim(), Some(&sc), &CONFIG, CAPS));
+    let got = plan(run(&claim(), Some(&sc), &CONFIG, caps()));
     let default = Some(SecretRef {
         name: "my-pvc-default".into(),
         namespace: "default".into(),
@@ -211,11 +213,11 @@ fn failures_in_upstream_order() {
     let unknown_key = class_with(&[("csi.storage.k8s.io/foo", "bar")]);
     let no_caps = DriverCapabilities {
         controller_service: false,
-        ..CAPS
+        ..caps()
     };
     let no_create = DriverCapabilities {
         create_delete_volume: false,
-        ..CAPS
+        ..caps()
     };
     type Case<'a> = (
         &'a str,
@@ -230,7 +232,7 @@ fn failures_in_upstream_order() {
             "no class",
             &with_selector,
             None,
-            CAPS,
+            caps(),
             Finished,
             "storage class was nil",
         ),
@@ -254,7 +256,7 @@ fn failures_in_upstream_order() {
             "fail not nil selector",
             &with_selector,
             Some(&plain),
-            CAPS,
+            caps(),
             Finished,
             "claim Selector is not supported",
         ),
@@ -262,7 +264,7 @@ fn failures_in_upstream_order() {
             "fail to make volume name",
             &no_uid,
             Some(&plain),
-            CAPS,
+            caps(),
             Finished,
             "corrupted PVC object, it is missing UID",
         ),
@@ -270,7 +272,7 @@ fn failures_in_upstream_order() {
             "unsupported access mode",
             &bad_mode,
             Some(&plain),
-            CAPS,
+            caps(),
             Finished,
             "unsupported AccessMode combination: [ReadWriteSometimes]",
         ),
@@ -278,7 +280,7 @@ fn failures_in_upstream_order() {
             "invalid size",
             &bad_size,
             Some(&plain),
-            CAPS,
+            caps(),
             Finished,
             "invalid storage request in claim default/my-pvc: unable to parse quantity's suffix",
         ),
@@ -286,7 +288,7 @@ fn failures_in_upstream_order() {
             "fail to get secret reference",
             &normal,
             Some(&bad_secret),
-            CAPS,
+            caps(),
             NoChange,
             "failed to get name and namespace template from params: either name and namespace for Provisioner secrets specified, Both must be specified",
         ),
@@ -294,7 +296,7 @@ fn failures_in_upstream_order() {
             "fail invalid default secret template",
             &normal,
             Some(&bad_template),
-            CAPS,
+            caps(),
             NoChange,
             r#"error resolving value "${pvc.foo}": invalid tokens: ["pvc.foo"]"#,
         ),
@@ -302,7 +304,7 @@ fn failures_in_upstream_order() {
             "unknown reserved parameter",
             &normal,
             Some(&unknown_key),
-            CAPS,
+            caps(),
             Finished,
             r#"failed to strip CSI Parameters of prefixed keys: found unknown parameter key "csi.storage.k8s.io/foo" with reserved namespace csi.storage.k8s.io/"#,
         ),

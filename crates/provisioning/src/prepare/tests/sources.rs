@@ -18,7 +18,7 @@ fn data_sources() {
     let sc = class(DRIVER);
     let populator = with_data_source("Fancy", "src", Some("populators.example.com"));
     assert_eq!(
-        run(&populator, Some(&sc), &CONFIG, CAPS),
+        run(&populator, Some(&sc), &CONFIG, caps()),
         Ok(Prepared::ExternalPopulator {
             kind: "Fancy".into()
         })
@@ -32,7 +32,7 @@ fn data_sources() {
         namespace: None,
     });
     assert_eq!(
-        run(&by_ref, Some(&sc), &CONFIG, CAPS),
+        run(&by_ref, Some(&sc), &CONFIG, caps()),
         Ok(Prepared::ExternalPopulator {
             kind: "Fancy".into()
         })
@@ -56,7 +56,7 @@ fn data_sources() {
     ];
     for (c, message) in cases {
         assert_eq!(
-            failure(run(&c, Some(&sc), &CONFIG, CAPS)),
+            failure(run(&c, Some(&sc), &CONFIG, caps())),
             (Finished, message)
         );
     }
@@ -73,7 +73,7 @@ fn volume_attributes_classes() {
     spec_mut(&mut with_vac).volume_attributes_class_name = Some("gold".into());
     let sc = class(DRIVER);
     assert_eq!(
-        plan(run(&with_vac, Some(&sc), &CONFIG, CAPS))
+        plan(run(&with_vac, Some(&sc), &CONFIG, caps()))
             .volume_attributes_class
             .as_deref(),
         Some("gold")
@@ -85,7 +85,7 @@ fn volume_attributes_classes() {
     };
     let no_modify = DriverCapabilities {
         modify_volume: false,
-        ..CAPS
+        ..caps()
     };
     assert_eq!(
         plan(run(&with_vac, Some(&sc), &gate_off, no_modify)).volume_attributes_class,
@@ -146,7 +146,7 @@ fn topology_failures_and_success() {
             claim: &selected,
             class: Some(&sc),
             config: &CONFIG,
-            capabilities: CAPS,
+            capabilities: caps(),
             topology: Some(facts),
         })
     };
