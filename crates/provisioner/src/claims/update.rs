@@ -48,18 +48,7 @@ pub async fn add_finalizer(
     client: &Client,
     claim: &PersistentVolumeClaim,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-    modify_claim(
-        client,
-        claim,
-        |c| match provisioning::lifecycle::with_finalizer(c) {
-            Some(f) => {
-                c.metadata.finalizers = Some(f);
-                true
-            }
-            None => false,
-        },
-    )
-    .await
+    set_finalizers(client, claim, provisioning::lifecycle::with_finalizer).await
 }
 
 /// Removes the creating-volume finalizer.
@@ -67,17 +56,22 @@ pub async fn remove_finalizer(
     client: &Client,
     claim: &PersistentVolumeClaim,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-    modify_claim(
-        client,
-        claim,
-        |c| match provisioning::lifecycle::without_finalizer(c) {
-            Some(f) => {
-                c.metadata.finalizers = Some(f);
-                true
-            }
-            None => false,
-        },
-    )
+    set_finalizers(client, claim, provisioning::lifecycle::without_finalizer).await
+}
+
+/// Writes the finalizer list `edit` computes from the current claim (`None`: already right).
+async fn set_finalizers(
+    client: &Client,
+    claim: &PersistentVolumeClaim,
+    edit: fn(&PersistentVolumeClaim) -> Option<Vec<String>>,
+) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
+    modify_claim(client, claim, |c| match edit(c) {
+        Some(f) => {
+            c.metadata.finalizers = Some(f);
+            true
+        }
+        None => false,
+    })
     .await
 }
 
