@@ -151,6 +151,13 @@ fn pod(name: &str, claim: &str, extra: serde_json::Value) -> k8s_openapi::api::c
     serde_json::from_value(obj).unwrap()
 }
 
+/// Nodes are cluster-scoped and tests run in parallel: `nodes` keeps the pod on this
+/// scenario's own fake nodes.
+fn on_nodes(nodes: &[String]) -> serde_json::Value {
+    json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": NODE_KEY, "operator": "In", "values": nodes}]}]}}}})
+}
+
 async fn create_pod(s: &Scenario, name: &str, claim: &str, extra: serde_json::Value) {
     use kube::api::PostParams;
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
@@ -203,7 +210,7 @@ async fn late_binding_volume_lands_in_the_selected_nodes_segment() {
     .await;
     let class = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
     s.claim("data", &class, "1Gi", json!({})).await;
-    create_pod(&s, "app", "data", json!({})).await;
+    create_pod(&s, "app", "data", on_nodes(&names)).await;
     let claim = s.wait_bound("data").await;
     let node = pod_node(&s, "app").await;
     let selected =
@@ -282,7 +289,7 @@ async fn resource_exhausted_on_the_selected_node_reschedules_elsewhere() {
     set_unschedulable(&s, &big, true).await;
     let class = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
     s.claim("data", &class, "10Gi", json!({})).await;
-    create_pod(&s, "app", "data", json!({})).await;
+    create_pod(&s, "app", "data", on_nodes(&names)).await;
 
     let failed = s
         .wait_event("data", "ProvisioningFailed", "ResourceExhausted")
@@ -488,6 +495,9 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
     let vas: kube::Api<k8s_openapi::api::storage::v1::VolumeAttachment> =
         kube::Api::all(s.client.clone());
     vas.create(&PostParams::default(), &va).await.unwrap();
+    // In a cluster the attachment exists long before the claim is deleted; give the
+    // provisioner's VolumeAttachment cache a moment to see this one.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     s.claims()
         .delete("data", &DeleteParams::default())
         .await
@@ -802,4 +812,45 @@ async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
         .filter(|c| c.get("response").is_some())
         .count();
     eprintln!("burst: {created} successful CreateVolume calls, {deleted} DeleteVolume calls");
+}
+
+/// Clusters run one provisioner per driver and the finalizer's name is shared: a provisioner
+/// must never act on another driver's claims, not even deleted ones holding the finalizer.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn another_drivers_provisioner_never_touches_our_claims() {
+    use kube::api::DeleteParams;
+    let ours = Scenario::start("prov-ours", &[], &[]).await;
+    let theirs = Scenario::start("prov-theirs", &[], &[]).await;
+    ours.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": 2000}}));
+    let class = ours.class("imm", "Immediate", json!({})).await;
+    let claim = ours.claim("data", &class, "1Gi", json!({})).await;
+    let pv_name = format!("pvc-{}", claim.metadata.uid.unwrap());
+    testenv::wait_for(
+        &ours.claims(),
+        "data",
+        "hold the creating-volume finalizer",
+        holds_finalizer,
+    )
+    .await;
+    ours.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&ours.claims(), "data").await;
+    support::eventually("our driver to be empty", || async {
+        ours.driver_volumes().await.is_empty().then_some(())
+    })
+    .await;
+    let touched: Vec<_> = theirs
+        .mock()
+        .calls()
+        .into_iter()
+        .filter(|c| c["request"]["name"] == pv_name.as_str())
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "the other driver was called for our claim: {touched:#?}"
+    );
 }

@@ -45,9 +45,21 @@ pub fn has_finalizer(claim: &PersistentVolumeClaim) -> bool {
 
 /// The next step for a claim.
 ///
-/// `should` is [`crate::claim::should_provision`]'s answer; `pv_exists` says whether a PV named
-/// for this claim and bound to its UID exists (or was just created by us).
-pub fn decide(claim: &PersistentVolumeClaim, should: ShouldProvision, pv_exists: bool) -> Step {
+/// `should` is [`crate::claim::should_provision`]'s answer; `ours` says whether the claim's
+/// storage-provisioner annotation names our driver; `pv_exists` says whether a PV named for this
+/// claim and bound to its UID exists (or was just created by us).
+///
+/// The finalizer's name is the same for every driver, and clusters run one provisioner per
+/// driver: a claim of another driver is never touched, whatever finalizers it carries.
+pub fn decide(
+    claim: &PersistentVolumeClaim,
+    should: ShouldProvision,
+    ours: bool,
+    pv_exists: bool,
+) -> Step {
+    if !ours {
+        return Step::Ignore;
+    }
     let holding = has_finalizer(claim);
     if claim.metadata.deletion_timestamp.is_some() {
         return match (holding, pv_exists) {
@@ -67,8 +79,6 @@ pub fn decide(claim: &PersistentVolumeClaim, should: ShouldProvision, pv_exists:
         ShouldProvision::Provision => Step::Provision,
         ShouldProvision::WaitForNode => Step::WaitForNode,
         ShouldProvision::ClassMissing => Step::ClassMissing,
-        // A claim that stopped being ours keeps any finalizer until it is deleted; cleanup then
-        // makes sure nothing was left behind.
         ShouldProvision::AlreadyBound
         | ShouldProvision::NotOurs
         | ShouldProvision::ClassForOtherProvisioner => Step::Ignore,
@@ -121,6 +131,24 @@ mod tests {
     }
 
     #[test]
+    fn claims_of_other_drivers_are_never_touched() {
+        for (holding, deleting) in [(true, true), (true, false), (false, true), (false, false)] {
+            for should in [
+                ShouldProvision::Provision,
+                ShouldProvision::NotOurs,
+                ShouldProvision::AlreadyBound,
+            ] {
+                for pv in [true, false] {
+                    assert_eq!(
+                        decide(&claim(holding, deleting), should, false, pv),
+                        Step::Ignore
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn table() {
         use ShouldProvision as S;
         use Step::*;
@@ -131,8 +159,6 @@ mod tests {
             ((false, false, S::WaitForNode, false), WaitForNode),
             ((true, false, S::WaitForNode, false), WaitForNode),
             ((false, false, S::ClassMissing, false), ClassMissing),
-            ((false, false, S::NotOurs, false), Ignore),
-            ((true, false, S::NotOurs, false), Ignore),
             ((false, false, S::ClassForOtherProvisioner, false), Ignore),
             // The PV exists: the volume is safe with it.
             ((true, false, S::Provision, true), ReleaseFinalizer),
@@ -143,13 +169,12 @@ mod tests {
             ((false, true, S::Provision, false), Ignore),
             ((true, true, S::Provision, false), CleanUp),
             ((true, true, S::WaitForNode, false), CleanUp),
-            ((true, true, S::NotOurs, false), CleanUp),
             ((true, true, S::Provision, true), ReleaseFinalizer),
             ((false, true, S::AlreadyBound, true), Ignore),
         ];
         for ((holding, deleting, should, pv), want) in cases {
             assert_eq!(
-                decide(&claim(holding, deleting), should, pv),
+                decide(&claim(holding, deleting), should, true, pv),
                 want,
                 "{holding} {deleting} {should:?} {pv}"
             );

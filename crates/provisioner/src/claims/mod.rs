@@ -146,7 +146,9 @@ impl ClaimsController {
         };
         let class = self.class_of(&claim);
         let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
-        let step = decide(&claim, should, self.pv_exists(&claim));
+        let ours =
+            provisioning::claim::provisioner_of(&claim) == Some(self.ctx.driver.name.as_str());
+        let step = decide(&claim, should, ours, ours && self.pv_exists(&claim));
         klog::v!(5, claim = %format!("{}/{}", key.namespace, key.name), step = ?step, "Syncing claim");
         match step {
             Step::Ignore | Step::WaitForNode => {
