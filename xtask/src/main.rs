@@ -60,6 +60,9 @@ enum Cmd {
         /// Only re-render BENCHMARKS.md and the plots from the JSON results.
         #[arg(long)]
         report_only: bool,
+        /// Use the release binaries already in target/release instead of building them.
+        #[arg(long)]
+        no_build: bool,
     },
 }
 
@@ -154,6 +157,7 @@ fn run(cli: Cli) -> Result<()> {
             runs,
             quick,
             report_only,
+            no_build,
         } => {
             let opts = bench::Options {
                 scenarios: scenario,
@@ -166,18 +170,20 @@ fn run(cli: Cli) -> Result<()> {
             }
             let bin_dir = gobuild::build(&root, true)?;
             // Release builds only: debug builds would measure the compiler, not the design.
-            cargo(
-                &[
-                    "build",
-                    "--release",
-                    "--package",
-                    "csi-provisioner",
-                    "--package",
-                    "mock-csi-driver",
-                    "--bins",
-                ],
-                None,
-            )?;
+            if !no_build {
+                cargo(
+                    &[
+                        "build",
+                        "--release",
+                        "--package",
+                        "csi-provisioner",
+                        "--package",
+                        "mock-csi-driver",
+                        "--bins",
+                    ],
+                    None,
+                )?;
+            }
             bench::run(&root, &bin_dir, &opts)
         }
     }

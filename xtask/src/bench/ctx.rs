@@ -10,10 +10,10 @@ use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 
 use super::cluster::{self, poll};
+use super::identity;
 use super::launch::{self, Binaries, Budget, Driver, Running};
 use super::objects;
 use super::procfs;
-use super::prom;
 use super::results::Impl;
 
 /// Problem sizes; `--quick` shrinks them for development.
@@ -80,6 +80,8 @@ pub struct Ctx {
 /// One measured run: which provisioner, its driver name, namespace and log directory.
 #[derive(Debug, Clone)]
 pub struct Slot {
+    /// Unique per measured run (the driver name unless a scenario shares one driver).
+    pub id: String,
     pub which: Impl,
     pub variant: String,
     pub run: u32,
@@ -92,6 +94,7 @@ impl Ctx {
     pub fn slot(&self, scenario: u8, variant: &str, which: Impl, run: u32) -> Slot {
         let driver = objects::driver_name(scenario, variant, which, run);
         Slot {
+            id: driver.clone(),
             which,
             variant: variant.into(),
             run,
@@ -111,14 +114,23 @@ impl Ctx {
         launch::start_driver(&self.bins, &slot.dir, &slot.driver, args)
     }
 
-    pub fn start_provisioner(
+    /// Starts the provisioner under the run's own identity (see [`identity`]).
+    pub async fn start_provisioner(
         &self,
         slot: &Slot,
         budget: &Budget,
         driver: &Driver,
     ) -> Result<Running> {
+        let kubeconfig = identity::create(
+            &self.client,
+            &self.kubeconfig,
+            &slot.namespace,
+            &slot.id,
+            &slot.dir,
+        )
+        .await?;
         let addr = launch::free_addr()?;
-        let args = launch::provisioner_args(budget, &self.kubeconfig, &driver.socket, &addr);
+        let args = launch::provisioner_args(budget, &kubeconfig, &driver.socket, &addr);
         launch::start_provisioner(&self.bins, slot.which, &slot.dir, &args, &slot.namespace)
     }
 
@@ -134,6 +146,7 @@ impl Ctx {
             }
         });
         let _ = stop.await;
+        identity::delete(&self.client, &slot.id).await;
         if let Err(e) = cluster::sweep(&self.client, &slot.namespace, &slot.driver).await {
             eprintln!("bench: cleaning up {}: {e:#}", slot.driver);
         }
@@ -169,12 +182,9 @@ impl Ctx {
     }
 }
 
-/// Total client requests a provisioner has made (`rest_client_requests_total`, all labels).
-pub async fn api_requests(prov: &Running) -> Result<f64> {
-    let samples = prom::scrape(&prov.http_addr)
-        .await
-        .with_context(|| format!("scraping the {} provisioner", prov.which))?;
-    Ok(prom::sum(&samples, "rest_client_requests_total", &[]))
+/// API requests the API server has dispatched for the run's provisioner so far.
+pub async fn api_requests(ctx: &Ctx, slot: &Slot) -> Result<f64> {
+    identity::requests(&ctx.client, &slot.id).await
 }
 
 /// CPU seconds used so far by a provisioner (0 if it is gone).

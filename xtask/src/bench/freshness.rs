@@ -136,7 +136,7 @@ async fn measure(
     let caps = observe::watch_capacities(caps_api, t0, &slot.driver);
     let prov = started
         .0
-        .insert(ctx.start_provisioner(slot, &budget, driver)?);
+        .insert(ctx.start_provisioner(slot, &budget, driver).await?);
     let want = nodes.len() * classes.len();
     rec.set(
         "publish_s",

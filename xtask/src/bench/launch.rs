@@ -121,6 +121,8 @@ pub struct Running {
     pub which: Impl,
     pub http_addr: String,
     pub process: Process,
+    /// When the process was spawned.
+    pub started: Instant,
 }
 
 impl Running {
@@ -161,6 +163,7 @@ pub fn start_provisioner(
         which,
         http_addr,
         process,
+        started: Instant::now(),
     })
 }
 

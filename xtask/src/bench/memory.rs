@@ -124,12 +124,11 @@ async fn populate(ctx: &Ctx) -> Result<Vec<String>> {
 async fn measure(ctx: &Ctx, slot: &Slot, nodes: &[String]) -> Result<RunRecord> {
     let mut rec = RunRecord::new(slot.which, "", slot.run);
     let pools = launch::node_pools(TOPOLOGY_KEY, nodes, "1Ti");
-    let mut driver = launch::start_driver(&ctx.bins, &slot.dir, DRIVER, &pools)?;
-    let addr = launch::free_addr()?;
-    let args =
-        launch::provisioner_args(&Budget::defaults(), &ctx.kubeconfig, &driver.socket, &addr);
-    let t0 = Instant::now();
-    let mut prov = launch::start_provisioner(&ctx.bins, slot.which, &slot.dir, &args, NAMESPACE)?;
+    let driver = launch::start_driver(&ctx.bins, &slot.dir, DRIVER, &pools)?;
+    let prov = ctx
+        .start_provisioner(slot, &Budget::defaults(), &driver)
+        .await?;
+    let t0 = prov.started;
     let sampler = Sampler::start(prov.pid(), t0, Duration::from_millis(250), None);
     let probe = format!("probe-{}-r{}", slot.which, slot.run);
     let outcome = ctx
@@ -151,10 +150,12 @@ async fn measure(ctx: &Ctx, slot: &Slot, nodes: &[String]) -> Result<RunRecord> 
     let ticks = sampler.finish().await;
     rec.series.insert("rss".into(), sampler::rss_series(&ticks));
     let _ = tokio::task::spawn_blocking(move || {
+        let (mut prov, mut driver) = (prov, driver);
         prov.process.kill();
         driver.process.kill9();
     })
     .await;
+    super::identity::delete(&ctx.client, &slot.id).await;
     // The probe's claim and volume go; the data set stays for the next run.
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), NAMESPACE);
     let _ = claims.delete(&probe, &Default::default()).await;

@@ -8,6 +8,7 @@ mod cluster;
 mod ctx;
 mod explain;
 mod freshness;
+mod identity;
 mod launch;
 mod memory;
 mod objects;

@@ -105,7 +105,7 @@ async fn measure(
     let caps = observe::watch_capacities(caps_api, t_start, &slot.driver);
     let prov = started
         .0
-        .insert(ctx.start_provisioner(slot, &budget, driver)?);
+        .insert(ctx.start_provisioner(slot, &budget, driver).await?);
     let published = wait_published(&caps, prov, nodes.len(), ctx.sizes.long_wait, t_start).await?;
     rec.set("publish_s", published);
 

@@ -102,7 +102,7 @@ async fn measure(
     let caps = observe::watch_capacities(caps_api, t0, &slot.driver);
     let prov = started
         .0
-        .insert(ctx.start_provisioner(slot, &budget, driver)?);
+        .insert(ctx.start_provisioner(slot, &budget, driver).await?);
     let scrape = Scrape {
         addr: prov.http_addr.clone(),
         name: "workqueue_depth".into(),

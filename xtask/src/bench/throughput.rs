@@ -115,7 +115,7 @@ async fn phases(
     let budget = Budget::defaults().with_qps(qps, burst);
     let prov = started
         .0
-        .insert(ctx.start_provisioner(slot, &budget, driver)?);
+        .insert(ctx.start_provisioner(slot, &budget, driver).await?);
 
     // Warm-up: one volume through the whole lifecycle, so caches are synced and both paths
     // work before anything is measured.
@@ -130,7 +130,7 @@ async fn phases(
     let t0 = Instant::now();
     let volumes = observe::watch_volumes(pvs.clone(), t0, &slot.driver);
     let bound = observe::watch_claims(claims.clone(), t0);
-    let requests0 = api_requests(prov).await?;
+    let requests0 = api_requests(ctx, slot).await?;
     let cpu0 = cpu_seconds(prov);
     let sampler = Sampler::start(prov.pid(), t0, Duration::from_millis(500), None);
     let batch =
@@ -154,7 +154,7 @@ async fn phases(
     create.set("volumes_per_s", n as f64 / bound_s);
     create.set(
         "api_per_volume",
-        (api_requests(prov).await? - requests0) / n as f64,
+        (api_requests(ctx, slot).await? - requests0) / n as f64,
     );
     create.set("cpu_s", cpu_seconds(prov) - cpu0);
     create
@@ -166,7 +166,7 @@ async fn phases(
 
     // Phase 2: deletion of all claims at once.
     let t1 = since(t0);
-    let requests1 = api_requests(prov).await?;
+    let requests1 = api_requests(ctx, slot).await?;
     let cpu1 = cpu_seconds(prov);
     claims
         .delete_collection(&DeleteParams::default(), &ListParams::default())
@@ -201,7 +201,7 @@ async fn phases(
     delete.set("deleted_per_s", n as f64 / pvs_gone_s);
     delete.set(
         "api_per_volume",
-        (api_requests(prov).await? - requests1) / n as f64,
+        (api_requests(ctx, slot).await? - requests1) / n as f64,
     );
     delete.set("cpu_s", cpu_seconds(prov) - cpu1);
     delete.series.insert("remaining".into(), remaining(n, gone));
