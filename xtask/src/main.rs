@@ -192,17 +192,15 @@ fn run(cli: Cli) -> Result<()> {
 fn test(root: &std::path::Path) -> Result<()> {
     let bin_dir = gobuild::build(root, false)?;
     cargo(&["build", "--workspace", "--bins", "--tests"], None)?;
-    let result = cargo(
-        // --no-fail-fast: one failing test binary must not hide the others' results.
-        &[
-            "test",
-            "--workspace",
-            "--no-fail-fast",
-            "--",
-            "--include-ignored",
-        ],
-        Some(&bin_dir),
-    );
+    // --no-fail-fast: one failing test binary must not hide the others' results.
+    let args = [
+        "test",
+        "--workspace",
+        "--no-fail-fast",
+        "--",
+        "--include-ignored",
+    ];
+    let result = cargo_with_deadline(&args, &bin_dir, test_timeout()?);
     if result.is_err() {
         let runs = testenv::target_dir().join("testenv-runs");
         eprintln!(
@@ -211,6 +209,63 @@ fn test(root: &std::path::Path) -> Result<()> {
         );
     }
     result
+}
+
+/// The whole test run must finish within this (`XTASK_TEST_TIMEOUT_MINUTES`, default 40): a
+/// hung test must fail CI with a message, not eat its whole time budget.
+fn test_timeout() -> Result<std::time::Duration> {
+    let minutes = match std::env::var("XTASK_TEST_TIMEOUT_MINUTES") {
+        Ok(v) => v.parse::<u64>().with_context(|| {
+            format!("XTASK_TEST_TIMEOUT_MINUTES={v:?} is not a number of minutes")
+        })?,
+        Err(_) => 40,
+    };
+    Ok(std::time::Duration::from_secs(minutes * 60))
+}
+
+/// Runs `cargo <args>` in its own process group and kills the group if it outlives `deadline`
+/// (test binaries' own children die with them through PDEATHSIG).
+fn cargo_with_deadline(
+    args: &[&str],
+    testenv_bin: &std::path::Path,
+    deadline: std::time::Duration,
+) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.args(args)
+        .env("TESTENV_BIN", testenv_bin)
+        .process_group(0);
+    println!(
+        "xtask: cargo {} (time limit {} min)",
+        args.join(" "),
+        deadline.as_secs() / 60
+    );
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("running cargo {}", args.join(" ")))?;
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if !status.success() {
+                bail!("cargo {} failed ({status})", args.join(" "));
+            }
+            return Ok(());
+        }
+        if started.elapsed() > deadline {
+            // SAFETY: plain syscall on the process group we created for this child.
+            unsafe {
+                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+            }
+            let _ = child.wait();
+            bail!(
+                "cargo {} did not finish within {} minutes and was killed: a test hangs (the last \"Running\" line above names its binary)",
+                args.join(" "),
+                deadline.as_secs() / 60
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
 }
 
 fn cargo(args: &[&str], testenv_bin: Option<&std::path::Path>) -> Result<()> {
