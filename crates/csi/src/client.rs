@@ -55,6 +55,8 @@ pub mod methods {
 #[derive(Clone, Debug)]
 pub struct Client {
     channel: Channel,
+    /// While any clone lives, the driver closing the connection counts as a lost connection.
+    _alive: Arc<()>,
     timeout: Duration,
     metrics: Option<CallMetrics>,
     address: Arc<str>,
@@ -76,9 +78,10 @@ impl Client {
     /// Connects to the driver at `address` (a unix socket: `/path`, `unix:///path` or
     /// `unix:path`), waiting until the socket accepts or `opts.connect_timeout` passes.
     pub async fn connect(address: &str, opts: ConnectOptions) -> Result<Client, ConnectError> {
-        let (channel, shown) = connect_channel(address, &opts).await?;
+        let (channel, shown, alive) = connect_channel(address, &opts).await?;
         Ok(Client {
             channel,
+            _alive: alive,
             timeout: opts.timeout,
             metrics: opts.metrics,
             address: shown.into(),

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::address::{AddressError, display_address, socket_path};
 use crate::metrics::CallMetrics;
+use crate::watched::{LossWatch, Watched};
 
 /// Upstream logs "Still connecting" this often while the socket does not accept.
 pub const CONNECT_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -116,13 +118,21 @@ impl DialState {
 pub(crate) async fn connect_channel(
     address: &str,
     opts: &ConnectOptions,
-) -> Result<(Channel, String), ConnectError> {
+) -> Result<(Channel, String, Arc<()>), ConnectError> {
     let path = socket_path(address)?;
     let shown = display_address(&path);
     klog::v!(5, address = %shown, "Connecting");
 
-    let state = Arc::new(Mutex::new(DialState::default()));
-    let connector = unix_connector(path, shown.clone(), state, opts.on_connection_lost.clone());
+    // Held by the client: while it lives, a closed connection is a lost driver.
+    let client_token = Arc::new(());
+    let watch = LossWatch {
+        state: Arc::new(Mutex::new(DialState::default())),
+        on_lost: opts.on_connection_lost.clone(),
+        shown: shown.clone(),
+        armed: Arc::new(AtomicBool::new(false)),
+        client: Arc::downgrade(&client_token),
+    };
+    let connector = unix_connector(path, watch.clone());
     // The URI is never resolved (the connector ignores it); "localhost" is the :authority
     // grpc-go sends for unix sockets.
     let endpoint = Endpoint::from_static("http://localhost");
@@ -136,12 +146,12 @@ pub(crate) async fn connect_channel(
         let attempt = endpoint.connect_with_connector(connector.clone());
         let last_error = match remaining {
             Some(left) => match tokio::time::timeout(left, attempt).await {
-                Ok(Ok(channel)) => return Ok((channel, shown)),
+                Ok(Ok(channel)) => return Ok(armed(channel, shown, client_token, &watch)),
                 Ok(Err(e)) => error_chain(&e),
                 Err(_) => "dial timed out".to_string(),
             },
             None => match attempt.await {
-                Ok(channel) => return Ok((channel, shown)),
+                Ok(channel) => return Ok(armed(channel, shown, client_token, &watch)),
                 Err(e) => error_chain(&e),
             },
         };
@@ -167,34 +177,38 @@ pub(crate) async fn connect_channel(
     }
 }
 
-type Connector = tower::util::BoxCloneSyncService<Uri, TokioIo<UnixStream>, std::io::Error>;
-
-fn unix_connector(
-    path: PathBuf,
+/// The connection is up: from now on its end means the driver is gone.
+fn armed(
+    channel: Channel,
     shown: String,
-    state: Arc<Mutex<DialState>>,
-    on_lost: Option<ConnectionLostCallback>,
-) -> Connector {
+    token: Arc<()>,
+    watch: &LossWatch,
+) -> (Channel, String, Arc<()>) {
+    watch.armed.store(true, Ordering::Release);
+    (channel, shown, token)
+}
+
+type Connector =
+    tower::util::BoxCloneSyncService<Uri, TokioIo<Watched<UnixStream>>, std::io::Error>;
+
+fn unix_connector(path: PathBuf, watch: LossWatch) -> Connector {
     let path = Arc::new(path);
     tower::util::BoxCloneSyncService::new(tower::service_fn(move |_: Uri| {
-        let report = state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .before_dial();
-        if report {
-            tracing::error!(address = %shown, "Lost connection");
-            if let Some(callback) = &on_lost {
-                callback();
-            }
-        }
-        let (path, state) = (Arc::clone(&path), Arc::clone(&state));
+        // A re-dial after a successful connection means the connection was lost (the stream's
+        // drop usually reported it already; `report` says it once).
+        watch.redialing();
+        let (path, watch) = (Arc::clone(&path), watch.clone());
         async move {
             let stream = UnixStream::connect(path.as_path()).await?;
-            state
+            watch
+                .state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .dialed();
-            Ok(TokioIo::new(stream))
+            Ok(TokioIo::new(Watched {
+                inner: stream,
+                watch,
+            }))
         }
     }))
 }

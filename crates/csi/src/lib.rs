@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod probe;
 pub mod sanitize;
 pub mod status;
+mod watched;
 
 pub use address::AddressError;
 pub use capabilities::{DriverCapabilities, fold_capabilities};

@@ -295,6 +295,53 @@ async fn connection_loss_fires_the_callback_once_per_loss() {
     assert_eq!(lost.load(Ordering::SeqCst), 2);
 }
 
+/// grpc-go notices a closed connection without a call; so must we (an idle provisioner would
+/// otherwise never exit when its driver dies). Dropping the client is not a loss.
+#[tokio::test]
+async fn connection_loss_is_noticed_without_a_call_and_not_on_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("csi.sock");
+    let driver = Arc::new(FakeDriver::default());
+    let lost = Arc::new(AtomicUsize::new(0));
+    let opts = || ConnectOptions {
+        on_connection_lost: Some({
+            let lost = Arc::clone(&lost);
+            Arc::new(move || {
+                lost.fetch_add(1, Ordering::SeqCst);
+            })
+        }),
+        ..options(Duration::from_secs(2))
+    };
+    let server = serve(&path, Arc::clone(&driver));
+    let client = Client::connect(path.to_str().unwrap(), opts())
+        .await
+        .unwrap();
+    client.probe(v1::ProbeRequest {}).await.unwrap();
+    server.stop().await;
+    let mut waited = 0;
+    while lost.load(Ordering::SeqCst) == 0 {
+        waited += 1;
+        assert!(waited < 200, "the loss was not noticed without a call");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(lost.load(Ordering::SeqCst), 1);
+    drop(client);
+
+    let server = serve(&path, Arc::clone(&driver));
+    let client = Client::connect(path.to_str().unwrap(), opts())
+        .await
+        .unwrap();
+    client.probe(v1::ProbeRequest {}).await.unwrap();
+    drop(client);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        lost.load(Ordering::SeqCst),
+        1,
+        "dropping the client is not a lost connection"
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn metrics_record_driver_method_and_go_status_code() {
     let dir = tempfile::tempdir().unwrap();

@@ -854,3 +854,31 @@ async fn another_drivers_provisioner_never_touches_our_claims() {
         "the other driver was called for our claim: {touched:#?}"
     );
 }
+
+/// As upstream: when the driver goes away the sidecar exits (status 1), even when idle, so
+/// Kubernetes restarts it next to the restarted driver.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn losing_the_driver_connection_exits_the_provisioner() {
+    let mut s = Scenario::start("prov-lost", &[], &[]).await;
+    s.provisioner()
+        .wait_for_log("Caches synced", std::time::Duration::from_secs(60));
+    s.mock_mut().kill();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = s.provisioner().process().try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the provisioner did not exit after losing its driver"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(status.code(), Some(1), "exit status");
+    assert!(
+        s.provisioner()
+            .log()
+            .contains("Lost connection to CSI driver, exiting")
+    );
+}

@@ -78,6 +78,10 @@ impl Scenario {
         self.mock.as_ref().expect("the mock driver was not started")
     }
 
+    pub fn mock_mut(&mut self) -> &mut MockDriver {
+        self.mock.as_mut().expect("the mock driver was not started")
+    }
+
     pub fn provisioner(&mut self) -> &mut Provisioner {
         self.provisioner
             .as_mut()
