@@ -594,6 +594,20 @@ async fn bad_input_gets_a_clear_event_and_no_volume() {
         json!({"spec": {"accessModes": ["ReadWriteMany"]}}),
     )
     .await;
+    s.claim(
+        "snapshot",
+        &ok,
+        "1Gi",
+        json!({"spec": {"dataSource": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "snap"}}}),
+    )
+    .await;
+    s.claim(
+        "populated",
+        &ok,
+        "1Gi",
+        json!({"spec": {"dataSourceRef": {"apiGroup": "populators.example.com", "kind": "Sample", "name": "x"}}}),
+    )
+    .await;
     for (claim, needle) in [
         (
             "bogus",
@@ -604,10 +618,21 @@ async fn bad_input_gets_a_clear_event_and_no_volume() {
         ("twofs", "fstype"),
         ("selector", "claim Selector is not supported"),
         ("rwx", "InvalidArgument"),
+        (
+            "snapshot",
+            "data sources (snapshots and clones) are not supported yet",
+        ),
     ] {
         let event = s.wait_event(claim, "ProvisioningFailed", needle).await;
         eprintln!("{claim}: {}", event.message.unwrap_or_default());
     }
+    // A populator's claim is left to the populator, as upstream does.
+    s.wait_event(
+        "populated",
+        "Provisioning",
+        "Assuming an external populator will provision the volume",
+    )
+    .await;
     let created: Vec<_> = s
         .mock()
         .calls_of("CreateVolume")
