@@ -146,7 +146,7 @@ impl Ctx {
             }
         });
         let _ = stop.await;
-        identity::delete(&self.client, &slot.id).await;
+        identity::delete(&self.client, &slot.namespace, &slot.id).await;
         if let Err(e) = cluster::sweep(&self.client, &slot.namespace, &slot.driver).await {
             eprintln!("bench: cleaning up {}: {e:#}", slot.driver);
         }

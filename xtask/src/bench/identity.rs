@@ -19,9 +19,7 @@ use serde_json::json;
 
 use super::prom;
 
-const ACCOUNT: &str = "provisioner";
-
-/// Name of the FlowSchema and ClusterRoleBinding of a run.
+/// Name of the ServiceAccount, FlowSchema and ClusterRoleBinding of a run.
 pub fn object_name(driver: &str) -> String {
     format!("bench-{driver}")
 }
@@ -55,7 +53,7 @@ pub async fn create(
 ) -> Result<PathBuf> {
     let name = object_name(driver);
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
-    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": ACCOUNT}}))?;
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}}))?;
     accounts
         .create(&PostParams::default(), &sa)
         .await
@@ -63,7 +61,7 @@ pub async fn create(
     let binding: ClusterRoleBinding = serde_json::from_value(json!({
         "metadata": {"name": name},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}],
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
     }))?;
     Api::<ClusterRoleBinding>::all(client.clone())
         .create(&PostParams::default(), &binding)
@@ -77,7 +75,7 @@ pub async fn create(
             "distinguisherMethod": {"type": "ByUser"},
             "rules": [{
                 "subjects": [{"kind": "ServiceAccount",
-                              "serviceAccount": {"namespace": namespace, "name": ACCOUNT}}],
+                              "serviceAccount": {"namespace": namespace, "name": name}}],
                 "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
                                    "clusterScope": true, "namespaces": ["*"]}],
                 "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
@@ -91,7 +89,7 @@ pub async fn create(
     let request: TokenRequest =
         serde_json::from_value(json!({"spec": {"expirationSeconds": 86400}}))?;
     let token = accounts
-        .create_token_request(ACCOUNT, &PostParams::default(), &request)
+        .create_token_request(&name, &PostParams::default(), &request)
         .await
         .context("requesting a token")?
         .status
@@ -106,10 +104,12 @@ pub async fn create(
     Ok(path)
 }
 
-/// Deletes the cluster-scoped parts (the ServiceAccount goes with the namespace).
-pub async fn delete(client: &Client, driver: &str) {
+/// Deletes the identity of a run.
+pub async fn delete(client: &Client, namespace: &str, driver: &str) {
     let name = object_name(driver);
     let dp = DeleteParams::default();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let _ = accounts.delete(&name, &dp).await;
     let _ = Api::<FlowSchema>::all(client.clone())
         .delete(&name, &dp)
         .await;

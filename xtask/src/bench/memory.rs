@@ -155,7 +155,7 @@ async fn measure(ctx: &Ctx, slot: &Slot, nodes: &[String]) -> Result<RunRecord> 
         driver.process.kill9();
     })
     .await;
-    super::identity::delete(&ctx.client, &slot.id).await;
+    super::identity::delete(&ctx.client, &slot.namespace, &slot.id).await;
     // The probe's claim and volume go; the data set stays for the next run.
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), NAMESPACE);
     let _ = claims.delete(&probe, &Default::default()).await;

@@ -82,7 +82,7 @@ async fn exhausted_events(ctx: &Ctx, namespace: &str) -> Result<f64> {
                 .contains("ResourceExhausted")
         })
         .map(|e| f64::from(e.count.unwrap_or(1).max(1)))
-        .sum())
+        .fold(0.0, |a, b| a + b))
 }
 
 async fn measure(

@@ -96,7 +96,7 @@ pub fn sum(samples: &[Sample], name: &str, filter: &[(&str, &str)]) -> f64 {
                 .all(|(k, v)| s.labels.iter().any(|(lk, lv)| lk == k && lv == v))
         })
         .map(|s| s.value)
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }
 
 /// The body of an HTTP/1.0 response (HTTP/1.0 so that neither Go nor hyper chunks it).

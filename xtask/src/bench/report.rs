@@ -187,7 +187,7 @@ driver name and namespace; runs alternate which provisioner goes first.
 
 Ratios are **us / upstream** of each run pair, as median (min–max) over the runs; absolute
 numbers are median (min–max). CPU is user + system seconds and RSS comes from
-/proc/<pid>/status of each provisioner process. The machine is a shared 2-core VM: trust the
+`/proc/<pid>/status` of each provisioner process. The machine is a shared 2-core VM: trust the
 ratios before the absolute numbers.
 
 ";
