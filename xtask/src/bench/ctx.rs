@@ -1,6 +1,7 @@
 //! What every scenario shares: the cluster, the binaries, sizes, and one measured run's slot
 //! (driver name, namespace, log directory) with its start and teardown.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -187,6 +188,45 @@ pub async fn api_requests(ctx: &Ctx, slot: &Slot) -> Result<f64> {
     identity::requests(&ctx.client, &slot.id).await
 }
 
+/// Our provisioner's own request counter by verb and resource
+/// (`csi_provisioner_api_requests_total`); empty for upstream, which has none.
+pub async fn request_breakdown(prov: &Running) -> BTreeMap<String, f64> {
+    let Ok(samples) = super::prom::scrape(&prov.http_addr).await else {
+        return BTreeMap::new();
+    };
+    let mut out = BTreeMap::new();
+    for s in samples
+        .iter()
+        .filter(|s| s.name == "csi_provisioner_api_requests_total")
+    {
+        let label = |k: &str| {
+            s.labels
+                .iter()
+                .find(|(lk, _)| lk == k)
+                .map_or("", |(_, v)| v.as_str())
+        };
+        let key = format!("requests {} {}", label("verb"), label("resource"));
+        *out.entry(key).or_insert(0.0) += s.value;
+    }
+    out
+}
+
+/// Per-volume increase of each counter between two [`request_breakdown`]s, as extra values
+/// (kept in the JSON for diagnosis, not shown in the tables).
+pub fn record_breakdown(
+    rec: &mut super::results::RunRecord,
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    volumes: usize,
+) {
+    for (k, v) in after {
+        let delta = v - before.get(k).copied().unwrap_or(0.0);
+        if delta > 0.0 {
+            rec.set(&format!("{k} per volume"), delta / volumes as f64);
+        }
+    }
+}
+
 /// CPU seconds used so far by a provisioner (0 if it is gone).
 pub fn cpu_seconds(prov: &Running) -> f64 {
     procfs::sample(prov.pid()).map_or(0.0, |s| s.cpu_seconds)
@@ -228,6 +268,24 @@ mod tests {
         assert_eq!(
             remaining(3, [2.0, 1.0]),
             vec![(0.0, 3.0), (1.0, 2.0), (2.0, 1.0)]
+        );
+    }
+
+    #[test]
+    fn breakdown_records_per_volume_increases() {
+        let before = BTreeMap::from([("requests create events".to_string(), 2.0)]);
+        let after = BTreeMap::from([
+            ("requests create events".to_string(), 12.0),
+            ("requests get nodes".to_string(), 0.0),
+            ("requests update persistentvolumeclaims".to_string(), 20.0),
+        ]);
+        let mut rec = super::super::results::RunRecord::new(Impl::Ours, "", 1);
+        record_breakdown(&mut rec, &before, &after, 10);
+        assert_eq!(rec.values.len(), 2, "{:?}", rec.values);
+        assert_eq!(rec.values["requests create events per volume"], 1.0);
+        assert_eq!(
+            rec.values["requests update persistentvolumeclaims per volume"],
+            2.0
         );
     }
 

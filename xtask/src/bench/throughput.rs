@@ -9,7 +9,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
 use super::cluster::{self, create_all};
-use super::ctx::{Ctx, Slot, api_requests, cpu_seconds, cumulative, remaining, since};
+use super::ctx::{self, Ctx, Slot, api_requests, cpu_seconds, cumulative, remaining, since};
 use super::launch::Budget;
 use super::objects;
 use super::observe;
@@ -131,6 +131,7 @@ async fn phases(
     let volumes = observe::watch_volumes(pvs.clone(), t0, &slot.driver);
     let bound = observe::watch_claims(claims.clone(), t0);
     let requests0 = api_requests(ctx, slot).await?;
+    let breakdown0 = ctx::request_breakdown(prov).await;
     let cpu0 = cpu_seconds(prov);
     let sampler = Sampler::start(prov.pid(), t0, Duration::from_millis(500), None);
     let batch =
@@ -167,6 +168,8 @@ async fn phases(
     // Phase 2: deletion of all claims at once.
     let t1 = since(t0);
     let requests1 = api_requests(ctx, slot).await?;
+    let breakdown1 = ctx::request_breakdown(prov).await;
+    ctx::record_breakdown(create, &breakdown0, &breakdown1, n);
     let cpu1 = cpu_seconds(prov);
     claims
         .delete_collection(&DeleteParams::default(), &ListParams::default())
@@ -203,6 +206,8 @@ async fn phases(
         "api_per_volume",
         (api_requests(ctx, slot).await? - requests1) / n as f64,
     );
+    let breakdown2 = ctx::request_breakdown(prov).await;
+    ctx::record_breakdown(delete, &breakdown1, &breakdown2, n);
     delete.set("cpu_s", cpu_seconds(prov) - cpu1);
     delete.series.insert("remaining".into(), remaining(n, gone));
     Ok(())
