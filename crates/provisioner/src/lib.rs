@@ -9,6 +9,7 @@ pub mod caches;
 pub mod capacity_controller;
 pub mod claims;
 pub mod context;
+pub mod controllers;
 pub mod driver;
 pub mod http;
 pub mod kubeconfig;

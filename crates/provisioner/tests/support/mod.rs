@@ -246,3 +246,124 @@ pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
+
+pub const NODE_KEY: &str = "topology.mock.csi/node";
+pub fn pod(name: &str, claim: &str, extra: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+    let mut obj = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [{"name": "c", "image": "registry.invalid/none"}],
+            "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    });
+    if let (Some(spec), Some(extra)) = (obj["spec"].as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(obj).unwrap()
+}
+/// Nodes are cluster-scoped and tests run in parallel: `nodes` keeps the pod on this
+/// scenario's own fake nodes.
+pub fn on_nodes(nodes: &[String]) -> serde_json::Value {
+    json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": NODE_KEY, "operator": "In", "values": nodes}]}]}}}})
+}
+pub async fn create_pod(s: &Scenario, name: &str, claim: &str, extra: serde_json::Value) {
+    use kube::api::PostParams;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(s.client.clone(), &s.ns);
+    pods.create(&PostParams::default(), &pod(name, claim, extra))
+        .await
+        .unwrap();
+}
+pub fn pool_args(nodes: &[String], size: &str) -> Vec<String> {
+    nodes
+        .iter()
+        .map(|n| format!("--pool={NODE_KEY}={n}:{size}"))
+        .collect()
+}
+pub async fn pod_node(s: &Scenario, name: &str) -> String {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(s.client.clone(), &s.ns);
+    let pod = testenv::wait_for(
+        &pods,
+        name,
+        "be scheduled",
+        |p: &k8s_openapi::api::core::v1::Pod| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some()
+        },
+    )
+    .await;
+    pod.spec.unwrap().node_name.unwrap()
+}
+
+pub async fn set_unschedulable(s: &Scenario, node: &str, unschedulable: bool) {
+    use kube::api::{Patch, PatchParams};
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(s.client.clone());
+    nodes
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": unschedulable}})),
+        )
+        .await
+        .unwrap();
+}
+
+pub async fn create_secret(s: &Scenario, name: &str, data: &[(&str, &str)]) {
+    use kube::api::PostParams;
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": s.ns},
+        "stringData": data.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+    }))
+    .unwrap();
+    kube::Api::namespaced(s.client.clone(), &s.ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+pub async fn wait_gone<K>(api: &kube::Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    eventually(&format!("{name} to be deleted"), || async {
+        api.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await
+}
+
+pub const CREATING: &str = "external-provisioner.volume.kubernetes.io/creating-volume";
+pub fn holds_finalizer(c: &k8s_openapi::api::core::v1::PersistentVolumeClaim) -> bool {
+    c.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == CREATING)
+}
+
+pub async fn no_pv_of_class(s: &Scenario, class: &str) {
+    eventually_within(
+        "every PV of the class to be gone",
+        std::time::Duration::from_secs(240),
+        || async {
+            let pvs = s.volumes().list(&Default::default()).await.unwrap();
+            pvs.items
+                .iter()
+                .all(|pv| {
+                    pv.spec
+                        .as_ref()
+                        .and_then(|s| s.storage_class_name.as_deref())
+                        != Some(class)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+}

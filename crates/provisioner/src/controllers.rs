@@ -1,0 +1,263 @@
+//! Running the controllers once this replica leads: start the caches, feed every change to the
+//! right work queue, wait for the caches to sync, then run the workers until cancelled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use runtime::events::EventRecorder;
+use runtime::reflect::Change;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::{AppError, Base};
+use crate::caches::{CacheOptions, Caches, Changes};
+use crate::capacity_controller::{self as cap, CapacityChanges, CapacityController};
+use crate::claims::ClaimsController;
+use crate::context::Context;
+use crate::volumes::VolumesController;
+
+/// How long to wait for the first list of every cache before giving up (upstream blocks; a
+/// bounded wait with a clear error is more useful than a silent hang).
+const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(300);
+/// Upstream's informer resync for claims and volumes.
+const RESYNC_PERIOD: Duration = Duration::from_secs(15 * 60);
+
+/// Starts the caches and runs every controller until `cancel`.
+pub(crate) async fn run_controllers(
+    base: Arc<Base>,
+    cancel: CancellationToken,
+) -> Result<(), AppError> {
+    let opts = &base.opts;
+    let capacity_target = if opts.enable_capacity {
+        let namespace = opts.env.namespace.clone().unwrap_or_default();
+        let template = capacity::published::ObjectTemplate {
+            namespace: namespace.clone(),
+            driver: base.driver.name.clone(),
+            managed_by: capacity::MANAGED_BY_CENTRAL.to_string(),
+            owner: None,
+        };
+        Some((namespace, template.label_selector()))
+    } else {
+        None
+    };
+    let (caches, changes) = Caches::start(
+        &base.client,
+        &base.capacity_client,
+        &CacheOptions {
+            watch_attachments: base.driver.capabilities.publish_unpublish_volume,
+            capacities: capacity_target,
+        },
+    );
+    let (recorder, deliver) =
+        EventRecorder::new(base.client.clone(), event_source(&base.driver.name));
+    tokio::spawn(deliver);
+    let (populator_recorder, deliver) =
+        EventRecorder::new(base.client.clone(), "external-provisioner".to_string());
+    tokio::spawn(deliver);
+
+    let capacity = if opts.enable_capacity {
+        Some(capacity_controller(&base, &caches).await?)
+    } else {
+        None
+    };
+    let ctx = Context {
+        client: base.client.clone(),
+        driver: base.driver.clone(),
+        identity: base.identity.clone(),
+        opts: opts.clone(),
+        caches: caches.clone(),
+        recorder,
+        populator_recorder,
+        metrics: base.controller_metrics.clone(),
+        capacity: capacity.as_ref().map(|(_, handle)| handle.clone()),
+        volume_attributes_class: base.volume_attributes_class,
+    };
+    let claims = ClaimsController::new(ctx.clone(), &base.queue_metrics);
+    let volumes = VolumesController::new(ctx.clone(), &base.queue_metrics);
+    let mut tasks = tokio::task::JoinSet::new();
+    let Changes {
+        claims: claim_changes,
+        volumes: volume_changes,
+        classes,
+        csi_nodes,
+        nodes,
+        attachments,
+        capacities,
+    } = changes;
+    tasks.spawn(dispatch_claims(claim_changes, claims.clone()));
+    tasks.spawn(dispatch_volumes(
+        volume_changes,
+        volumes.clone(),
+        claims.clone(),
+    ));
+    if let Some(stream) = attachments {
+        tasks.spawn(dispatch_attachments(stream, volumes.clone()));
+    }
+    match (capacity, capacities) {
+        (Some((controller, handle)), Some(capacities)) => {
+            tasks.spawn(recheck_waiting_claims(
+                handle,
+                claims.clone(),
+                cancel.clone(),
+            ));
+            tasks.spawn(controller.run(
+                CapacityChanges {
+                    classes,
+                    csi_nodes,
+                    nodes,
+                    capacities,
+                },
+                cancel.clone(),
+            ));
+        }
+        _ => {
+            tasks.spawn(drain(classes));
+            tasks.spawn(drain(csi_nodes));
+            tasks.spawn(drain(nodes));
+        }
+    }
+    caches.wait_until_ready(CACHE_SYNC_TIMEOUT).await?;
+    tracing::info!(driver = %base.driver.name, "Caches synced; starting controllers");
+    claims.enqueue_all();
+    volumes.enqueue_all();
+    tasks.spawn(resync(claims.clone(), volumes.clone(), cancel.clone()));
+    tasks.spawn(claims.run(opts.worker_threads, cancel.clone()));
+    tasks.spawn(volumes.run(opts.worker_threads, cancel.clone()));
+    cancel.cancelled().await;
+    tasks.abort_all();
+    Ok(())
+}
+
+async fn capacity_controller(
+    base: &Base,
+    caches: &Caches,
+) -> Result<(CapacityController, cap::RefreshHandle), AppError> {
+    let opts = &base.opts;
+    let namespace = opts.env.namespace.clone().unwrap_or_default();
+    let pod = opts.env.pod_name.clone().unwrap_or_default();
+    let owner = cap::lookup_owner(
+        &base.capacity_client,
+        &namespace,
+        &pod,
+        opts.capacity_ownerref_level,
+    )
+    .await
+    .map_err(|source| AppError::Owner {
+        pod: pod.clone(),
+        namespace: namespace.clone(),
+        source,
+    })?;
+    let config = cap::CapacityConfig {
+        driver_name: base.driver.name.clone(),
+        namespace,
+        managed_by: capacity::MANAGED_BY_CENTRAL.to_string(),
+        owner,
+        poll_interval: opts.capacity_poll_interval,
+        workers: opts.capacity_threads,
+        include_immediate: opts.capacity_for_immediate_binding,
+        retry_interval_start: opts.retry_interval_start,
+        retry_interval_max: opts.retry_interval_max,
+        timeout: opts.timeout,
+    };
+    Ok(CapacityController::new(
+        config,
+        base.capacity_client.clone(),
+        base.driver.client.clone(),
+        caches.clone(),
+        base.capacity_metrics.clone(),
+        &base.queue_metrics,
+    ))
+}
+
+async fn dispatch_claims(
+    mut stream: BoxStream<'static, Change<k8s_openapi::api::core::v1::PersistentVolumeClaim>>,
+    claims: ClaimsController,
+) {
+    while let Some(change) = stream.next().await {
+        match change {
+            Change::Applied(c) | Change::Deleted(c) => claims.enqueue(&c),
+            Change::Relisted => claims.enqueue_all(),
+        }
+    }
+}
+
+async fn dispatch_volumes(
+    mut stream: BoxStream<'static, Change<k8s_openapi::api::core::v1::PersistentVolume>>,
+    volumes: VolumesController,
+    claims: ClaimsController,
+) {
+    while let Some(change) = stream.next().await {
+        match change {
+            Change::Applied(pv) => {
+                volumes.enqueue(&pv);
+                claims.enqueue_for_volume(&pv);
+            }
+            Change::Deleted(pv) => {
+                volumes.forget(&pv);
+                claims.enqueue_for_volume(&pv);
+            }
+            Change::Relisted => volumes.enqueue_all(),
+        }
+    }
+}
+
+/// A detached VolumeAttachment may unblock the deletion of its PV.
+async fn dispatch_attachments(
+    mut stream: BoxStream<'static, Change<k8s_openapi::api::storage::v1::VolumeAttachment>>,
+    volumes: VolumesController,
+) {
+    while let Some(change) = stream.next().await {
+        if let Change::Deleted(va) = change
+            && let Some(pv) = va.spec.source.persistent_volume_name.as_deref()
+        {
+            volumes.enqueue_name(pv);
+        }
+    }
+}
+
+/// Keeps a cache filling when no controller consumes its changes.
+async fn drain<K: Send + 'static>(mut stream: BoxStream<'static, Change<K>>) {
+    while stream.next().await.is_some() {}
+}
+
+/// Published capacity changed: explanations on waiting claims may change too. Debounced, since
+/// one poll can change many objects.
+async fn recheck_waiting_claims(
+    handle: cap::RefreshHandle,
+    claims: ClaimsController,
+    cancel: CancellationToken,
+) {
+    let mut changes = handle.subscribe();
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        changes.borrow_and_update();
+        claims.enqueue_waiting();
+    }
+}
+
+async fn resync(claims: ClaimsController, volumes: VolumesController, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(RESYNC_PERIOD);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {
+                claims.enqueue_all();
+                volumes.enqueue_all();
+            }
+        }
+    }
+}
+
+/// Upstream's library names its event source `<provisioner>_<hostname>_<uuid>`.
+fn event_source(driver: &str) -> String {
+    let host = hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{driver}_{host}_{}", uuid::Uuid::new_v4())
+}

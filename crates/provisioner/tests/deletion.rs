@@ -1,0 +1,182 @@
+//! Deleting volumes against the real control plane: reclaim policies, deletion secrets,
+//! VolumeAttachments.
+
+mod support;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use serde_json::json;
+use support::{Scenario, create_secret, wait_gone};
+
+/// Reclaim policy Delete: DeleteVolume with the deletion secret, then the PV goes. Retain: the
+/// volume and PV stay, and the PV does not carry our finalizer.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
+    let s = Scenario::start("prov-reclaim", &[], &[]).await;
+    create_secret(&s, "creds", &[("token", "s3cr3t-value")]).await;
+    let secret_params = json!({
+        "csi.storage.k8s.io/provisioner-secret-name": "creds",
+        "csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
+    });
+    let delete = s
+        .class(
+            "delete",
+            "Immediate",
+            json!({"parameters": secret_params, "reclaimPolicy": "Delete"}),
+        )
+        .await;
+    let retain = s
+        .class("retain", "Immediate", json!({"reclaimPolicy": "Retain"}))
+        .await;
+    s.claim("gone", &delete, "1Gi", json!({})).await;
+    s.claim("kept", &retain, "1Gi", json!({})).await;
+    let gone_pv = s
+        .wait_bound("gone")
+        .await
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    let kept_pv = s
+        .wait_bound("kept")
+        .await
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    let create = &s.create_calls(&gone_pv)[0];
+    assert_eq!(
+        create["request"]["secrets"]["token"], "s3cr3t-value",
+        "CreateVolume got the provisioner secret"
+    );
+    let pv = s.volumes().get(&gone_pv).await.unwrap();
+    assert_eq!(
+        pv.metadata.annotations.as_ref().unwrap()["volume.kubernetes.io/provisioner-deletion-secret-name"],
+        "creds"
+    );
+    let handle = pv.spec.unwrap().csi.unwrap().volume_handle;
+    let kept_handle = s
+        .volumes()
+        .get(&kept_pv)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .csi
+        .unwrap()
+        .volume_handle;
+
+    use kube::api::DeleteParams;
+    s.claims()
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    s.claims()
+        .delete("kept", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&s.volumes(), &gone_pv).await;
+    let deletes = s.mock().calls_of("DeleteVolume");
+    let delete_call = deletes
+        .iter()
+        .find(|c| c["request"]["volume_id"] == handle.as_str())
+        .expect("DeleteVolume for the Delete PV");
+    assert_eq!(
+        delete_call["request"]["secrets"]["token"], "s3cr3t-value",
+        "DeleteVolume got the deletion secret"
+    );
+    assert!(!s.driver_volumes().await.contains(&handle));
+
+    let kept = testenv::wait_for(
+        &s.volumes(),
+        &kept_pv,
+        "be Released",
+        |pv: &PersistentVolume| {
+            pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released")
+        },
+    )
+    .await;
+    assert!(
+        !kept
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == "external-provisioner.volume.kubernetes.io/finalizer")
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(
+        s.volumes().get_opt(&kept_pv).await.unwrap().is_some(),
+        "Retain keeps the PV"
+    );
+    assert!(
+        s.mock()
+            .calls_of("DeleteVolume")
+            .iter()
+            .all(|c| c["request"]["volume_id"] != kept_handle.as_str())
+    );
+    assert!(s.driver_volumes().await.contains(&kept_handle));
+}
+
+/// A VolumeAttachment referencing the PV blocks DeleteVolume (VolumeFailedDelete on the PV)
+/// until it is gone.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
+    use kube::api::{DeleteParams, PostParams};
+    let s = Scenario::start("prov-va", &["--publish-unpublish"], &[]).await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    let pv_name = s
+        .wait_bound("data")
+        .await
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    let va_name = format!("{}-va", s.ns);
+    let va: k8s_openapi::api::storage::v1::VolumeAttachment = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": va_name},
+        "spec": {"attacher": s.driver, "nodeName": "node-x", "source": {"persistentVolumeName": pv_name}},
+    }))
+    .unwrap();
+    let vas: kube::Api<k8s_openapi::api::storage::v1::VolumeAttachment> =
+        kube::Api::all(s.client.clone());
+    vas.create(&PostParams::default(), &va).await.unwrap();
+    // In a cluster the attachment exists long before the claim is deleted; give the
+    // provisioner's VolumeAttachment cache a moment to see this one.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    s.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let events = support::eventually("VolumeFailedDelete on the PV", || async {
+        let list =
+            kube::Api::<k8s_openapi::api::core::v1::Event>::namespaced(s.client.clone(), "default")
+                .list(
+                    &kube::api::ListParams::default()
+                        .fields(&format!("involvedObject.name={pv_name}")),
+                )
+                .await
+                .unwrap();
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("VolumeFailedDelete"))
+    })
+    .await;
+    assert_eq!(
+        events.message.as_deref(),
+        Some(format!("persistentvolume {pv_name} is still attached to node node-x").as_str())
+    );
+    assert!(
+        s.mock().calls_of("DeleteVolume").is_empty(),
+        "no DeleteVolume while attached"
+    );
+    vas.delete(&va_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&s.volumes(), &pv_name).await;
+    assert_eq!(s.mock().calls_of("DeleteVolume").len(), 1);
+}

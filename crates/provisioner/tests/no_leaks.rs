@@ -1,0 +1,238 @@
+//! No leaked volumes, beyond upstream: crashes, deletion races, bursts, and several drivers
+//! side by side (the creating-volume finalizer is shared by all of them).
+
+mod support;
+
+use serde_json::json;
+use support::{Scenario, holds_finalizer, no_pv_of_class, wait_gone};
+
+/// kill -9 in the middle of CreateVolume, delete the claim while the provisioner is down,
+/// restart it: the claim goes away and the driver holds no volume (upstream leaks here, #486).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
+    use kube::api::DeleteParams;
+    let mut s = Scenario::start("prov-crash", &[], &[]).await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    // The finalizer goes on before the call is made.
+    testenv::wait_for(
+        &s.claims(),
+        "data",
+        "hold the creating-volume finalizer",
+        holds_finalizer,
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    s.provisioner().kill9();
+    s.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    let held = s.claims().get("data").await.unwrap();
+    assert!(
+        held.metadata.deletion_timestamp.is_some() && holds_finalizer(&held),
+        "the finalizer keeps the deleted claim"
+    );
+    // Let the interrupted call finish in the driver if it is going to.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    s.mock().clear_faults();
+    s.provisioner().restart();
+    wait_gone(&s.claims(), "data").await;
+    assert!(
+        s.driver_volumes().await.is_empty(),
+        "no volume left behind: {:?}",
+        s.driver_volumes().await
+    );
+    let pvs = s.volumes().list(&Default::default()).await.unwrap();
+    assert!(pvs.items.iter().all(|pv| {
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.as_deref())
+            != Some(class.as_str())
+    }));
+}
+
+/// A claim deleted while its CreateVolume is in flight (the provisioner stays up).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_claim_deleted_during_create_volume_leaves_no_volume() {
+    use kube::api::DeleteParams;
+    let s = Scenario::start("prov-race", &[], &[]).await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    testenv::wait_for(
+        &s.claims(),
+        "data",
+        "hold the creating-volume finalizer",
+        holds_finalizer,
+    )
+    .await;
+    s.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&s.claims(), "data").await;
+    support::eventually("the driver to be empty", || async {
+        s.driver_volumes().await.is_empty().then_some(())
+    })
+    .await;
+    no_pv_of_class(&s, &class).await;
+}
+
+/// 200 claims created and deleted at once: every claim goes away and no volume is left.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
+    use kube::api::DeleteParams;
+    let s = Scenario::start(
+        "prov-burst",
+        &[],
+        &["--kube-api-qps=50", "--kube-api-burst=100"],
+    )
+    .await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": 50}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let (claims, class) = (s.claims(), class.clone());
+        let ns = s.ns.clone();
+        tasks.spawn(async move {
+            let name = format!("c{i}");
+            let pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class, "resources": {"requests": {"storage": "1Mi"}}},
+            }))
+            .unwrap();
+            claims.create(&Default::default(), &pvc).await.unwrap();
+            // Spread the deletions over the whole provisioning window.
+            tokio::time::sleep(std::time::Duration::from_millis(i * 15)).await;
+            claims.delete(&name, &DeleteParams::default()).await.unwrap();
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    support::eventually_within(
+        "every claim to be gone",
+        std::time::Duration::from_secs(240),
+        || async {
+            s.claims()
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    support::eventually_within(
+        "every PV of the class to be gone",
+        std::time::Duration::from_secs(240),
+        || async {
+            let pvs = s.volumes().list(&Default::default()).await.unwrap();
+            pvs.items
+                .iter()
+                .all(|pv| {
+                    pv.spec
+                        .as_ref()
+                        .and_then(|s| s.storage_class_name.as_deref())
+                        != Some(class.as_str())
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    support::eventually("the driver to be empty", || async {
+        s.driver_volumes().await.is_empty().then_some(())
+    })
+    .await;
+    let created = s
+        .mock()
+        .calls_of("CreateVolume")
+        .iter()
+        .filter(|c| c.get("response").is_some())
+        .count();
+    let deleted = s
+        .mock()
+        .calls_of("DeleteVolume")
+        .iter()
+        .filter(|c| c.get("response").is_some())
+        .count();
+    eprintln!("burst: {created} successful CreateVolume calls, {deleted} DeleteVolume calls");
+}
+
+/// Clusters run one provisioner per driver and the finalizer's name is shared: a provisioner
+/// must never act on another driver's claims, not even deleted ones holding the finalizer.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn another_drivers_provisioner_never_touches_our_claims() {
+    use kube::api::DeleteParams;
+    let ours = Scenario::start("prov-ours", &[], &[]).await;
+    let theirs = Scenario::start("prov-theirs", &[], &[]).await;
+    ours.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": 2000}}));
+    let class = ours.class("imm", "Immediate", json!({})).await;
+    let claim = ours.claim("data", &class, "1Gi", json!({})).await;
+    let pv_name = format!("pvc-{}", claim.metadata.uid.unwrap());
+    testenv::wait_for(
+        &ours.claims(),
+        "data",
+        "hold the creating-volume finalizer",
+        holds_finalizer,
+    )
+    .await;
+    ours.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&ours.claims(), "data").await;
+    support::eventually("our driver to be empty", || async {
+        ours.driver_volumes().await.is_empty().then_some(())
+    })
+    .await;
+    let touched: Vec<_> = theirs
+        .mock()
+        .calls()
+        .into_iter()
+        .filter(|c| c["request"]["name"] == pv_name.as_str())
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "the other driver was called for our claim: {touched:#?}"
+    );
+}
+
+/// As upstream: when the driver goes away the sidecar exits (status 1), even when idle, so
+/// Kubernetes restarts it next to the restarted driver.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn losing_the_driver_connection_exits_the_provisioner() {
+    let mut s = Scenario::start("prov-lost", &[], &[]).await;
+    s.provisioner()
+        .wait_for_log("Caches synced", std::time::Duration::from_secs(60));
+    s.mock_mut().kill();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = s.provisioner().process().try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the provisioner did not exit after losing its driver"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(status.code(), Some(1), "exit status");
+    assert!(
+        s.provisioner()
+            .log()
+            .contains("Lost connection to CSI driver, exiting")
+    );
+}
