@@ -6,7 +6,7 @@ use std::sync::Arc;
 use kube::Client;
 use leader_election::{LeaderElectionConfig, LeaderElector, Outcome};
 use prometheus_client::registry::Registry;
-use runtime::client::{ClientLimits, RequestMetrics, build_client};
+use runtime::client::{ClientLimits, RequestMetrics, build_client, build_client_pair};
 use runtime::workqueue::WorkQueueMetrics;
 use tokio_util::sync::CancellationToken;
 
@@ -48,6 +48,7 @@ pub enum AppError {
 pub(crate) struct Base {
     pub(crate) opts: Arc<cli::Options>,
     pub(crate) client: Client,
+    pub(crate) background_client: Client,
     pub(crate) capacity_client: Client,
     pub(crate) driver: Driver,
     pub(crate) identity: String,
@@ -73,7 +74,9 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     let user_agent = format!("csi-provisioner/{VERSION}");
 
     let config = kubeconfig::load(opts.kubeconfig.as_deref(), opts.master.as_deref()).await?;
-    let client = build_client(
+    // One `--kube-api-qps/burst` budget, two lanes: work that can wait (events, dropping a
+    // finalizer that has done its job) never delays provisioning.
+    let (client, background_client) = build_client_pair(
         config.clone(),
         limits(opts.kube_api_qps as f32, opts.kube_api_burst),
         &user_agent,
@@ -142,6 +145,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     let base = Arc::new(Base {
         opts: opts.clone(),
         client,
+        background_client,
         capacity_client,
         driver,
         identity,

@@ -15,6 +15,8 @@ use crate::metrics::ControllerMetrics;
 pub struct Context {
     /// Main API client (`--kube-api-qps/burst`).
     pub client: Client,
+    /// The background lane of the same budget, for writes that can wait.
+    pub background_client: Client,
     pub driver: Driver,
     /// `storage.kubernetes.io/csiProvisionerIdentity` of this instance.
     pub identity: String,

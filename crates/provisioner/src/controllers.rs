@@ -49,11 +49,15 @@ pub(crate) async fn run_controllers(
             capacities: capacity_target,
         },
     );
-    let (recorder, deliver) =
-        EventRecorder::new(base.client.clone(), event_source(&base.driver.name));
+    let (recorder, deliver) = EventRecorder::new(
+        base.background_client.clone(),
+        event_source(&base.driver.name),
+    );
     tokio::spawn(deliver);
-    let (populator_recorder, deliver) =
-        EventRecorder::new(base.client.clone(), "external-provisioner".to_string());
+    let (populator_recorder, deliver) = EventRecorder::new(
+        base.background_client.clone(),
+        "external-provisioner".to_string(),
+    );
     tokio::spawn(deliver);
 
     let capacity = if opts.enable_capacity {
@@ -63,6 +67,7 @@ pub(crate) async fn run_controllers(
     };
     let ctx = Context {
         client: base.client.clone(),
+        background_client: base.background_client.clone(),
         driver: base.driver.clone(),
         identity: base.identity.clone(),
         opts: opts.clone(),

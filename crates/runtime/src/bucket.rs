@@ -44,6 +44,20 @@ impl TokenBucket {
         }
     }
 
+    /// How long until a whole token is available without credit (zero if one is there now).
+    pub(crate) fn until_available(&mut self, now: Duration) -> Duration {
+        self.advance(now);
+        if self.tokens >= 1.0 {
+            return Duration::ZERO;
+        }
+        let secs = (1.0 - self.tokens) / self.rate;
+        if secs.is_finite() && secs >= 0.0 {
+            Duration::from_secs_f64(secs.min(3600.0))
+        } else {
+            Duration::from_secs(3600)
+        }
+    }
+
     /// Takes a token, possibly on credit, and says how long to wait until it is really there
     /// (client-go's `Wait`). Reservations queue up: each caller waits `1/rate` longer than the
     /// one before. A non-positive rate never refills, so the wait is capped at an hour rather
@@ -69,6 +83,17 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn until_available_counts_credit_taken_by_reservations() {
+        let mut b = TokenBucket::new(2.0, 1, ms(0));
+        assert_eq!(b.until_available(ms(0)), ms(0));
+        assert_eq!(b.reserve(ms(0)), ms(0));
+        assert_eq!(b.reserve(ms(0)), ms(500), "on credit");
+        // One reservation is still owed: a whole free token is a full second away.
+        assert_eq!(b.until_available(ms(0)), ms(1000));
+        assert_eq!(b.until_available(ms(1000)), ms(0));
     }
 
     #[test]

@@ -11,6 +11,8 @@ use parking_lot::Mutex;
 #[derive(Default)]
 pub struct Memory {
     claims: Mutex<HashMap<String, ClaimMemory>>,
+    /// Claims whose finalizer release is under way (one task per claim at a time).
+    releasing: Mutex<std::collections::HashSet<String>>,
 }
 
 #[derive(Default, Clone)]
@@ -31,6 +33,15 @@ struct ClaimMemory {
 impl Memory {
     fn with<R>(&self, uid: &str, f: impl FnOnce(&mut ClaimMemory) -> R) -> R {
         f(self.claims.lock().entry(uid.to_string()).or_default())
+    }
+
+    /// Whether a release may start now (none under way for this claim).
+    pub fn start_release(&self, uid: &str) -> bool {
+        self.releasing.lock().insert(uid.to_string())
+    }
+
+    pub fn end_release(&self, uid: &str) {
+        self.releasing.lock().remove(uid);
     }
 
     pub fn forget(&self, uid: &str) {
@@ -128,6 +139,16 @@ mod tests {
         assert!(m.explain_once("u", "a"));
         assert!(!m.explain_once("u", "a"));
         assert!(m.explain_once("u", "b"));
+    }
+
+    #[test]
+    fn one_release_at_a_time_per_claim() {
+        let m = Memory::default();
+        assert!(m.start_release("u"));
+        assert!(!m.start_release("u"));
+        assert!(m.start_release("v"));
+        m.end_release("u");
+        assert!(m.start_release("u"));
     }
 
     #[test]

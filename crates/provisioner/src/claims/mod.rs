@@ -33,6 +33,12 @@ pub struct ClaimKey {
     pub name: String,
 }
 
+impl std::fmt::Display for ClaimKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 impl ClaimKey {
     pub fn of(claim: &PersistentVolumeClaim) -> ClaimKey {
         ClaimKey {
@@ -162,7 +168,10 @@ impl ClaimsController {
                 "storageclass.storage.k8s.io {:?} not found",
                 provisioning::claim::class_name(&claim).unwrap_or_default()
             ))),
-            Step::ReleaseFinalizer => self.release(&claim).await,
+            Step::ReleaseFinalizer => {
+                self.release_later(&claim);
+                Ok(())
+            }
             Step::Provision => match class {
                 Some(class) => self.provision(&claim, &class).await,
                 None => Ok(()),
@@ -171,12 +180,25 @@ impl ClaimsController {
         }
     }
 
-    /// Drops our finalizer once the PV owns the volume.
-    async fn release(&self, claim: &PersistentVolumeClaim) -> Result<(), SyncError> {
-        update::remove_finalizer(&self.ctx.client, claim)
-            .await
-            .map(|_| ())
-            .map_err(|e| SyncError::retry(format!("cannot remove finalizer: {e}")))
+    /// Drops our finalizer once the PV owns the volume. Nothing waits for it, so it runs on its
+    /// own task on the background lane; if it fails, the claim's next sync decides to release
+    /// again.
+    fn release_later(&self, claim: &PersistentVolumeClaim) {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        if !self.memory.start_release(&uid) {
+            return;
+        }
+        let (client, memory, claim) = (
+            self.ctx.background_client.clone(),
+            self.memory.clone(),
+            claim.clone(),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = update::remove_finalizer(&client, &claim).await {
+                tracing::warn!(claim = %ClaimKey::of(&claim).to_string(), err = %e, "Cannot remove the creating-volume finalizer; will retry");
+            }
+            memory.end_release(&uid);
+        });
     }
 
     /// Whether a PV for this claim exists: the PV named for it and bound to its UID, or one we

@@ -236,7 +236,8 @@ impl ClaimsController {
             );
         }
         klog::v!(2, claim = %format!("{namespace}/{name}"), pv = %plan.volume_name, "Provisioned volume");
-        self.release(&claim).await
+        self.release_later(&claim);
+        Ok(())
     }
 
     /// Creates the PV. An existing PV bound to this claim counts as success (a retry after a

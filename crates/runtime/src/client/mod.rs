@@ -76,10 +76,42 @@ pub enum ClientError {
 ///
 /// Must be called inside a tokio runtime (kube spawns its request buffer).
 pub fn build_client(
-    mut config: kube::Config,
+    config: kube::Config,
     limits: ClientLimits,
     user_agent: &str,
     metrics: Option<RequestMetrics>,
+) -> Result<kube::Client, ClientError> {
+    let layer = ThrottleLayer::new(limits.effective(), &host_of(&config), metrics);
+    client_with(config, user_agent, &layer)
+}
+
+/// Two clients over ONE budget: the normal lane, and the background lane for work that can
+/// wait (see [`ThrottleLayer::background`]). Together they never exceed `limits`.
+pub fn build_client_pair(
+    config: kube::Config,
+    limits: ClientLimits,
+    user_agent: &str,
+    metrics: Option<RequestMetrics>,
+) -> Result<(kube::Client, kube::Client), ClientError> {
+    let layer = ThrottleLayer::new(limits.effective(), &host_of(&config), metrics);
+    Ok((
+        client_with(config.clone(), user_agent, &layer)?,
+        client_with(config, user_agent, &layer.background())?,
+    ))
+}
+
+fn host_of(config: &kube::Config) -> String {
+    config
+        .cluster_url
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .unwrap_or_default()
+}
+
+fn client_with(
+    mut config: kube::Config,
+    user_agent: &str,
+    layer: &ThrottleLayer,
 ) -> Result<kube::Client, ClientError> {
     let value = HeaderValue::from_str(user_agent).map_err(|source| ClientError::UserAgent {
         user_agent: user_agent.to_string(),
@@ -90,17 +122,11 @@ pub fn build_client(
         .retain(|(name, _)| name != http::header::USER_AGENT);
     config.headers.push((http::header::USER_AGENT, value));
     let cluster_url = config.cluster_url.to_string();
-    let host = config
-        .cluster_url
-        .authority()
-        .map(|a| a.as_str().to_string())
-        .unwrap_or_default();
-    let layer = ThrottleLayer::new(limits.effective(), &host, metrics);
     let builder = ClientBuilder::try_from(config).map_err(|source| ClientError::Kube {
-        cluster_url: cluster_url.clone(),
+        cluster_url,
         source,
     })?;
-    Ok(builder.with_layer(&layer).build())
+    Ok(builder.with_layer(layer).build())
 }
 
 #[cfg(test)]

@@ -60,6 +60,63 @@ async fn burst_passes_then_requests_are_spaced_one_over_qps() {
     assert_eq!(seen, [0, 0, 0, 200, 400, 600]);
 }
 
+/// Background requests yield to queued normal ones and use only free tokens: normal work is
+/// never delayed by them, and together they stay within the budget.
+#[tokio::test(start_paused = true)]
+async fn the_background_lane_waits_for_free_tokens() {
+    let normal = ThrottleLayer::new(Some((5.0, 2)), "h", None);
+    let background = normal.background();
+    let start = Instant::now();
+    let stamp = move |_req: Request<()>| async move {
+        Ok::<_, Infallible>(Response::new(start.elapsed().as_millis()))
+    };
+    let mut bg = background.layer(service_fn(stamp));
+    let mut fg = normal.layer(service_fn(stamp));
+    // A background request arrives first, then four normal ones.
+    let early_bg = tokio::spawn(
+        bg.ready()
+            .await
+            .unwrap()
+            .call(Request::get("/api/v1/events").body(()).unwrap()),
+    );
+    tokio::task::yield_now().await;
+    let mut fgs = Vec::new();
+    for _ in 0..4 {
+        fgs.push(
+            fg.ready()
+                .await
+                .unwrap()
+                .call(Request::get("/api/v1/pods").body(()).unwrap()),
+        );
+    }
+    let fg_seen: Vec<u128> = join_all(fgs)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().into_body())
+        .collect();
+    let bg_seen = early_bg.await.unwrap().unwrap().into_body();
+    // The first background request takes a free burst token at once; the normal ones then
+    // use the remaining token and credit.
+    assert_eq!(bg_seen, 0);
+    assert_eq!(fg_seen, [0, 200, 400, 600]);
+    // While normal work is queued on credit, a new background request waits behind all of it.
+    let fgs: Vec<_> = (0..2)
+        .map(|_| fg.call(Request::get("/api/v1/pods").body(()).unwrap()))
+        .collect();
+    let late_bg = tokio::spawn(bg.call(Request::get("/api/v1/events").body(()).unwrap()));
+    let fg_seen: Vec<u128> = join_all(fgs)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().into_body())
+        .collect();
+    let late = late_bg.await.unwrap().unwrap().into_body();
+    assert_eq!(fg_seen, [800, 1000]);
+    assert!(
+        late >= 1200,
+        "background request at {late} ms overtook queued normal work"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn fractional_qps_spaces_requests_seconds_apart() {
     let layer = ThrottleLayer::new(Some((0.5, 1)), "h", None);

@@ -3,6 +3,12 @@
 //! It sits outermost in the client's stack, so a request waits for its token before any
 //! timeout starts, as in client-go. The token is reserved when the request is issued, so
 //! waiting requests are served in order. Watches pass untouched.
+//!
+//! Beyond client-go, a client can be given the *background* lane of the same bucket
+//! ([`ThrottleLayer::background`]): its requests never reserve on credit, they take a token
+//! only when one is free. Work that can wait (events, dropping a finalizer that has done its
+//! job) then never delays work that cannot (creating a PV), while the total still stays within
+//! `--kube-api-qps` / `--kube-api-burst`.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -29,9 +35,29 @@ struct Limiter {
 }
 
 impl Limiter {
+    fn now(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.origin)
+    }
+
     fn reserve(&self) -> Duration {
-        let now = Instant::now().saturating_duration_since(self.origin);
+        let now = self.now();
         self.bucket.lock().reserve(now)
+    }
+
+    /// Waits for a free token and takes it; returns how long that took.
+    async fn take_when_free(&self) -> Duration {
+        let started = Instant::now();
+        loop {
+            let wait = {
+                let now = self.now();
+                let mut bucket = self.bucket.lock();
+                if bucket.try_take(now) {
+                    return started.elapsed();
+                }
+                bucket.until_available(now)
+            };
+            tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+        }
     }
 }
 
@@ -41,6 +67,7 @@ pub struct ThrottleLayer {
     limiter: Option<Arc<Limiter>>,
     metrics: Option<RequestMetrics>,
     host: Arc<str>,
+    background: bool,
 }
 
 impl ThrottleLayer {
@@ -57,6 +84,15 @@ impl ThrottleLayer {
             }),
             metrics,
             host: host.into(),
+            background: false,
+        }
+    }
+
+    /// The background lane of the same bucket: see the module docs.
+    pub fn background(&self) -> Self {
+        Self {
+            background: true,
+            ..self.clone()
         }
     }
 }
@@ -111,8 +147,12 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let watch = is_watch(req.uri());
         let wait = match &self.layer.limiter {
-            Some(limiter) if !watch => limiter.reserve(),
+            Some(limiter) if !watch && !self.layer.background => limiter.reserve(),
             _ => Duration::ZERO,
+        };
+        let background = match &self.layer.limiter {
+            Some(limiter) if !watch && self.layer.background => Some(limiter.clone()),
+            _ => None,
         };
         let method = req.method().to_string();
         if let Some(metrics) = &self.layer.metrics {
@@ -124,7 +164,11 @@ where
         let layer = self.layer.clone();
         let mut req = Some(req);
         Box::pin(async move {
-            if !wait.is_zero() {
+            let wait = match background {
+                Some(limiter) => limiter.take_when_free().await,
+                None => wait,
+            };
+            if !wait.is_zero() && !layer.background {
                 tokio::time::sleep(wait).await;
                 if wait > LOG_WAITS_OVER {
                     klog::v!(
