@@ -7,25 +7,33 @@ use k8s_openapi::api::core::v1::VolumeNodeAffinity;
 use crate::desired::Key;
 use crate::segment::Segment;
 
-/// The keys of `class` whose capacity a volume with this node affinity changed.
+/// The keys whose capacity a volume of `class` with this node affinity changed.
 ///
-/// A volume without node affinity is reachable everywhere, so every segment of its class may
+/// A volume without usable node affinity may live anywhere, so every segment of its class may
 /// have changed. Otherwise each affinity term is read as a segment (only `In` with exactly one
-/// value, as upstream's termToSegment), and a key is affected when its segment does not
-/// contradict the term. Differs from upstream, which requires the segment to equal the term:
-/// with node-level segments and zone-level volumes (or the reverse) upstream refreshes nothing
-/// and waits for the next poll.
+/// value, as upstream's termToSegment), and a key of *any* class is affected when its segment
+/// does not contradict the term: classes of one driver usually share the pool behind a
+/// segment, so the other classes' values moved too (upstream also refreshes every class of the
+/// segment). Differs from upstream, which requires the segment to equal the term: with
+/// node-level segments and zone-level volumes (or the reverse) upstream refreshes nothing and
+/// waits for the next poll.
 pub fn keys_for_volume(
     affinity: Option<&VolumeNodeAffinity>,
     class: &str,
     desired: &BTreeSet<Key>,
 ) -> Vec<Key> {
-    let of_class = desired.iter().filter(|k| k.class == class);
     let terms = match term_segments(affinity) {
         Some(terms) if !terms.is_empty() => terms,
-        _ => return of_class.cloned().collect(),
+        _ => {
+            return desired
+                .iter()
+                .filter(|k| k.class == class)
+                .cloned()
+                .collect();
+        }
     };
-    of_class
+    desired
+        .iter()
         .filter(|k| terms.iter().any(|t| compatible(&k.segment, t)))
         .cloned()
         .collect()
@@ -114,13 +122,14 @@ mod tests {
         let on_n1_or_n2 = affinity(&[&[("node", "In", &["n1"])], &[("node", "In", &["n2"])]]);
         let zone_only = affinity(&[&[("zone", "In", &["a"])]]);
         let not_in = affinity(&[&[("node", "NotIn", &["n1"])]]);
+        // Every class of the volume's node: they share its pool.
         assert_eq!(
             nodes(keys_for_volume(Some(&on_n1), "fast", &desired)),
-            ["n1/fast"]
+            ["n1/fast", "n1/slow"]
         );
         assert_eq!(
             nodes(keys_for_volume(Some(&on_n1_or_n2), "fast", &desired)),
-            ["n1/fast", "n2/fast"]
+            ["n1/fast", "n1/slow", "n2/fast"]
         );
         assert_eq!(
             nodes(keys_for_volume(None, "fast", &desired)),
@@ -129,13 +138,18 @@ mod tests {
         // A term on another key contradicts nothing: every node segment may have changed.
         assert_eq!(
             nodes(keys_for_volume(Some(&zone_only), "fast", &desired)),
-            ["n1/fast", "n2/fast"]
+            ["n1/fast", "n1/slow", "n2/fast"]
         );
         // Unusable terms fall back to the whole class.
         assert_eq!(
             nodes(keys_for_volume(Some(&not_in), "slow", &desired)),
             ["n1/slow"]
         );
-        assert!(keys_for_volume(Some(&on_n1), "absent", &desired).is_empty());
+        // A class without objects still refreshes the others of its node.
+        assert_eq!(
+            nodes(keys_for_volume(Some(&on_n1), "absent", &desired)),
+            ["n1/fast", "n1/slow"]
+        );
+        assert!(keys_for_volume(None, "absent", &desired).is_empty());
     }
 }
