@@ -218,6 +218,14 @@ impl ClaimsController {
             supports_topology: ctx.supports_topology(),
             volume_attributes_class_enabled: self.vac_enabled(),
         });
+        // Capacity changed when the driver created the volume, not when the PV object lands:
+        // refresh now, without waiting for the PV write's turn in the API budget.
+        if let Some(capacity) = &ctx.capacity {
+            capacity.volume_changed(
+                &class_name(class),
+                pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
+            );
+        }
         self.save_pv(&claim, class, &pv).await?;
         self.memory.forget(&uid);
         self.memory.pv_created(&uid, &plan.volume_name);
@@ -229,14 +237,8 @@ impl ClaimsController {
         );
         ctx.metrics
             .provision_succeeded(&class_name(class), "", started.elapsed().as_secs_f64());
-        if let Some(capacity) = &ctx.capacity {
-            capacity.volume_changed(
-                &class_name(class),
-                pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
-            );
-        }
         klog::v!(2, claim = %format!("{namespace}/{name}"), pv = %plan.volume_name, "Provisioned volume");
-        self.release_later(&claim);
+        // The finalizer is released when the binder's write of the claim brings it back here.
         Ok(())
     }
 
