@@ -3,8 +3,9 @@
 //! Upstream remembers an in-flight CreateVolume only in memory, so a restart or a claim deleted
 //! mid-call can leave a volume nobody will ever delete (upstream issues #486 and #1469). We keep
 //! that fact on the claim itself: the finalizer [`CREATING_VOLUME_FINALIZER`] is added before the
-//! first CreateVolume and removed only once a PV for the claim exists (from then on the PV's
-//! reclaim policy owns the volume) or the volume is known not to exist. While the finalizer is
+//! first CreateVolume and removed once a PV for the claim exists (from then on the PV's reclaim
+//! policy owns the volume) and the binder has bound the claim, or once the volume is known not
+//! to exist. While the finalizer is
 //! there, a deleted claim stays readable, so the provisioner can always find and delete its
 //! volume — after a crash, a restart, or a deletion racing the call.
 //!
@@ -43,6 +44,11 @@ pub fn has_finalizer(claim: &PersistentVolumeClaim) -> bool {
         .any(|f| f == CREATING_VOLUME_FINALIZER)
 }
 
+/// Whether the binder has finished with the claim (`status.phase` is `Bound`).
+pub fn is_bound(claim: &PersistentVolumeClaim) -> bool {
+    claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+}
+
 /// The next step for a claim.
 ///
 /// `should` is [`crate::claim::should_provision`]'s answer; `ours` says whether the claim's
@@ -69,7 +75,11 @@ pub fn decide(
         };
     }
     if pv_exists || should == ShouldProvision::AlreadyBound {
-        return if holding {
+        // The PV already owns the volume, so releasing now would be safe; waiting until the
+        // binder has finished writing the claim (phase Bound) makes our write the last one
+        // instead of a conflict with the binder's, and costs nothing: the binder's status write
+        // brings the claim back to us.
+        return if holding && is_bound(claim) {
             Step::ReleaseFinalizer
         } else {
             Step::Ignore
@@ -117,6 +127,14 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+    fn bound(mut c: PersistentVolumeClaim) -> PersistentVolumeClaim {
+        c.status = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+            phase: Some("Bound".into()),
+            ..Default::default()
+        });
+        c
+    }
+
     fn claim(holding: bool, deleting: bool) -> PersistentVolumeClaim {
         let mut c = PersistentVolumeClaim::default();
         let mut f = vec!["kubernetes.io/pvc-protection".to_string()];
@@ -160,10 +178,10 @@ mod tests {
             ((true, false, S::WaitForNode, false), WaitForNode),
             ((false, false, S::ClassMissing, false), ClassMissing),
             ((false, false, S::ClassForOtherProvisioner, false), Ignore),
-            // The PV exists: the volume is safe with it.
-            ((true, false, S::Provision, true), ReleaseFinalizer),
+            // The PV exists but the binder is not done with the claim: wait for it.
+            ((true, false, S::Provision, true), Ignore),
             ((false, false, S::Provision, true), Ignore),
-            ((true, false, S::AlreadyBound, false), ReleaseFinalizer),
+            ((true, false, S::AlreadyBound, false), Ignore),
             ((false, false, S::AlreadyBound, false), Ignore),
             // Deleted claims.
             ((false, true, S::Provision, false), Ignore),
@@ -179,6 +197,29 @@ mod tests {
                 "{holding} {deleting} {should:?} {pv}"
             );
         }
+    }
+
+    #[test]
+    fn release_waits_for_the_binder_unless_the_claim_is_deleted() {
+        use ShouldProvision as S;
+        let held_bound = bound(claim(true, false));
+        assert_eq!(
+            decide(&held_bound, S::AlreadyBound, true, true),
+            Step::ReleaseFinalizer
+        );
+        assert_eq!(
+            decide(&held_bound, S::AlreadyBound, true, false),
+            Step::ReleaseFinalizer
+        );
+        assert_eq!(
+            decide(&bound(claim(false, false)), S::AlreadyBound, true, true),
+            Step::Ignore
+        );
+        // Deleted before the binder got to it: the PV owns the volume, release at once.
+        assert_eq!(
+            decide(&claim(true, true), S::AlreadyBound, true, true),
+            Step::ReleaseFinalizer
+        );
     }
 
     #[test]
