@@ -91,7 +91,7 @@ impl VolumesController {
         }
     }
 
-    /// DeleteVolume, then delete the PV object and drop our finalizer, as upstream.
+    /// DeleteVolume, then drop our finalizer and delete the PV object.
     async fn delete(&self, pv: &PersistentVolume) -> Result<(), String> {
         let started = Instant::now();
         let name = pv.name_any();
@@ -126,15 +126,21 @@ impl VolumesController {
             }
             klog::v!(2, pv = %name, "Deleted volume");
         }
-        let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(format!("cannot delete PersistentVolume {name}: {e}")),
-        }
+        // The volume is gone, so the finalizer has done its job. Dropping it before deleting
+        // the object writes a PV nobody else is touching (one write); after the delete it would
+        // race kube-controller-manager's pv-protection update (conflict, re-read, retry). A crash
+        // in between leaves a Released PV without it, which the next sync deletes all the same.
         if decide::has_finalizer(pv) {
             self.set_finalizers(pv, decide::finalizers_without_ours)
                 .await?;
+        }
+        if pv.metadata.deletion_timestamp.is_none() {
+            let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(format!("cannot delete PersistentVolume {name}: {e}")),
+            }
         }
         Ok(())
     }
