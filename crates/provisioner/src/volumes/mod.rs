@@ -3,7 +3,7 @@
 
 pub mod decide;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,9 +27,9 @@ use decide::{Action, DeletionSecret};
 pub struct VolumesController {
     ctx: Context,
     queue: WorkQueue<String>,
-    /// UIDs of PVs whose volume is already deleted while the PV object still shows in the
+    /// PVs (by UID) whose volume is already deleted while the PV object still shows in the
     /// cache: later syncs only finish deleting the object (no second DeleteVolume).
-    deleted: Arc<Mutex<HashSet<String>>>,
+    deleted: Arc<Mutex<HashMap<String, Deletion>>>,
 }
 
 impl VolumesController {
@@ -102,7 +102,8 @@ impl VolumesController {
             .unwrap_or_default();
         let uid = pv.metadata.uid.clone().unwrap_or_default();
         // Updates of the PV while it is being deleted bring us back here: delete the volume once.
-        if !self.deleted.lock().contains(&uid) {
+        let stage = self.deleted.lock().get(&uid).copied();
+        if stage.is_none() {
             if let Err(message) = self.delete_volume(pv, &class).await {
                 let reference = object_reference(pv);
                 self.ctx.recorder.event(
@@ -114,7 +115,9 @@ impl VolumesController {
                 self.ctx.metrics.delete_failed(&class);
                 return Err(message);
             }
-            self.deleted.lock().insert(uid);
+            self.deleted
+                .lock()
+                .insert(uid.clone(), Deletion::VolumeGone);
             self.ctx
                 .metrics
                 .delete_succeeded(&class, started.elapsed().as_secs_f64());
@@ -134,13 +137,16 @@ impl VolumesController {
             self.set_finalizers(pv, decide::finalizers_without_ours)
                 .await?;
         }
-        if pv.metadata.deletion_timestamp.is_none() {
+        // Our own finalizer write brings the PV back before the cache shows the deletion: one
+        // delete call is enough.
+        if pv.metadata.deletion_timestamp.is_none() && stage != Some(Deletion::ObjectDeleted) {
             let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
             match api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(format!("cannot delete PersistentVolume {name}: {e}")),
             }
+            self.deleted.lock().insert(uid, Deletion::ObjectDeleted);
         }
         Ok(())
     }
@@ -233,6 +239,15 @@ impl VolumesController {
             "cannot update finalizers of PersistentVolume {name}: it keeps changing"
         ))
     }
+}
+
+/// How far the deletion of a released PV got (kept until the object is gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deletion {
+    /// DeleteVolume succeeded.
+    VolumeGone,
+    /// ... and the PV object's delete was accepted.
+    ObjectDeleted,
 }
 
 fn with_ours(pv: &PersistentVolume) -> Vec<String> {
