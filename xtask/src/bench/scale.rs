@@ -58,6 +58,12 @@ pub fn metrics() -> Vec<MetricDef> {
         ),
         MetricDef::new("cpu_s", "CPU time over the intervals", "s", true),
         MetricDef::new("rss_mib", "RSS at the end", "MiB", true),
+        MetricDef::new(
+            "rss_growth_mib",
+            "RSS growth over the intervals (end − start)",
+            "MiB",
+            true,
+        ),
         MetricDef::new("peak_rss_mib", "Peak RSS", "MiB", true),
     ]
 }
@@ -137,6 +143,11 @@ async fn measure(
     rec.set("depth_max", depths.iter().copied().fold(f64::NAN, f64::max));
     if let Some(last) = ticks.last() {
         rec.set("rss_mib", last.proc.rss_mib);
+        // Flat memory over the polls is the claim to check: compare with the first sample of
+        // the window (after the first publication).
+        if let Some(first) = ticks.iter().find(|t| t.secs >= window_start) {
+            rec.set("rss_growth_mib", last.proc.rss_mib - first.proc.rss_mib);
+        }
     }
     rec.set(
         "peak_rss_mib",
