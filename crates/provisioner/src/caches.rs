@@ -9,9 +9,8 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment};
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, Client};
-use runtime::reflect::{Change, ReflectError, informer, wait_until_ready};
+use runtime::reflect::{Change, InitialList, ReflectError, informer, wait_until_ready};
 
 /// Read-only views of the cluster, shared by all controllers.
 #[derive(Clone)]
@@ -44,6 +43,8 @@ pub struct CacheOptions {
     pub watch_attachments: bool,
     /// Namespace and label selector of our CSIStorageCapacity objects.
     pub capacities: Option<(String, String)>,
+    /// Streaming or paged first lists ([`runtime::reflect::probe_initial_list`]).
+    pub initial_list: InitialList,
 }
 
 impl Caches {
@@ -53,7 +54,7 @@ impl Caches {
         capacity_client: &Client,
         opts: &CacheOptions,
     ) -> (Caches, Changes) {
-        let cfg = watcher::Config::default;
+        let cfg = || opts.initial_list.watcher_config();
         let (claims, claim_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
         let (volumes, volume_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
         let (classes, class_changes) = informer(Api::all(client.clone()), cfg(), |_| {});

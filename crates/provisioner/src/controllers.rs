@@ -20,6 +20,8 @@ use crate::volumes::VolumesController;
 /// How long to wait for the first list of every cache before giving up (upstream blocks; a
 /// bounded wait with a clear error is more useful than a silent hang).
 const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long the start-up probe waits for the API server to finish a streaming list.
+const STREAMING_PROBE_WAIT: Duration = Duration::from_secs(5);
 /// Upstream's informer resync for claims and volumes.
 const RESYNC_PERIOD: Duration = Duration::from_secs(15 * 60);
 
@@ -41,12 +43,16 @@ pub(crate) async fn run_controllers(
     } else {
         None
     };
+    // Paged lists of 10,000 claims cost 20 requests each at QPS 5; a streaming list costs one.
+    let initial_list =
+        runtime::reflect::probe_initial_list(&base.client, STREAMING_PROBE_WAIT).await;
     let (caches, changes) = Caches::start(
         &base.client,
         &base.capacity_client,
         &CacheOptions {
             watch_attachments: base.driver.capabilities.publish_unpublish_volume,
             capacities: capacity_target,
+            initial_list,
         },
     );
     let (recorder, deliver) = EventRecorder::new(

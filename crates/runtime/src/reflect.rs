@@ -31,6 +31,71 @@ pub enum Change<K> {
     Relisted,
 }
 
+/// The bookmark annotation that ends the initial events of a streaming list.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// How informers read their first list (and every relist).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitialList {
+    /// One watch with `sendInitialEvents` (the API server's WatchList): one request per
+    /// resource, objects arrive one by one instead of as pages held in memory at once.
+    Streaming,
+    /// Pages of 500 served from the API server's watch cache (`resourceVersion=0`), as
+    /// client-go's reflector reads them.
+    Paged,
+}
+
+impl InitialList {
+    pub fn watcher_config(self) -> watcher::Config {
+        match self {
+            InitialList::Streaming => watcher::Config::default().streaming_lists(),
+            InitialList::Paged => watcher::Config::default().any_semantic(),
+        }
+    }
+}
+
+/// Asks the API server for the StorageClasses as a streaming list and answers
+/// [`InitialList::Streaming`] if the end-of-initial-events bookmark arrives within `wait`.
+/// Servers without WatchList (gate off, or older than 1.27) refuse the request or never send
+/// that bookmark: they get [`InitialList::Paged`]. One request; StorageClasses are few and
+/// every provisioner may watch them.
+pub async fn probe_initial_list(client: &kube::Client, wait: Duration) -> InitialList {
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use kube::api::{WatchEvent, WatchParams};
+    let api: Api<StorageClass> = Api::all(client.clone());
+    let params = WatchParams::streaming_lists().timeout(wait.as_secs().max(1) as u32);
+    let ended = async {
+        let stream = match api.watch(&params, "0").await {
+            Ok(stream) => stream,
+            Err(err) => {
+                klog::v!(2, error = %err, "Streaming lists refused; informers list in pages");
+                return false;
+            }
+        };
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(WatchEvent::Bookmark(b))
+                    if b.metadata.annotations.contains_key(INITIAL_EVENTS_END) =>
+                {
+                    return true;
+                }
+                Ok(WatchEvent::Error(_)) | Err(_) => return false,
+                Ok(_) => {}
+            }
+        }
+        false
+    };
+    let streaming = tokio::time::timeout(wait, ended).await.unwrap_or(false);
+    let mode = if streaming {
+        InitialList::Streaming
+    } else {
+        InitialList::Paged
+    };
+    klog::v!(2, mode = ?mode, "Informer initial list mode");
+    mode
+}
+
 /// Drops `managedFields` and the last-applied annotation: memory we would only carry around.
 pub fn strip_metadata<K: Resource>(obj: &mut K) {
     let meta = obj.meta_mut();

@@ -14,7 +14,9 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 use runtime::client::{ClientLimits, RequestMetrics, build_client};
 use runtime::events::{EventRecorder, EventType};
-use runtime::reflect::{Change, LAST_APPLIED, informer, wait_until_ready};
+use runtime::reflect::{
+    Change, InitialList, LAST_APPLIED, informer, probe_initial_list, wait_until_ready,
+};
 use testenv::ControlPlane;
 use tokio::time::{Instant, timeout};
 
@@ -302,4 +304,49 @@ async fn informer_caches_stripped_objects_and_reports_changes() {
     );
     assert!(store.state().is_empty());
     driver.abort();
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn streaming_lists_are_detected_and_both_modes_fill_caches() {
+    let admin = ControlPlane::shared().client().await;
+    // Kubernetes 1.36 serves streaming lists (WatchList) by default.
+    assert_eq!(
+        probe_initial_list(&admin, Duration::from_secs(5)).await,
+        InitialList::Streaming
+    );
+    let ns = testenv::create_namespace(&admin, "initial-list").await;
+    let api: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    for i in 0..3 {
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(format!("cm-{i}")),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+    }
+    for mode in [InitialList::Streaming, InitialList::Paged] {
+        let (store, mut changes) = informer(api.clone(), mode.watcher_config(), |_| {});
+        let driver = tokio::spawn(async move { while changes.next().await.is_some() {} });
+        wait_until_ready(&store, WAIT).await.expect("cache synced");
+        let mut names: Vec<String> = store
+            .state()
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["cm-0", "cm-1", "cm-2"], "{mode:?}");
+        assert!(
+            store
+                .state()
+                .iter()
+                .all(|c| c.metadata.managed_fields.is_none()),
+            "{mode:?} strips like the paged list"
+        );
+        driver.abort();
+    }
 }
