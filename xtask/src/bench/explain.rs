@@ -142,14 +142,29 @@ pub fn explain(r: &ScenarioResult) -> String {
             n(med(r, Impl::Upstream, &first, "getcapacity_per_s")),
             r2(ratio(r, &first, "publish_s")),
         ),
-        _ => format!(
-            "the scheduler places pods on the capacity it last saw; every volume created before \
-             the node's object is updated (capacity QPS 1) can send the next pod to a full node, \
-             which costs a ResourceExhausted and a reschedule (ours {} vs upstream {} failed \
-             CreateVolume calls).",
-            n(med(r, Impl::Ours, &first, "exhausted_calls")),
-            n(med(r, Impl::Upstream, &first, "exhausted_calls")),
-        ),
+        _ => {
+            let ours = med(r, Impl::Ours, &first, "exhausted_calls");
+            let upstream = med(r, Impl::Upstream, &first, "exhausted_calls");
+            let time = r2(ratio(r, &first, "all_bound_s"));
+            if ours == Some(0.0) && upstream == Some(0.0) {
+                format!(
+                    "neither sent a pod to a full node (0 ResourceExhausted on both: the \
+                     scheduler spread the pods over nodes with room to spare), so time until \
+                     bound follows the API writes per volume at QPS 5: ours writes the \
+                     creating-volume finalizer on the claim before CreateVolume besides the PV \
+                     (time ratio {time})."
+                )
+            } else {
+                format!(
+                    "the scheduler places pods on the capacity it last saw; every volume \
+                     created before the node's object is updated (capacity QPS 1) can send the \
+                     next pod to a full node, which costs a ResourceExhausted and a reschedule \
+                     (ours {} vs upstream {} failed CreateVolume calls; time ratio {time}).",
+                    n(ours),
+                    n(upstream),
+                )
+            }
+        }
     }
 }
 
@@ -197,6 +212,8 @@ mod tests {
             let line = explain(&result(s, key, a, b));
             assert!(line.contains(want), "scenario {s}: {line}");
         }
+        let none_exhausted = explain(&result(6, "exhausted_calls", 0.0, 0.0));
+        assert!(none_exhausted.starts_with("neither"), "{none_exhausted}");
         let empty = explain(&result(4, "other", 1.0, 1.0));
         assert!(empty.contains("p50 – vs – ms"), "{empty}");
     }
