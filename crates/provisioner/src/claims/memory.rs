@@ -11,8 +11,18 @@ use parking_lot::Mutex;
 #[derive(Default)]
 pub struct Memory {
     claims: Mutex<HashMap<String, ClaimMemory>>,
-    /// Claims whose finalizer release is under way (one task per claim at a time).
-    releasing: Mutex<std::collections::HashSet<String>>,
+    /// Claims whose finalizer release is under way, and on which lane (one task per claim and
+    /// lane at a time).
+    releasing: Mutex<HashMap<String, Lane>>,
+}
+
+/// Which API budget a finalizer release spends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Lane {
+    /// Only tokens the hot path leaves free: nothing waits for a bound claim's release.
+    Background,
+    /// The main budget: a deleted claim's deletion waits for it.
+    Foreground,
 }
 
 #[derive(Default, Clone)]
@@ -35,13 +45,25 @@ impl Memory {
         f(self.claims.lock().entry(uid.to_string()).or_default())
     }
 
-    /// Whether a release may start now (none under way for this claim).
-    pub fn start_release(&self, uid: &str) -> bool {
-        self.releasing.lock().insert(uid.to_string())
+    /// Whether a release on `lane` may start now: none is under way for this claim, or only a
+    /// background one that may wait long for free tokens while the claim's deletion waits.
+    pub fn start_release(&self, uid: &str, lane: Lane) -> bool {
+        let mut releasing = self.releasing.lock();
+        match releasing.get(uid) {
+            Some(current) if *current >= lane => false,
+            _ => {
+                releasing.insert(uid.to_string(), lane);
+                true
+            }
+        }
     }
 
-    pub fn end_release(&self, uid: &str) {
-        self.releasing.lock().remove(uid);
+    /// A release on `lane` ended (a later one on a faster lane keeps its entry).
+    pub fn end_release(&self, uid: &str, lane: Lane) {
+        let mut releasing = self.releasing.lock();
+        if releasing.get(uid) == Some(&lane) {
+            releasing.remove(uid);
+        }
     }
 
     pub fn forget(&self, uid: &str) {
@@ -142,13 +164,23 @@ mod tests {
     }
 
     #[test]
-    fn one_release_at_a_time_per_claim() {
+    fn one_release_at_a_time_per_claim_and_lane() {
+        use Lane::*;
         let m = Memory::default();
-        assert!(m.start_release("u"));
-        assert!(!m.start_release("u"));
-        assert!(m.start_release("v"));
-        m.end_release("u");
-        assert!(m.start_release("u"));
+        assert!(m.start_release("u", Background));
+        assert!(!m.start_release("u", Background));
+        assert!(m.start_release("v", Background));
+        m.end_release("u", Background);
+        assert!(m.start_release("u", Background));
+        // The claim is deleted while its background release waits: the foreground one starts.
+        assert!(m.start_release("u", Foreground));
+        assert!(!m.start_release("u", Foreground));
+        assert!(!m.start_release("u", Background));
+        // The background task finishing does not clear the foreground entry.
+        m.end_release("u", Background);
+        assert!(!m.start_release("u", Foreground));
+        m.end_release("u", Foreground);
+        assert!(m.start_release("u", Foreground));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use runtime::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
-use memory::Memory;
+use memory::{Lane, Memory};
 
 /// A claim's identity in the work queue.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -180,24 +180,26 @@ impl ClaimsController {
         }
     }
 
-    /// Drops our finalizer once the PV owns the volume. Nothing waits for it, so it runs on its
-    /// own task on the background lane; if it fails, the claim's next sync decides to release
-    /// again.
+    /// Drops our finalizer once the PV owns the volume, on its own task. For a bound claim
+    /// nothing waits for it: it spends only tokens the hot path leaves free (background lane).
+    /// A deleted claim's deletion waits for it: main budget. If it fails, the claim's next sync
+    /// decides to release again.
     fn release_later(&self, claim: &PersistentVolumeClaim) {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        if !self.memory.start_release(&uid) {
+        let (lane, client) = if claim.metadata.deletion_timestamp.is_some() {
+            (Lane::Foreground, self.ctx.client.clone())
+        } else {
+            (Lane::Background, self.ctx.background_client.clone())
+        };
+        if !self.memory.start_release(&uid, lane) {
             return;
         }
-        let (client, memory, claim) = (
-            self.ctx.background_client.clone(),
-            self.memory.clone(),
-            claim.clone(),
-        );
+        let (memory, claim) = (self.memory.clone(), claim.clone());
         tokio::spawn(async move {
             if let Err(e) = update::remove_finalizer(&client, &claim).await {
                 tracing::warn!(claim = %ClaimKey::of(&claim).to_string(), err = %e, "Cannot remove the creating-volume finalizer; will retry");
             }
-            memory.end_release(&uid);
+            memory.end_release(&uid, lane);
         });
     }
 
