@@ -53,6 +53,7 @@ pub fn machine() -> String {
 /// Per-verb request counts the throughput scenarios keep for our provisioner.
 const PVC_UPDATES: &str = "requests update persistentvolumeclaims per volume";
 const EVENTS: &str = "requests create events per volume";
+const PVC_GETS: &str = "requests get persistentvolumeclaims per volume";
 
 /// Median of one metric.
 fn med(r: &ScenarioResult, which: Impl, variant: &str, key: &str) -> Option<f64> {
@@ -105,12 +106,14 @@ pub fn explain(r: &ScenarioResult) -> String {
             "both drop the PV's finalizer and delete the PV (2 requests per volume); the rest \
              of ours at the default QPS ({} vs upstream {} per volume) is work left from \
              scenario 1 on our background lane, which only spends tokens the hot path leaves \
-             free: {} events and {} finalizer releases per volume, sent while the deletion runs \
-             (time ratio {}; {} at 100/200).",
+             free: {} events, and {} claim updates with {} claim re-reads per volume (finalizer \
+             releases whose copy of the claim went stale when it was deleted: conflict, re-read, \
+             retry), sent while the deletion runs (time ratio {}; {} at 100/200).",
             n(med(r, Impl::Ours, &first, "api_per_volume")),
             n(med(r, Impl::Upstream, &first, "api_per_volume")),
             n(med(r, Impl::Ours, &first, EVENTS)),
             n(med(r, Impl::Ours, &first, PVC_UPDATES)),
+            n(med(r, Impl::Ours, &first, PVC_GETS)),
             r2(ratio(r, &first, "pvs_gone_s")),
             r2(ratio(r, &last, "pvs_gone_s")),
         ),
