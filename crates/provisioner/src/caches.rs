@@ -72,9 +72,12 @@ impl Caches {
         };
         let (capacities, capacity_changes) = match &opts.capacities {
             Some((namespace, selector)) => {
+                // A consistent read (not the watch cache's possibly older view): adopting our
+                // objects after a restart must see every one, or it would create a duplicate.
+                // The set is small, so paging costs little.
                 let (s, c) = informer(
                     Api::namespaced(capacity_client.clone(), namespace),
-                    cfg().labels(selector),
+                    kube::runtime::watcher::Config::default().labels(selector),
                     |_| {},
                 );
                 (Some(s), Some(c))

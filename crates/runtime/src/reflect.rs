@@ -42,6 +42,10 @@ pub enum InitialList {
     Streaming,
     /// Pages of 500 served from the API server's watch cache (`resourceVersion=0`), as
     /// client-go's reflector reads them.
+    ///
+    /// Both modes read the watch cache, which may lag the latest write by moments: an object
+    /// created just before the list can arrive as a watch event right after the cache reports
+    /// ready. Caches that must be complete when ready use a consistent read instead.
     Paged,
 }
 

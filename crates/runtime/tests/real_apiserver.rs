@@ -333,13 +333,22 @@ async fn streaming_lists_are_detected_and_both_modes_fill_caches() {
         let (store, mut changes) = informer(api.clone(), mode.watcher_config(), |_| {});
         let driver = tokio::spawn(async move { while changes.next().await.is_some() {} });
         wait_until_ready(&store, WAIT).await.expect("cache synced");
-        let mut names: Vec<String> = store
-            .state()
-            .iter()
-            .filter_map(|c| c.metadata.name.clone())
-            .collect();
-        names.sort();
-        assert_eq!(names, ["cm-0", "cm-1", "cm-2"], "{mode:?}");
+        // Both modes read from the watch cache (resourceVersion 0), which may not hold an
+        // object created a moment ago yet; the watch then delivers it.
+        let names = || {
+            let mut n: Vec<String> = store
+                .state()
+                .iter()
+                .filter_map(|c| c.metadata.name.clone())
+                .collect();
+            n.sort();
+            n
+        };
+        let deadline = Instant::now() + WAIT;
+        while names().len() < 3 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(names(), ["cm-0", "cm-1", "cm-2"], "{mode:?}");
         assert!(
             store
                 .state()
