@@ -59,28 +59,12 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_during_create_volume_leaves_no_volume() {
-    use kube::api::DeleteParams;
     let s = Scenario::start("prov-race", &[], &[]).await;
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
     let class = s.class("imm", "Immediate", json!({})).await;
     s.claim("data", &class, "1Gi", json!({})).await;
-    testenv::wait_for(
-        &s.claims(),
-        "data",
-        "hold the creating-volume finalizer",
-        holds_finalizer,
-    )
-    .await;
-    s.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_gone(&s.claims(), "data").await;
-    support::eventually("the driver to be empty", || async {
-        s.driver_volumes().await.is_empty().then_some(())
-    })
-    .await;
+    delete_while_creating(&s, "data").await;
     no_pv_of_class(&s, &class).await;
 }
 
@@ -132,23 +116,7 @@ async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
         },
     )
     .await;
-    support::eventually_within(
-        "every PV of the class to be gone",
-        std::time::Duration::from_secs(240),
-        || async {
-            let pvs = s.volumes().list(&Default::default()).await.unwrap();
-            pvs.items
-                .iter()
-                .all(|pv| {
-                    pv.spec
-                        .as_ref()
-                        .and_then(|s| s.storage_class_name.as_deref())
-                        != Some(class.as_str())
-                })
-                .then_some(())
-        },
-    )
-    .await;
+    no_pv_of_class(&s, &class).await;
     support::eventually("the driver to be empty", || async {
         s.driver_volumes().await.is_empty().then_some(())
     })
@@ -173,7 +141,6 @@ async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn another_drivers_provisioner_never_touches_our_claims() {
-    use kube::api::DeleteParams;
     let ours = Scenario::start("prov-ours", &[], &[]).await;
     let theirs = Scenario::start("prov-theirs", &[], &[]).await;
     ours.mock()
@@ -181,22 +148,7 @@ async fn another_drivers_provisioner_never_touches_our_claims() {
     let class = ours.class("imm", "Immediate", json!({})).await;
     let claim = ours.claim("data", &class, "1Gi", json!({})).await;
     let pv_name = format!("pvc-{}", claim.metadata.uid.unwrap());
-    testenv::wait_for(
-        &ours.claims(),
-        "data",
-        "hold the creating-volume finalizer",
-        holds_finalizer,
-    )
-    .await;
-    ours.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_gone(&ours.claims(), "data").await;
-    support::eventually("our driver to be empty", || async {
-        ours.driver_volumes().await.is_empty().then_some(())
-    })
-    .await;
+    delete_while_creating(&ours, "data").await;
     let touched: Vec<_> = theirs
         .mock()
         .calls()
@@ -235,4 +187,25 @@ async fn losing_the_driver_connection_exits_the_provisioner() {
             .log()
             .contains("Lost connection to CSI driver, exiting")
     );
+}
+
+/// Deletes claim `name` once it holds the creating-volume finalizer (CreateVolume is under
+/// way), then waits until the claim is gone and the driver holds no volume.
+async fn delete_while_creating(s: &Scenario, name: &str) {
+    testenv::wait_for(
+        &s.claims(),
+        name,
+        "hold the creating-volume finalizer",
+        holds_finalizer,
+    )
+    .await;
+    s.claims()
+        .delete(name, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&s.claims(), name).await;
+    support::eventually("the driver to be empty", || async {
+        s.driver_volumes().await.is_empty().then_some(())
+    })
+    .await;
 }
