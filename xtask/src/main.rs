@@ -139,17 +139,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Test => test(&root),
         Cmd::Demo { dir, keep } => {
             gobuild::build(&root, false)?;
-            cargo(
-                &[
-                    "build",
-                    "--package",
-                    "csi-provisioner",
-                    "--package",
-                    "mock-csi-driver",
-                    "--bins",
-                ],
-                None,
-            )?;
+            build_our_binaries(false)?;
             demo::run(&root, &demo::Options { dir, keep })
         }
         Cmd::Bench {
@@ -171,22 +161,27 @@ fn run(cli: Cli) -> Result<()> {
             let bin_dir = gobuild::build(&root, true)?;
             // Release builds only: debug builds would measure the compiler, not the design.
             if !no_build {
-                cargo(
-                    &[
-                        "build",
-                        "--release",
-                        "--package",
-                        "csi-provisioner",
-                        "--package",
-                        "mock-csi-driver",
-                        "--bins",
-                    ],
-                    None,
-                )?;
+                build_our_binaries(true)?;
             }
             bench::run(&root, &bin_dir, &opts)
         }
     }
+}
+
+/// Builds the `csi-provisioner` and `mock-csi-driver` binaries (debug or release).
+fn build_our_binaries(release: bool) -> Result<()> {
+    let mut args = vec!["build"];
+    if release {
+        args.push("--release");
+    }
+    args.extend([
+        "--package",
+        "csi-provisioner",
+        "--package",
+        "mock-csi-driver",
+        "--bins",
+    ]);
+    cargo(&args, None)
 }
 
 fn test(root: &std::path::Path) -> Result<()> {
