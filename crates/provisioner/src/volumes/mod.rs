@@ -1,7 +1,9 @@
 //! The volume controller: finalizers on our PVs and deletion of released ones (work queue
-//! "volumes"). [`decide::decide`] picks the action; this file carries it out.
+//! "volumes"). [`decide::decide`] picks the action and [`steps::remaining`] the deletion's
+//! steps; this file carries them out.
 
 pub mod decide;
+pub mod steps;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::secrets;
 use decide::{Action, DeletionSecret};
+use steps::Stage;
 
 /// The volume controller.
 #[derive(Clone)]
@@ -29,7 +32,7 @@ pub struct VolumesController {
     queue: WorkQueue<String>,
     /// PVs (by UID) whose volume is already deleted while the PV object still shows in the
     /// cache: later syncs only finish deleting the object (no second DeleteVolume).
-    deleted: Arc<Mutex<HashMap<String, Deletion>>>,
+    deleted: Arc<Mutex<HashMap<String, Stage>>>,
 }
 
 impl VolumesController {
@@ -101,9 +104,13 @@ impl VolumesController {
             .and_then(|s| s.storage_class_name.clone())
             .unwrap_or_default();
         let uid = pv.metadata.uid.clone().unwrap_or_default();
-        // Updates of the PV while it is being deleted bring us back here: delete the volume once.
         let stage = self.deleted.lock().get(&uid).copied();
-        if stage.is_none() {
+        let steps = steps::remaining(
+            stage,
+            decide::has_finalizer(pv),
+            pv.metadata.deletion_timestamp.is_some(),
+        );
+        if steps.delete_volume {
             if let Err(message) = self.delete_volume(pv, &class).await {
                 let reference = object_reference(pv);
                 self.ctx.recorder.event(
@@ -115,9 +122,7 @@ impl VolumesController {
                 self.ctx.metrics.delete_failed(&class);
                 return Err(message);
             }
-            self.deleted
-                .lock()
-                .insert(uid.clone(), Deletion::VolumeGone);
+            self.deleted.lock().insert(uid.clone(), Stage::VolumeGone);
             self.ctx
                 .metrics
                 .delete_succeeded(&class, started.elapsed().as_secs_f64());
@@ -129,24 +134,20 @@ impl VolumesController {
             }
             klog::v!(2, pv = %name, "Deleted volume");
         }
-        // The volume is gone, so the finalizer has done its job. Dropping it before deleting
-        // the object writes a PV nobody else is touching (one write); after the delete it would
-        // race kube-controller-manager's pv-protection update (conflict, re-read, retry). A crash
-        // in between leaves a Released PV without it, which the next sync deletes all the same.
-        if decide::has_finalizer(pv) {
+        // A crash from here on leaves a Released PV whose volume is gone; the next sync repeats
+        // DeleteVolume (idempotent in CSI) and finishes.
+        if steps.drop_finalizer {
             self.set_finalizers(pv, decide::finalizers_without_ours)
                 .await?;
         }
-        // Our own finalizer write brings the PV back before the cache shows the deletion: one
-        // delete call is enough.
-        if pv.metadata.deletion_timestamp.is_none() && stage != Some(Deletion::ObjectDeleted) {
+        if steps.delete_object {
             let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
             match api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(format!("cannot delete PersistentVolume {name}: {e}")),
             }
-            self.deleted.lock().insert(uid, Deletion::ObjectDeleted);
+            self.deleted.lock().insert(uid, Stage::ObjectDeleted);
         }
         Ok(())
     }
@@ -239,15 +240,6 @@ impl VolumesController {
             "cannot update finalizers of PersistentVolume {name}: it keeps changing"
         ))
     }
-}
-
-/// How far the deletion of a released PV got (kept until the object is gone).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Deletion {
-    /// DeleteVolume succeeded.
-    VolumeGone,
-    /// ... and the PV object's delete was accepted.
-    ObjectDeleted,
 }
 
 fn with_ours(pv: &PersistentVolume) -> Vec<String> {
