@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use csi::v1::TopologyRequirement;
 use parking_lot::Mutex;
+use tokio::task::AbortHandle;
 
 /// Per-claim memory, keyed by claim UID.
 #[derive(Default)]
@@ -13,7 +14,14 @@ pub struct Memory {
     claims: Mutex<HashMap<String, ClaimMemory>>,
     /// Claims whose finalizer release is under way, and on which lane (one task per claim and
     /// lane at a time).
-    releasing: Mutex<HashMap<String, Lane>>,
+    releasing: Mutex<HashMap<String, Release>>,
+}
+
+/// A finalizer release under way.
+struct Release {
+    lane: Lane,
+    /// Its task, once spawned: a faster release aborts it.
+    task: Option<AbortHandle>,
 }
 
 /// Which API budget a finalizer release spends.
@@ -47,21 +55,40 @@ impl Memory {
 
     /// Whether a release on `lane` may start now: none is under way for this claim, or only a
     /// background one that may wait long for free tokens while the claim's deletion waits.
+    /// That background release is aborted: its copy of the claim predates the deletion, so
+    /// sending it would only cost a conflict and a re-read.
     pub fn start_release(&self, uid: &str, lane: Lane) -> bool {
         let mut releasing = self.releasing.lock();
-        match releasing.get(uid) {
-            Some(current) if *current >= lane => false,
-            _ => {
-                releasing.insert(uid.to_string(), lane);
-                true
+        if let Some(current) = releasing.get(uid) {
+            if current.lane >= lane {
+                return false;
             }
+            if let Some(task) = &current.task {
+                task.abort();
+            }
+        }
+        releasing.insert(uid.to_string(), Release { lane, task: None });
+        true
+    }
+
+    /// The task of the release [`start_release`](Self::start_release) allowed on `lane`; it is
+    /// aborted at once if a faster release superseded it meanwhile.
+    pub fn track_release(&self, uid: &str, lane: Lane, task: AbortHandle) {
+        let mut releasing = self.releasing.lock();
+        match releasing.get_mut(uid) {
+            Some(current) if current.lane == lane && current.task.is_none() => {
+                current.task = Some(task);
+            }
+            Some(current) if current.lane > lane => task.abort(),
+            // Finished already (or a newer release of the same lane owns the entry).
+            _ => {}
         }
     }
 
     /// A release on `lane` ended (a later one on a faster lane keeps its entry).
     pub fn end_release(&self, uid: &str, lane: Lane) {
         let mut releasing = self.releasing.lock();
-        if releasing.get(uid) == Some(&lane) {
+        if releasing.get(uid).is_some_and(|r| r.lane == lane) {
             releasing.remove(uid);
         }
     }
@@ -181,6 +208,31 @@ mod tests {
         assert!(!m.start_release("u", Foreground));
         m.end_release("u", Foreground);
         assert!(m.start_release("u", Foreground));
+    }
+
+    #[tokio::test]
+    async fn a_deleted_claims_release_aborts_the_waiting_background_one() {
+        use Lane::*;
+        let m = Memory::default();
+        assert!(m.start_release("u", Background));
+        // Stands for a request waiting for a free token.
+        let waiting = tokio::spawn(std::future::pending::<()>());
+        m.track_release("u", Background, waiting.abort_handle());
+        assert!(m.start_release("u", Foreground));
+        let err = waiting
+            .await
+            .expect_err("the background release must be aborted");
+        assert!(err.is_cancelled(), "{err}");
+        // A background task tracked only after the foreground one started is aborted too.
+        assert!(m.start_release("v", Background));
+        assert!(m.start_release("v", Foreground));
+        let late = tokio::spawn(std::future::pending::<()>());
+        m.track_release("v", Background, late.abort_handle());
+        assert!(late.await.expect_err("aborted").is_cancelled());
+        // The foreground release itself is never aborted by tracking.
+        let fg = tokio::spawn(async { 7 });
+        m.track_release("v", Foreground, fg.abort_handle());
+        assert_eq!(fg.await.unwrap(), 7);
     }
 
     #[test]

@@ -194,13 +194,14 @@ impl ClaimsController {
         if !self.memory.start_release(&uid, lane) {
             return;
         }
-        let (memory, claim) = (self.memory.clone(), claim.clone());
-        tokio::spawn(async move {
+        let (memory, claim, task_uid) = (self.memory.clone(), claim.clone(), uid.clone());
+        let task = tokio::spawn(async move {
             if let Err(e) = update::remove_finalizer(&client, &claim).await {
                 tracing::warn!(claim = %ClaimKey::of(&claim).to_string(), err = %e, "Cannot remove the creating-volume finalizer; will retry");
             }
-            memory.end_release(&uid, lane);
+            memory.end_release(&task_uid, lane);
         });
+        self.memory.track_release(&uid, lane, task.abort_handle());
     }
 
     /// Whether a PV for this claim exists: the PV named for it and bound to its UID, or one we
