@@ -15,6 +15,9 @@ pub struct Call {
     pub error: Option<String>,
     /// `request.name` (the volume name of CreateVolume), if any.
     pub name: Option<String>,
+    /// What a GetCapacity asked about: its topology and parameters, as one comparable string
+    /// (one per CSIStorageCapacity object when the classes differ in a parameter).
+    pub capacity_key: Option<String>,
 }
 
 impl Call {
@@ -50,6 +53,11 @@ fn parse_line(line: &str) -> Option<Call> {
             .and_then(|r| r.get("name"))
             .and_then(Value::as_str)
             .map(str::to_string),
+        capacity_key: (v.get("method")?.as_str()? == "GetCapacity").then(|| {
+            let r = v.get("request");
+            let part = |k: &str| r.and_then(|r| r.get(k)).cloned().unwrap_or(Value::Null);
+            format!("{} {}", part("accessible_topology"), part("parameters"))
+        }),
     })
 }
 
@@ -121,16 +129,24 @@ mod tests {
         r#"{"time":"2026-01-01T00:00:03.000Z","method":"GetCapacity","duration_ms":0,"request":{}}"#,
         "\n",
         "not json\n",
+        r#"{"time":"2026-01-01T00:00:03.500Z","method":"GetCapacity","duration_ms":0,"request":{"accessible_topology":{"segments":{"k":"n1"}},"parameters":{"c":"a"}}}"#,
+        "\n",
         r#"{"time":"2026-01-01T00:00:04.000Z","method":"CreateVol"#,
     );
 
     #[test]
     fn parses_complete_lines() {
         let calls = parse(LOG);
-        assert_eq!(calls.len(), 3);
+        assert_eq!(calls.len(), 4);
         assert_eq!(calls[0].error.as_deref(), Some("ResourceExhausted"));
         assert_eq!(calls[1].name.as_deref(), Some("pvc-a"));
+        assert_eq!(calls[1].capacity_key, None);
         assert_eq!(calls[2].name, None);
+        assert_eq!(calls[2].capacity_key.as_deref(), Some("null null"));
+        assert_eq!(
+            calls[3].capacity_key.as_deref(),
+            Some(r#"{"segments":{"k":"n1"}} {"c":"a"}"#)
+        );
     }
 
     #[test]
@@ -138,7 +154,7 @@ mod tests {
         let calls = parse(LOG);
         assert_eq!(count_errors(&calls, "CreateVolume", "ResourceExhausted"), 1);
         assert_eq!(count_errors(&calls, "CreateVolume", "Internal"), 0);
-        assert_eq!(count(&calls, "GetCapacity"), 1);
+        assert_eq!(count(&calls, "GetCapacity"), 2);
         let want: jiff::Timestamp = "2026-01-01T00:00:02.007Z".parse().unwrap();
         assert_eq!(calls[1].end(), want);
     }

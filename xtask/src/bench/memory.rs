@@ -129,7 +129,7 @@ async fn measure(ctx: &Ctx, slot: &Slot, nodes: &[String]) -> Result<RunRecord> 
         .start_provisioner(slot, &Budget::defaults(), &driver)
         .await?;
     let t0 = prov.started;
-    let sampler = Sampler::start(prov.pid(), t0, Duration::from_millis(250), None);
+    let sampler = Sampler::start(prov.pid(), t0, Duration::from_millis(250));
     let probe = format!("probe-{}-r{}", slot.which, slot.run);
     let outcome = ctx
         .provision_one(slot, &prov, &probe, DRIVER, ctx.sizes.long_wait)

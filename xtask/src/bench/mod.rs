@@ -22,6 +22,7 @@ mod results;
 mod sampler;
 mod scale;
 mod stats;
+mod sweep;
 mod throughput;
 
 use std::path::{Path, PathBuf};

@@ -133,7 +133,7 @@ async fn phases(
     let requests0 = api_requests(ctx, slot).await?;
     let breakdown0 = ctx::request_breakdown(prov).await;
     let cpu0 = cpu_seconds(prov);
-    let sampler = Sampler::start(prov.pid(), t0, Duration::from_millis(500), None);
+    let sampler = Sampler::start(prov.pid(), t0, Duration::from_millis(500));
     let batch =
         (0..n).map(|i| objects::claim(&format!("c-{i}"), &slot.driver, "1Gi", &slot.driver, None));
     create_all(&claims, batch.collect()).await?;
