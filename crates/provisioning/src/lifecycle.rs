@@ -14,7 +14,7 @@
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
 use crate::claim::ShouldProvision;
-use crate::names::CREATING_VOLUME_FINALIZER;
+use crate::names::{CREATING_VOLUME_FINALIZER, PVC_PROTECTION_FINALIZER};
 
 /// What the claim controller must do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +23,12 @@ pub enum Step {
     Ignore,
     /// A PV for the claim exists: drop our finalizer; the PV now owns the volume.
     ReleaseFinalizer,
+    /// Deleted, a PV owns the volume, and kube-controller-manager's pvc-protection finalizer is
+    /// still there: the claim cannot go before that one does, so wait for its removal (which
+    /// brings the claim back) and release then, with a copy nobody else is changing. Releasing
+    /// at once races that removal: a conflict and a re-read per claim when our write waits for
+    /// its API token. A background release still waiting is stale already: abort it.
+    WaitForProtection,
     /// Provision (adding the finalizer right before CreateVolume).
     Provision,
     /// Late binding, no node chosen yet: wait (a kept finalizer stays until deletion or success).
@@ -42,6 +48,16 @@ pub fn has_finalizer(claim: &PersistentVolumeClaim) -> bool {
         .iter()
         .flatten()
         .any(|f| f == CREATING_VOLUME_FINALIZER)
+}
+
+/// Whether kube-controller-manager's pvc-protection finalizer is on the claim.
+pub fn is_protected(claim: &PersistentVolumeClaim) -> bool {
+    claim
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == PVC_PROTECTION_FINALIZER)
 }
 
 /// Whether the binder has finished with the claim (`status.phase` is `Bound`).
@@ -70,6 +86,7 @@ pub fn decide(
     if claim.metadata.deletion_timestamp.is_some() {
         return match (holding, pv_exists) {
             (false, _) => Step::Ignore,
+            (true, true) if is_protected(claim) => Step::WaitForProtection,
             (true, true) => Step::ReleaseFinalizer,
             (true, false) => Step::CleanUp,
         };
@@ -135,9 +152,16 @@ mod tests {
         c
     }
 
+    fn unprotected(mut c: PersistentVolumeClaim) -> PersistentVolumeClaim {
+        if let Some(f) = c.metadata.finalizers.as_mut() {
+            f.retain(|f| f != PVC_PROTECTION_FINALIZER);
+        }
+        c
+    }
+
     fn claim(holding: bool, deleting: bool) -> PersistentVolumeClaim {
         let mut c = PersistentVolumeClaim::default();
-        let mut f = vec!["kubernetes.io/pvc-protection".to_string()];
+        let mut f = vec![PVC_PROTECTION_FINALIZER.to_string()];
         if holding {
             f.push(CREATING_VOLUME_FINALIZER.to_string());
         }
@@ -187,7 +211,8 @@ mod tests {
             ((false, true, S::Provision, false), Ignore),
             ((true, true, S::Provision, false), CleanUp),
             ((true, true, S::WaitForNode, false), CleanUp),
-            ((true, true, S::Provision, true), ReleaseFinalizer),
+            // pvc-protection (on every claim of this table) goes first.
+            ((true, true, S::Provision, true), WaitForProtection),
             ((false, true, S::AlreadyBound, true), Ignore),
         ];
         for ((holding, deleting, should, pv), want) in cases {
@@ -215,9 +240,49 @@ mod tests {
             decide(&bound(claim(false, false)), S::AlreadyBound, true, true),
             Step::Ignore
         );
-        // Deleted before the binder got to it: the PV owns the volume, release at once.
+        // Deleted before the binder got to it: the PV owns the volume; release once
+        // pvc-protection is gone.
         assert_eq!(
             decide(&claim(true, true), S::AlreadyBound, true, true),
+            Step::WaitForProtection
+        );
+        assert_eq!(
+            decide(&unprotected(claim(true, true)), S::AlreadyBound, true, true),
+            Step::ReleaseFinalizer
+        );
+    }
+
+    #[test]
+    fn deleted_claims_wait_only_for_pvc_protection() {
+        use ShouldProvision as S;
+        let mut other = unprotected(claim(true, true));
+        other
+            .metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push("example.com/backup".into());
+        // Another finalizer may stay for ever: it does not hold our release back.
+        assert_eq!(
+            decide(&other, S::Provision, true, true),
+            Step::ReleaseFinalizer
+        );
+        // Without a PV the volume must be cleaned up at once, protected or not.
+        assert_eq!(
+            decide(&claim(true, true), S::Provision, true, false),
+            Step::CleanUp
+        );
+        assert_eq!(
+            decide(&unprotected(claim(true, true)), S::Provision, true, false),
+            Step::CleanUp
+        );
+        // Not deleted: pvc-protection plays no part.
+        assert_eq!(
+            decide(
+                &bound(unprotected(claim(true, false))),
+                S::AlreadyBound,
+                true,
+                true
+            ),
             Step::ReleaseFinalizer
         );
     }

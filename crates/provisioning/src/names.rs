@@ -37,6 +37,8 @@ pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finali
 /// either the PV exists or the volume is known to be gone. See `lifecycle`.
 pub const CREATING_VOLUME_FINALIZER: &str =
     "external-provisioner.volume.kubernetes.io/creating-volume";
+/// kube-controller-manager's finalizer on every claim, removed once no pod uses the claim.
+pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
 /// `spec.csi.volumeAttributes` key holding the provisioner identity.
 pub const PROVISIONER_IDENTITY_KEY: &str = "storage.kubernetes.io/csiProvisionerIdentity";
 

@@ -209,7 +209,13 @@ mod tests {
             (1, "api_per_volume", 3.0, 4.5, "ours 3.00 vs upstream 4.50"),
             (3, "rss_mib", 20.0, 80.0, "RSS ratio (0.25)"),
             (4, "lag_p50_ms", 12.0, 900.0, "p50 12.0 vs 900 ms"),
-            (5, "scrape_s", 0.04, 6.4, "takes upstream 6.40 s (ours 0.040 s)"),
+            (
+                5,
+                "scrape_s",
+                0.04,
+                6.4,
+                "takes upstream 6.40 s (ours 0.040 s)",
+            ),
             (
                 6,
                 "exhausted_calls",

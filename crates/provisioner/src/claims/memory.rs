@@ -85,6 +85,20 @@ impl Memory {
         }
     }
 
+    /// Aborts a background release that has not finished: the claim changed (it was deleted),
+    /// so the copy it would send is stale. A later sync starts a new release when it is time.
+    pub fn abort_background_release(&self, uid: &str) {
+        let mut releasing = self.releasing.lock();
+        if let Some(current) = releasing.get(uid)
+            && current.lane == Lane::Background
+        {
+            if let Some(task) = &current.task {
+                task.abort();
+            }
+            releasing.remove(uid);
+        }
+    }
+
     /// A release on `lane` ended (a later one on a faster lane keeps its entry).
     pub fn end_release(&self, uid: &str, lane: Lane) {
         let mut releasing = self.releasing.lock();
@@ -229,6 +243,19 @@ mod tests {
         let late = tokio::spawn(std::future::pending::<()>());
         m.track_release("v", Background, late.abort_handle());
         assert!(late.await.expect_err("aborted").is_cancelled());
+        // Waiting for pvc-protection aborts a background release, and only that.
+        assert!(m.start_release("w", Background));
+        let bg = tokio::spawn(std::future::pending::<()>());
+        m.track_release("w", Background, bg.abort_handle());
+        m.abort_background_release("w");
+        assert!(bg.await.expect_err("aborted").is_cancelled());
+        assert!(m.start_release("w", Background), "the entry is gone");
+        assert!(m.start_release("w", Foreground));
+        m.abort_background_release("w");
+        assert!(
+            !m.start_release("w", Foreground),
+            "a foreground release stays"
+        );
         // The foreground release itself is never aborted by tracking.
         let fg = tokio::spawn(async { 7 });
         m.track_release("v", Foreground, fg.abort_handle());

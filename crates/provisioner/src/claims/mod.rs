@@ -172,6 +172,11 @@ impl ClaimsController {
                 self.release_later(&claim);
                 Ok(())
             }
+            Step::WaitForProtection => {
+                let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+                self.memory.abort_background_release(uid);
+                Ok(())
+            }
             Step::Provision => match class {
                 Some(class) => self.provision(&claim, &class).await,
                 None => Ok(()),
