@@ -140,14 +140,19 @@ pub fn explain(r: &ScenarioResult) -> String {
         5 => format!(
             "one `/metrics` scrape takes upstream {} s (ours {} s): to count obsolete objects \
              it compares every object with every work item while holding the lock its capacity \
-             worker needs, so the worker stops while a scrape runs. Unscraped, ours refreshes {}% \
-             of the objects per 10 s interval and upstream {}%; scraped every 30 s, {} vs {}%. \
-             Upstream's queue keys point to a fresh copy of the work item, so the queue never \
-             merges repeats: each poll adds every object again, and an interval the worker \
-             falls behind in leaves them queued (max depth {} vs {}); ours keeps at most one \
-             pending refresh per object.",
+             worker needs, so the worker stops while a scrape runs. Upstream's queue keys point \
+             to a fresh copy of the work item, so the queue never merges repeats: every poll \
+             while objects were still being created (at capacity QPS 100) queued all of them \
+             again, and upstream spends its first unscraped intervals working those repeats \
+             off ({} GetCapacity calls per second vs ours {}; one call per object per poll is \
+             enough). Both refresh every object per 10 s interval (unscraped {}% vs {}%, \
+             scraped every 30 s {}% vs {}%), but a scrape that stalls upstream's worker leaves \
+             the next poll's items queued behind it (max depth {} vs {}); ours keeps at most \
+             one pending refresh per object.",
             n(med(r, Impl::Upstream, &first, "scrape_s")),
             n(med(r, Impl::Ours, &first, "scrape_s")),
+            n(med(r, Impl::Upstream, &first, "quiet_getcapacity_per_s")),
+            n(med(r, Impl::Ours, &first, "quiet_getcapacity_per_s")),
             n(med(r, Impl::Ours, &first, "quiet_refreshed_pct")),
             n(med(r, Impl::Upstream, &first, "quiet_refreshed_pct")),
             n(med(r, Impl::Ours, &first, "scraped_refreshed_pct")),

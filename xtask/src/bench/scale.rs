@@ -74,6 +74,12 @@ pub fn metrics() -> Vec<MetricDef> {
             false,
         ),
         MetricDef::new(
+            "quiet_getcapacity_per_s",
+            "GetCapacity calls per second, unscraped",
+            "",
+            true,
+        ),
+        MetricDef::new(
             "quiet_depth",
             "Queue depth after the unscraped intervals",
             "",
