@@ -275,37 +275,11 @@ impl LogCapture {
 /// whenever only one dispatcher is registered. Tests run in parallel threads, so another test's
 /// thread (with no subscriber) could then mark callsites "never" for the capture too, and the
 /// capture silently missed lines. A second dispatcher that lives for the whole process keeps
-/// tracing-core asking every registered dispatcher instead.
+/// tracing-core asking every registered dispatcher; its "never" combined with the capture's
+/// "always" makes each event ask its own thread's subscriber.
 fn keep_two_dispatchers_registered() {
     static KEEPER: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
-    KEEPER.get_or_init(|| tracing::Dispatch::new(Bystander));
-}
-
-/// Records nothing; asks for every callsite to be checked per event (by each thread's own
-/// subscriber) rather than cached as never.
-struct Bystander;
-
-impl tracing::Subscriber for Bystander {
-    fn register_callsite(
-        &self,
-        _: &'static tracing::Metadata<'static>,
-    ) -> tracing::subscriber::Interest {
-        tracing::subscriber::Interest::sometimes()
-    }
-    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-        Some(tracing::level_filters::LevelFilter::TRACE)
-    }
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        false
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, _: &tracing::Event<'_>) {}
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
+    KEEPER.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
 }
 
 impl Write for LogCapture {
