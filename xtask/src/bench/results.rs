@@ -157,7 +157,9 @@ pub fn write(path: &Path, result: &ScenarioResult) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let text = serde_json::to_string_pretty(result)?;
+    // Compact: pretty-printing puts every number of the series on its own line, which made
+    // scenario 5's file (6,000-point series per run) over 2 MiB. `jq .` shows it indented.
+    let text = serde_json::to_string(result)?;
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
 }
 
