@@ -101,6 +101,7 @@ pub fn explain(r: &ScenarioResult) -> String {
             r2(ratio(r, &last, "bound_s")),
         ),
         2 => {
+            // Per-verb counts are only recorded when they rose, so a missing one means zero.
             let late = match med(r, Impl::Ours, &last, PVC_UPDATES) {
                 None | Some(0.0) => "every release was done before the deletion".to_string(),
                 Some(x) => format!("{} claim updates per volume", fmt_num(x)),
