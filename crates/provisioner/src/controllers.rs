@@ -187,7 +187,11 @@ async fn dispatch_claims(
 ) {
     while let Some(change) = stream.next().await {
         match change {
-            Change::Applied(c) | Change::Deleted(c) => claims.enqueue(&c),
+            Change::Applied(c) => claims.enqueue(&c),
+            Change::Deleted(c) => {
+                claims.forget(&c);
+                claims.enqueue(&c);
+            }
             Change::Relisted => claims.enqueue_all(),
         }
     }

@@ -21,6 +21,8 @@
 //! | Is the reported size acceptable? | [`pv::capacity_decision`] |
 //! | What PV object is created? | [`pv::build_persistent_volume`] |
 //! | What does a CreateVolume error mean (retry, background, reschedule)? | [`errors::classify_create_volume_error`] |
+//! | May a volume exist for this claim, and what does cleaning it up take? | [`attempt::after_call`], [`attempt::cleanup`], [`attempt::after_probe`] |
+//! | When may a failed claim be attempted again? | [`retry::hold_after_failure`], [`retry::wait`] |
 //! | How is a byte count written as a quantity? | [`quantity::format_binary_si`] |
 //! | Which annotation, finalizer, event reason? | [`names`] |
 //!
@@ -41,6 +43,7 @@
 //! Deviations from upstream are documented on the items concerned, each in a paragraph starting
 //! "Differs from upstream:".
 
+pub mod attempt;
 pub mod capabilities;
 pub mod claim;
 pub mod errors;
@@ -52,6 +55,7 @@ pub mod prepare;
 pub mod pv;
 pub mod quantity;
 pub mod request;
+pub mod retry;
 pub mod secrets;
 pub mod topology;
 pub mod validation;

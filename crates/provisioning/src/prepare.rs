@@ -75,6 +75,10 @@ pub struct PrepareInputs<'a> {
     pub capabilities: DriverCapabilities,
     /// `None` when the driver lacks `VOLUME_ACCESSIBILITY_CONSTRAINTS` (no topology at all).
     pub topology: Option<TopologyFacts<'a>>,
+    /// The requirement an earlier attempt for the same selected node computed. When given it
+    /// is used as is and `topology` is not consulted: every retry asks the driver for the same
+    /// placement even after the selected Node or CSINode is gone (upstream's `pvcNodeStore`).
+    pub reused_topology: Option<&'a Option<TopologyRequirement>>,
 }
 
 /// The outcome of [`prepare`].
@@ -185,9 +189,10 @@ pub fn prepare(inputs: &PrepareInputs<'_>) -> Result<Prepared, ProvisionError> {
             .map_err(|e| ProvisionError::finished(e.to_string()))?;
 
     let selected_node = claim::selected_node(claim).filter(|n| !n.is_empty());
-    let accessibility_requirements = match inputs.topology {
-        None => None,
-        Some(facts) => {
+    let accessibility_requirements = match (inputs.reused_topology, inputs.topology) {
+        (Some(reused), _) => reused.clone(),
+        (None, None) => None,
+        (None, Some(facts)) => {
             let input = TopologyInput {
                 claim_name,
                 selected_node,

@@ -1,11 +1,17 @@
 //! A claim deleted while a volume for it may exist without a PV (CreateVolume in flight, or the
 //! provisioner was down): find the volume, delete it, then let the claim go.
+//!
+//! What to do is [`provisioning::attempt::cleanup`]'s answer, from what this process saw of the
+//! claim's CreateVolume calls. A volume that another claim's PV names is never deleted.
 
+use csi::v1::CreateVolumeRequest;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::runtime::reflector::ObjectRef;
+use provisioning::attempt::{Cleanup, after_probe, cleanup};
 use provisioning::errors::{ProvisioningState, classify_create_volume_error};
+use provisioning::lifecycle::has_finalizer;
 use provisioning::prepare::Prepared;
 use runtime::events::EventType;
-use tonic::Code;
 
 use super::{ClaimsController, SyncError, update};
 
@@ -15,26 +21,31 @@ pub const CLEANUP_FAILED: &str = "ProvisioningCleanupFailed";
 impl ClaimsController {
     pub(super) async fn clean_up(&self, claim: &PersistentVolumeClaim) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let known = self.memory.volume_id(&uid);
-        let (volume_id, secrets) = match known {
-            Some(id) => (Some(id), self.cleanup_secrets(claim).await?),
-            None => self.find_volume(claim).await?,
+        let state = self.memory.volume_state(&uid, has_finalizer(claim));
+        let mut step = cleanup(&state, false);
+        if step != Cleanup::Release && self.name_taken(claim) {
+            klog::v!(2, claim = %claim_name(claim), "The volume name belongs to another claim's PV; not deleting anything");
+            step = Cleanup::Release;
+        }
+        let secrets = self
+            .memory
+            .last_request(&uid)
+            .map(|r| r.secrets)
+            .unwrap_or_default();
+        let (step, secrets) = match step {
+            Cleanup::ProbeLastRequest => match self.memory.last_request(&uid) {
+                Some(request) => (self.probe(claim, request).await?, secrets),
+                None => self.probe_rebuilt(claim).await?,
+            },
+            Cleanup::ProbeRebuilt => self.probe_rebuilt(claim).await?,
+            other => (other, secrets),
         };
-        if let Some(volume_id) = volume_id {
-            let request = csi::v1::DeleteVolumeRequest {
-                volume_id: volume_id.clone(),
-                secrets: secrets.into_iter().collect(),
-            };
-            if let Err(status) = self.ctx.driver.client.delete_volume(request).await {
-                let message = format!(
-                    "cannot delete volume {volume_id} created for this deleted claim: {}",
-                    csi::status::go_error_string(&status)
-                );
-                return Err(self.cleanup_failed(claim, message));
+        if let Cleanup::Delete(volume_id) = step {
+            if self.volume_used_elsewhere(&volume_id, &uid) {
+                klog::v!(2, claim = %claim_name(claim), volume = %volume_id, "Volume belongs to another claim's PV; not deleting it");
+            } else {
+                self.delete_volume_of(claim, volume_id, secrets).await?;
             }
-            klog::v!(2, claim = %claim_name(claim), volume = %volume_id, "Deleted the volume of a claim deleted before its PV existed");
-            self.memory.volume_gone(&uid);
-            self.refresh_capacity(claim);
         }
         update::remove_finalizer(&self.ctx.client, claim)
             .await
@@ -48,31 +59,102 @@ impl ClaimsController {
         Ok(())
     }
 
-    /// Asks the driver for the claim's volume with an idempotent CreateVolume under the same
-    /// name. CSI promises the same volume for the same name; no topology is requested, so the
-    /// answer does not depend on where the first attempt placed it. `(None, _)` means no volume
-    /// exists (a final error: nothing is being created under that name).
-    async fn find_volume(
+    async fn delete_volume_of(
         &self,
         claim: &PersistentVolumeClaim,
-    ) -> Result<(Option<String>, std::collections::BTreeMap<String, String>), SyncError> {
+        volume_id: String,
+        secrets: std::collections::HashMap<String, String>,
+    ) -> Result<(), SyncError> {
+        let request = csi::v1::DeleteVolumeRequest {
+            volume_id: volume_id.clone(),
+            secrets,
+        };
+        if let Err(status) = self.ctx.driver.client.delete_volume(request).await {
+            let message = format!(
+                "cannot delete volume {volume_id} created for this deleted claim: {}",
+                csi::status::go_error_string(&status)
+            );
+            return Err(self.cleanup_failed(claim, message));
+        }
+        klog::v!(2, claim = %claim_name(claim), volume = %volume_id, "Deleted the volume of a claim deleted before its PV existed");
+        self.refresh_capacity(claim);
+        Ok(())
+    }
+
+    /// Repeats a CreateVolume that may have created a volume. CSI promises the same volume for
+    /// the same request; a final error means nothing exists under that name.
+    async fn probe(
+        &self,
+        claim: &PersistentVolumeClaim,
+        request: CreateVolumeRequest,
+    ) -> Result<Cleanup, SyncError> {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        let name = request.name.clone();
+        match self.ctx.driver.client.create_volume(request).await {
+            Ok(resp) => {
+                let id = resp.volume.map(|v| v.volume_id);
+                let used = id
+                    .as_deref()
+                    .is_some_and(|id| self.volume_used_elsewhere(id, uid));
+                Ok(after_probe(id.as_deref(), used))
+            }
+            Err(status) if status.code() == tonic::Code::AlreadyExists => Err(self.cleanup_failed(
+                claim,
+                format!(
+                    "the driver has a volume named {name} but refuses to name it: {}; delete it in the storage \
+                     system, then remove the finalizer {}",
+                    csi::status::go_error_string(&status),
+                    provisioning::names::CREATING_VOLUME_FINALIZER
+                ),
+            )),
+            Err(status) => match classify_create_volume_error(status.code(), false) {
+                ProvisioningState::Background => {
+                    Err(SyncError::retry(csi::status::go_error_string(&status)))
+                }
+                _ => Ok(Cleanup::Release),
+            },
+        }
+    }
+
+    /// After a restart nothing of the first attempt is known but the claim: rebuild its request
+    /// as the first attempt built it (class, secrets, topology) and probe with it. Returns the
+    /// step and the secrets DeleteVolume uses.
+    async fn probe_rebuilt(
+        &self,
+        claim: &PersistentVolumeClaim,
+    ) -> Result<(Cleanup, std::collections::HashMap<String, String>), SyncError> {
         let Some(class) = self.class_of(claim) else {
             let message = format!(
-                "cannot check whether a volume exists for deleted claim {}: its StorageClass {:?} is gone; \
-                 re-create the StorageClass, or check the storage system and remove the finalizer {} by hand",
+                "cannot check whether a volume exists for deleted claim {}: its StorageClass {:?} is gone \
+                 and this provisioner restarted since the volume was requested; re-create the StorageClass, \
+                 or check the storage system for a volume named {} and remove the finalizer {} by hand",
                 claim_name(claim),
                 provisioning::claim::class_name(claim).unwrap_or_default(),
+                self.volume_name(claim.metadata.uid.as_deref().unwrap_or_default())
+                    .unwrap_or_default(),
                 provisioning::names::CREATING_VOLUME_FINALIZER
             );
             return Err(self.cleanup_failed(claim, message));
         };
-        let plan = match self.prepare(claim, &class, false) {
+        // The placement the first attempt asked for; if its node is gone, ask without one
+        // rather than never cleaning up.
+        let prepared = match self.prepare(claim, &class, true) {
+            Ok(p) => Ok(p),
+            Err(err) if err.state != ProvisioningState::Finished => {
+                klog::v!(2, claim = %claim_name(claim), err = %err.message, "Cannot rebuild the first attempt's topology; probing without it");
+                self.prepare(claim, &class, false)
+            }
+            Err(err) => Err(err),
+        };
+        let plan = match prepared {
             Ok(Prepared::Provision(plan)) => plan,
             // Nothing we could have created: a populator's claim, or a request that can never be
             // built (and so was never sent).
-            Ok(Prepared::ExternalPopulator { .. }) => return Ok((None, Default::default())),
+            Ok(Prepared::ExternalPopulator { .. }) => {
+                return Ok((Cleanup::Release, Default::default()));
+            }
             Err(err) if err.state == ProvisioningState::Finished => {
-                return Ok((None, Default::default()));
+                return Ok((Cleanup::Release, Default::default()));
             }
             Err(err) => return Err(self.cleanup_failed(claim, err.message)),
         };
@@ -81,45 +163,40 @@ impl ClaimsController {
             .await
             .map_err(|e| self.cleanup_failed(claim, e.message))?;
         let request = plan
-            .create_volume_request(claim, secrets.clone(), mutable)
+            .create_volume_request(claim, secrets, mutable)
             .map_err(|e| self.cleanup_failed(claim, e.message))?;
-        match self.ctx.driver.client.create_volume(request).await {
-            Ok(resp) => Ok((resp.volume.map(|v| v.volume_id), secrets)),
-            Err(status) if status.code() == Code::AlreadyExists => Err(self.cleanup_failed(
-                claim,
-                format!(
-                    "the driver has a volume named {} but refuses to name it: {}; delete it in the storage \
-                     system, then remove the finalizer {}",
-                    plan.volume_name,
-                    csi::status::go_error_string(&status),
-                    provisioning::names::CREATING_VOLUME_FINALIZER
-                ),
-            )),
-            Err(status) => match classify_create_volume_error(status.code(), false) {
-                ProvisioningState::Background => Err(SyncError::retry(csi::status::go_error_string(&status))),
-                _ => Ok((None, secrets)),
-            },
-        }
+        let secrets = request.secrets.clone();
+        Ok((self.probe(claim, request).await?, secrets))
     }
 
-    /// The provisioner secret for DeleteVolume of a volume whose id we remember.
-    async fn cleanup_secrets(
-        &self,
-        claim: &PersistentVolumeClaim,
-    ) -> Result<std::collections::BTreeMap<String, String>, SyncError> {
-        let Some(class) = self.class_of(claim) else {
-            return Ok(Default::default());
+    /// Whether a PV of another claim has this claim's volume name (the names collide, e.g. with
+    /// a short `--volume-name-uuid-length`): then the driver's volume under it is that claim's.
+    pub(super) fn name_taken(&self, claim: &PersistentVolumeClaim) -> bool {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        let Ok(name) = self.volume_name(uid) else {
+            return false;
         };
-        match self.prepare(claim, &class, false) {
-            Ok(Prepared::Provision(plan)) => {
-                Ok(self
-                    .request_inputs(&plan)
-                    .await
-                    .map(|(s, _)| s)
-                    .map_err(|e| self.cleanup_failed(claim, e.message))?)
-            }
-            _ => Ok(Default::default()),
+        if self.memory.pv_created_by_other(uid, &name) {
+            return true;
         }
+        self.ctx
+            .caches
+            .volumes
+            .get(&ObjectRef::new(&name))
+            .is_some_and(|pv| bound_uid(&pv) != Some(uid))
+    }
+
+    /// Whether a PV of our driver that is not bound to claim `uid` has this volume handle.
+    pub(super) fn volume_used_elsewhere(&self, volume_id: &str, uid: &str) -> bool {
+        self.ctx.caches.volumes.state().iter().any(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|csi| {
+                    csi.driver == self.ctx.driver.name && csi.volume_handle == volume_id
+                })
+                && bound_uid(pv) != Some(uid)
+        })
     }
 
     fn cleanup_failed(&self, claim: &PersistentVolumeClaim, message: String) -> SyncError {
@@ -142,7 +219,14 @@ impl ClaimsController {
     }
 }
 
-fn claim_name(claim: &PersistentVolumeClaim) -> String {
+fn bound_uid(pv: &k8s_openapi::api::core::v1::PersistentVolume) -> Option<&str> {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|r| r.uid.as_deref())
+}
+
+pub(super) fn claim_name(claim: &PersistentVolumeClaim) -> String {
     format!(
         "{}/{}",
         claim.metadata.namespace.as_deref().unwrap_or_default(),

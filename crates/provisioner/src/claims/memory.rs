@@ -4,8 +4,11 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use csi::v1::TopologyRequirement;
+use csi::v1::{CreateVolumeRequest, TopologyRequirement};
+use k8s_openapi::api::core::v1::PersistentVolume;
 use parking_lot::Mutex;
+use provisioning::attempt::VolumeState;
+use provisioning::retry::Hold;
 use tokio::task::AbortHandle;
 
 /// Per-claim memory, keyed by claim UID.
@@ -35,8 +38,15 @@ pub enum Lane {
 
 #[derive(Default, Clone)]
 struct ClaimMemory {
-    /// The volume CreateVolume returned for this claim while no PV exists yet.
-    volume_id: Option<String>,
+    /// What this process knows about the claim's volume (`None`: no record yet; see
+    /// [`VolumeState::initial`]).
+    volume: Option<VolumeState>,
+    /// The CreateVolume request sent last, while a volume may exist without a PV: a clean-up
+    /// probe repeats it exactly, and its secrets serve DeleteVolume. Never logged.
+    last_request: Option<CreateVolumeRequest>,
+    /// A PV built for a created volume whose save failed: saved again on every sync until it
+    /// lands, whatever happens to the StorageClass (upstream's unsaved-PV queue).
+    unsaved_pv: Option<PersistentVolume>,
     /// A PV we created that the cache may not show yet.
     pv_created: Option<String>,
     /// Topology computed on the first attempt for this selected node, reused on retries so a
@@ -46,6 +56,8 @@ struct ClaimMemory {
     started: Option<Instant>,
     /// The capacity explanation last put on the claim, so it is posted once.
     explained: Option<String>,
+    /// The failed attempt's hold on the next one.
+    hold: Option<Hold>,
 }
 
 impl Memory {
@@ -107,27 +119,89 @@ impl Memory {
         }
     }
 
+    /// Drops everything remembered for a claim (deleted, or settled with its PV).
     pub fn forget(&self, uid: &str) {
         self.claims.lock().remove(uid);
     }
 
-    pub fn volume_created(&self, uid: &str, volume_id: &str) {
-        self.with(uid, |m| m.volume_id = Some(volume_id.to_string()));
+    /// How many claims have an entry: bounded by the live claims of our driver.
+    pub fn len(&self) -> usize {
+        self.claims.lock().len()
     }
 
-    pub fn volume_id(&self, uid: &str) -> Option<String> {
+    /// What is known about the claim's volume; `holds_finalizer` decides for a claim this
+    /// process has no record of.
+    pub fn volume_state(&self, uid: &str, holds_finalizer: bool) -> VolumeState {
         self.claims
             .lock()
             .get(uid)
-            .and_then(|m| m.volume_id.clone())
+            .and_then(|m| m.volume.clone())
+            .unwrap_or_else(|| VolumeState::initial(holds_finalizer))
     }
 
-    pub fn volume_gone(&self, uid: &str) {
-        self.with(uid, |m| m.volume_id = None);
+    /// Records the state after an attempt, with the request it sent while a volume may exist.
+    pub fn set_volume_state(
+        &self,
+        uid: &str,
+        state: VolumeState,
+        request: Option<CreateVolumeRequest>,
+    ) {
+        self.with(uid, |m| {
+            m.last_request = match state {
+                VolumeState::MayExist | VolumeState::Created(_) => request,
+                _ => None,
+            };
+            m.volume = Some(state);
+        })
+    }
+
+    /// The request a clean-up probe repeats, and whose secrets DeleteVolume uses.
+    pub fn last_request(&self, uid: &str) -> Option<CreateVolumeRequest> {
+        self.claims
+            .lock()
+            .get(uid)
+            .and_then(|m| m.last_request.clone())
+    }
+
+    pub fn keep_unsaved_pv(&self, uid: &str, pv: PersistentVolume) {
+        self.with(uid, |m| m.unsaved_pv = Some(pv));
+    }
+
+    pub fn forget_unsaved_pv(&self, uid: &str) {
+        if let Some(m) = self.claims.lock().get_mut(uid) {
+            m.unsaved_pv = None;
+        }
+    }
+
+    pub fn unsaved_pv(&self, uid: &str) -> Option<PersistentVolume> {
+        self.claims
+            .lock()
+            .get(uid)
+            .and_then(|m| m.unsaved_pv.clone())
+    }
+
+    /// The hold a failed attempt put on the next one.
+    pub fn hold(&self, uid: &str) -> Option<Hold> {
+        self.claims.lock().get(uid).and_then(|m| m.hold.clone())
+    }
+
+    pub fn set_hold(&self, uid: &str, hold: Option<Hold>) {
+        if hold.is_none() && !self.claims.lock().contains_key(uid) {
+            return;
+        }
+        self.with(uid, |m| m.hold = hold);
     }
 
     pub fn pv_created(&self, uid: &str, pv: &str) {
         self.with(uid, |m| m.pv_created = Some(pv.to_string()));
+    }
+
+    /// Whether this process just created PV `name` for a claim other than `uid`.
+    pub fn pv_created_by_other(&self, uid: &str, name: &str) -> bool {
+        self.claims
+            .lock()
+            .iter()
+            .any(|(other, m)| other != uid && m.pv_created.as_deref() == Some(name))
     }
 
     pub fn created_pv(&self, uid: &str) -> Option<String> {
@@ -265,10 +339,29 @@ mod tests {
     #[test]
     fn forget_drops_everything() {
         let m = Memory::default();
-        m.volume_created("u", "vol-1");
+        m.set_volume_state("u", VolumeState::Created("vol-1".into()), None);
         m.pv_created("u", "pvc-u");
+        assert_eq!(m.len(), 1);
         m.forget("u");
-        assert_eq!(m.volume_id("u"), None);
+        assert_eq!(m.volume_state("u", true), VolumeState::Unknown);
+        assert_eq!(m.volume_state("u", false), VolumeState::None);
         assert_eq!(m.created_pv("u"), None);
+        assert_eq!(m.len(), 0);
+        // Clearing a hold never creates an entry.
+        m.set_hold("u", None);
+        assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn the_request_is_kept_only_while_a_volume_may_exist() {
+        let m = Memory::default();
+        let request = CreateVolumeRequest {
+            name: "pvc-u".into(),
+            ..Default::default()
+        };
+        m.set_volume_state("u", VolumeState::MayExist, Some(request.clone()));
+        assert_eq!(m.last_request("u"), Some(request.clone()));
+        m.set_volume_state("u", VolumeState::None, Some(request));
+        assert_eq!(m.last_request("u"), None);
     }
 }

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{ShouldProvision, should_provision};
-use provisioning::lifecycle::{Step, decide};
+use provisioning::lifecycle::{Step, decide, has_finalizer};
 use provisioning::prepare::ProvisionerConfig;
 use runtime::events::EventType;
 use runtime::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
@@ -80,6 +80,8 @@ pub struct ClaimsController {
     ctx: Context,
     queue: WorkQueue<ClaimKey>,
     memory: Arc<Memory>,
+    /// StorageClasses whose deprecated parameters were already warned about (by UID).
+    warned_classes: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl ClaimsController {
@@ -89,6 +91,7 @@ impl ClaimsController {
             queue: WorkQueue::new("claims", limiter, Some(metrics)),
             ctx,
             memory: Arc::default(),
+            warned_classes: Arc::default(),
         }
     }
 
@@ -136,25 +139,54 @@ impl ClaimsController {
         let queue = self.queue.clone();
         run_workers(queue, workers, cancel, move |key: ClaimKey| {
             let this = self.clone();
-            async move { outcome(this.sync(&key).await) }
+            async move {
+                let result = this.sync(&key).await;
+                this.metrics_remembered();
+                outcome(result)
+            }
         })
         .await;
     }
 
     async fn sync(&self, key: &ClaimKey) -> Result<(), SyncError> {
-        let Some(claim) = self
+        let reference = ObjectRef::new(&key.name).within(&key.namespace);
+        let Some(claim) = self.ctx.caches.claims.get(&reference) else {
+            return Ok(());
+        };
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let result = self.sync_claim(claim).await;
+        // Deleted while we worked on it (before any finalizer held it): what the sync just
+        // remembered would never be pruned by the deletion event, which came first.
+        if self
             .ctx
             .caches
             .claims
-            .get(&ObjectRef::new(&key.name).within(&key.namespace))
-        else {
-            return Ok(());
-        };
-        let class = self.class_of(&claim);
-        let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
+            .get(&reference)
+            .is_none_or(|c| c.metadata.uid.as_deref() != Some(uid.as_str()))
+        {
+            self.memory.forget(&uid);
+        }
+        result
+    }
+
+    async fn sync_claim(&self, claim: Arc<PersistentVolumeClaim>) -> Result<(), SyncError> {
+        let key = &ClaimKey::of(&claim);
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
         let ours =
             provisioning::claim::provisioner_of(&claim) == Some(self.ctx.driver.name.as_str());
+        // A created volume whose PV did not save yet: save it first, whatever else changed.
+        if ours
+            && claim.metadata.deletion_timestamp.is_none()
+            && let Some(pv) = self.memory.unsaved_pv(&uid)
+        {
+            return self.save_unsaved_pv(&claim, pv).await;
+        }
+        let class = self.class_of(&claim);
+        let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
         let step = decide(&claim, should, ours, ours && self.pv_exists(&claim));
+        if step == Step::Ignore && self.settled(&claim) {
+            self.memory.forget(&uid);
+        }
         klog::v!(5, claim = %format!("{}/{}", key.namespace, key.name), step = ?step, "Syncing claim");
         match step {
             Step::Ignore | Step::WaitForNode => {
@@ -201,12 +233,47 @@ impl ClaimsController {
         }
         let (memory, claim, task_uid) = (self.memory.clone(), claim.clone(), uid.clone());
         let task = tokio::spawn(async move {
-            if let Err(e) = update::remove_finalizer(&client, &claim).await {
-                tracing::warn!(claim = %ClaimKey::of(&claim).to_string(), err = %e, "Cannot remove the creating-volume finalizer; will retry");
+            match update::remove_finalizer(&client, &claim).await {
+                // The PV owns the volume now: nothing about the claim is needed any more.
+                Ok(_) => memory.forget(&task_uid),
+                Err(e) => {
+                    tracing::warn!(claim = %ClaimKey::of(&claim).to_string(), err = %e, "Cannot remove the creating-volume finalizer; will retry");
+                }
             }
             memory.end_release(&task_uid, lane);
         });
         self.memory.track_release(&uid, lane, task.abort_handle());
+    }
+
+    /// A deleted claim leaves the cache: nothing about it is needed any more.
+    pub fn forget(&self, claim: &PersistentVolumeClaim) {
+        if let Some(uid) = claim.metadata.uid.as_deref() {
+            self.memory.forget(uid);
+        }
+        self.metrics_remembered();
+    }
+
+    /// Nothing is pending for the claim: it is bound (or another driver's) and holds no finalizer
+    /// of ours, and no PV of ours waits to be saved or seen.
+    fn settled(&self, claim: &PersistentVolumeClaim) -> bool {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        if has_finalizer(claim) || self.memory.unsaved_pv(uid).is_some() {
+            return false;
+        }
+        let bound = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_some_and(|v| !v.is_empty());
+        let shown = self
+            .memory
+            .created_pv(uid)
+            .is_none_or(|pv| self.ctx.caches.volumes.get(&ObjectRef::new(&pv)).is_some());
+        bound && shown
+    }
+
+    fn metrics_remembered(&self) {
+        self.ctx.metrics.set_remembered_claims(self.memory.len());
     }
 
     /// Whether a PV for this claim exists: the PV named for it and bound to its UID, or one we

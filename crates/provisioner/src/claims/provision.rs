@@ -1,14 +1,18 @@
 //! Provisioning one claim: prepare → secrets → finalizer → CreateVolume → PV → release.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
+use csi::v1::TopologyRequirement;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 use kube::Api;
 use kube::api::PostParams;
+use provisioning::attempt::{CallResult, VolumeState, after_call, failed_call, may_release};
 use provisioning::errors::{
     ProvisionError, ProvisioningState, classify_create_volume_error, is_infeasible, may_reschedule,
 };
+use provisioning::lifecycle::has_finalizer;
 use provisioning::names;
 use provisioning::prepare::{
     PrepareInputs, Prepared, ProvisionPlan, TopologyFacts, check_volume_attributes_class,
@@ -18,20 +22,43 @@ use provisioning::pv::{
     CapacityDecision, PersistentVolumeInputs, build_persistent_volume, capacity_decision,
     too_small_message,
 };
+use provisioning::retry;
 use runtime::events::EventType;
 
+use super::cleanup::claim_name;
 use super::facts::TopologySnapshot;
-use super::{ClaimsController, SyncError, update};
+use super::{ClaimKey, ClaimsController, SyncError, update};
 use crate::secrets;
 
 impl ClaimsController {
-    /// Runs upstream's `prepareProvision` over cached facts. `with_topology` is false for the
-    /// cleanup path, which must not depend on where the volume was placed.
+    /// Runs upstream's `prepareProvision` over cached facts. `with_topology` is false when the
+    /// requirement cannot be rebuilt (a clean-up after a restart whose node is gone).
     pub(super) fn prepare(
         &self,
         claim: &PersistentVolumeClaim,
         class: &StorageClass,
         with_topology: bool,
+    ) -> Result<Prepared, ProvisionError> {
+        self.prepare_with(claim, class, with_topology, None)
+    }
+
+    /// [`prepare`](Self::prepare) with the requirement an earlier attempt computed, if any:
+    /// then no topology facts are gathered at all.
+    pub(super) fn prepare_reusing(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &StorageClass,
+        reused: Option<&Option<TopologyRequirement>>,
+    ) -> Result<Prepared, ProvisionError> {
+        self.prepare_with(claim, class, reused.is_none(), reused)
+    }
+
+    fn prepare_with(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &StorageClass,
+        with_topology: bool,
+        reused_topology: Option<&Option<TopologyRequirement>>,
     ) -> Result<Prepared, ProvisionError> {
         let ctx = &self.ctx;
         let driver = ctx.driver.name.as_str();
@@ -66,6 +93,7 @@ impl ClaimsController {
             config: &config,
             capabilities: ctx.driver.capabilities,
             topology,
+            reused_topology: reused_topology.filter(|_| ctx.supports_topology()),
         })
     }
 
@@ -102,6 +130,12 @@ impl ClaimsController {
     ) -> Result<(), SyncError> {
         let ctx = &self.ctx;
         let uid = claim.metadata.uid.clone().unwrap_or_default();
+        if let Some(hold) = self.memory.hold(&uid)
+            && let Some(wait) = retry::wait(&hold, Instant::now(), class.metadata.uid.as_deref())
+        {
+            klog::v!(4, claim = %claim_name(claim), wait = ?wait, "Claim changed during the backoff of its last failed attempt; waiting");
+            return Err(SyncError::RetryAfter(wait));
+        }
         let started = self.memory.started(&uid);
         let reference = provisioning::pv::claim_reference(claim);
         let (namespace, name) = (
@@ -114,8 +148,13 @@ impl ClaimsController {
             names::EVENT_PROVISIONING,
             names::provisioning_started_message(&namespace, &name),
         );
+        self.warn_deprecated_parameters(class);
 
-        let mut plan = match self.prepare(claim, class, true) {
+        let selected = provisioning::claim::selected_node(claim);
+        // Retries ask the driver for the first attempt's placement (upstream #1465), even when
+        // the selected Node or CSINode is gone by now.
+        let reused = self.memory.topology(&uid, selected);
+        let plan = match self.prepare_reusing(claim, class, reused.as_ref()) {
             Ok(Prepared::Provision(plan)) => plan,
             Ok(Prepared::ExternalPopulator { kind }) => {
                 klog::v!(4, claim = %format!("{namespace}/{name}"), reason = %provisioning::prepare::populator_reason(&kind), "Ignoring claim");
@@ -127,27 +166,33 @@ impl ClaimsController {
                 );
                 return Ok(());
             }
-            Err(err) => return self.fail(claim, class, err).await,
+            Err(err) => return self.fail(claim, class, err, false).await,
         };
-        let selected = provisioning::claim::selected_node(claim);
-        // Retries must ask the driver for the same placement (upstream #1465).
-        match self.memory.topology(&uid, selected) {
-            Some(cached) => plan.accessibility_requirements = cached,
-            None => self.memory.remember_topology(
-                &uid,
-                selected,
-                plan.accessibility_requirements.clone(),
-            ),
+        if reused.is_none() {
+            self.memory
+                .remember_topology(&uid, selected, plan.accessibility_requirements.clone());
+        }
+        if self.name_taken(claim) {
+            // The driver would hand us the other claim's volume: never ask.
+            self.memory
+                .set_volume_state(&uid, VolumeState::Collision, None);
+            return self
+                .fail(claim, class, collision_error(&plan.volume_name), false)
+                .await;
         }
         let (secret_data, mutable) = match self.request_inputs(&plan).await {
             Ok(inputs) => inputs,
-            Err(err) => return self.fail(claim, class, err).await,
+            Err(err) => return self.fail(claim, class, err, false).await,
         };
         let request = match plan.create_volume_request(claim, secret_data, mutable) {
             Ok(r) => r,
-            Err(err) => return self.fail(claim, class, err).await,
+            Err(err) => return self.fail(claim, class, err, false).await,
         };
 
+        // Recorded before the finalizer goes on: a claim that held it already may have a
+        // volume from an earlier process.
+        let before = self.memory.volume_state(&uid, has_finalizer(claim));
+        self.memory.set_volume_state(&uid, before.clone(), None);
         // From here a volume may exist: the claim must not disappear without us knowing.
         let claim = match update::add_finalizer(&ctx.client, claim).await {
             Ok(Some(c)) => c,
@@ -158,14 +203,16 @@ impl ClaimsController {
                 )));
             }
         };
-        let volume = match ctx.driver.client.create_volume(request).await {
+        let volume = match ctx.driver.client.create_volume(request.clone()).await {
             Ok(resp) => match resp.volume {
                 Some(v) => v,
                 None => {
+                    let state = after_call(&before, &CallResult::InProgress);
+                    self.memory.set_volume_state(&uid, state, Some(request));
                     let err = ProvisionError::background(
                         "CreateVolume returned no volume; the driver is broken",
                     );
-                    return self.fail(&claim, class, err).await;
+                    return self.fail(&claim, class, err, false).await;
                 }
             },
             Err(status) => {
@@ -173,31 +220,36 @@ impl ClaimsController {
                     status.code(),
                     may_reschedule(ctx.supports_topology(), selected),
                 );
+                let after = after_call(&before, &failed_call(status.code(), state));
+                self.memory.set_volume_state(&uid, after, Some(request));
                 let mut message = csi::status::go_error_string(&status);
-                if is_infeasible(status.code()) {
+                let infeasible = is_infeasible(status.code());
+                if infeasible {
                     message = names::infeasible_message(&message);
                 }
-                let result = self
-                    .fail(&claim, class, ProvisionError { state, message })
+                return self
+                    .fail(&claim, class, ProvisionError { state, message }, infeasible)
                     .await;
-                return if is_infeasible(status.code()) {
-                    // Upstream's slow set: an infeasible request is not retried quickly.
-                    Err(SyncError::RetryAfter(ctx.opts.retry_interval_max))
-                } else {
-                    result
-                };
             }
         };
-        self.memory.volume_created(&uid, &volume.volume_id);
+        self.memory.set_volume_state(
+            &uid,
+            VolumeState::Created(volume.volume_id.clone()),
+            Some(request.clone()),
+        );
 
         let capacity = match capacity_decision(plan.requested_bytes, volume.capacity_bytes) {
             CapacityDecision::TooSmall { got, want } => {
                 // Upstream deletes the volume and retries in the background.
-                if self.delete_volume(&volume.volume_id, &plan).await {
-                    self.memory.volume_gone(&uid);
+                if self
+                    .delete_too_small(&uid, &volume.volume_id, &request)
+                    .await
+                {
+                    let state = after_call(&before, &CallResult::Final);
+                    self.memory.set_volume_state(&uid, state, Some(request));
                 }
                 let err = ProvisionError::background(too_small_message(got, want));
-                return self.fail(&claim, class, err).await;
+                return self.fail(&claim, class, err, false).await;
             }
             decision => decision
                 .bytes(plan.requested_bytes)
@@ -226,70 +278,113 @@ impl ClaimsController {
                 pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
             );
         }
-        self.save_pv(&claim, class, &pv).await?;
+        self.save_pv(&claim, pv, started).await
+    }
+
+    /// Saves a PV whose first save failed. It is retried whatever happened to the StorageClass
+    /// since: the volume exists, and only the PV can own it (upstream's unsaved-PV queue).
+    pub(super) async fn save_unsaved_pv(
+        &self,
+        claim: &PersistentVolumeClaim,
+        pv: PersistentVolume,
+    ) -> Result<(), SyncError> {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let started = self.memory.started(&uid);
+        self.save_pv(claim, pv, started).await
+    }
+
+    /// Creates the PV. An existing PV bound to this claim counts as success (a retry after a
+    /// lost response); one bound elsewhere is a name collision: a final error, and the volume
+    /// (the other claim's) is never deleted. Any other failure keeps the PV for the next sync.
+    async fn save_pv(
+        &self,
+        claim: &PersistentVolumeClaim,
+        pv: PersistentVolume,
+        started: Instant,
+    ) -> Result<(), SyncError> {
+        let ctx = &self.ctx;
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let class = provisioning::claim::class_name(claim)
+            .unwrap_or_default()
+            .to_string();
+        let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        let saved = match api.create(&PostParams::default(), &pv).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => api
+                .get(&name)
+                .await
+                .map(|existing| {
+                    existing
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.claim_ref.as_ref())
+                        .and_then(|r| r.uid.as_deref())
+                        == Some(uid.as_str())
+                })
+                .map_err(|e| format!("cannot read PV {name}: {e}")),
+            Err(e) => Err(format!("cannot create PV {name}: {e}")),
+        };
+        match saved {
+            Ok(true) => {}
+            Ok(false) => {
+                self.memory
+                    .set_volume_state(&uid, VolumeState::Collision, None);
+                self.memory.forget_unsaved_pv(&uid);
+                let failed = Failed {
+                    class: &class,
+                    class_uid: None,
+                    infeasible: false,
+                };
+                return self.fail_named(claim, failed, collision_error(&name)).await;
+            }
+            Err(message) => {
+                tracing::error!(pv = %name, err = %message, "Failed to save PersistentVolume; will retry");
+                self.memory.keep_unsaved_pv(&uid, pv);
+                return Err(SyncError::retry(message));
+            }
+        }
         self.memory.forget(&uid);
-        self.memory.pv_created(&uid, &plan.volume_name);
+        self.memory.pv_created(&uid, &name);
+        let reference = provisioning::pv::claim_reference(claim);
         ctx.recorder.event(
             &reference,
             EventType::Normal,
             names::EVENT_PROVISIONING_SUCCEEDED,
-            names::provisioning_succeeded_message(&plan.volume_name),
+            names::provisioning_succeeded_message(&name),
         );
         ctx.metrics
-            .provision_succeeded(&class_name(class), "", started.elapsed().as_secs_f64());
-        klog::v!(2, claim = %format!("{namespace}/{name}"), pv = %plan.volume_name, "Provisioned volume");
+            .provision_succeeded(&class, "", started.elapsed().as_secs_f64());
+        klog::v!(2, claim = %claim_name(claim), pv = %name, "Provisioned volume");
         // The finalizer is released when the binder's write of the claim brings it back here.
         Ok(())
     }
 
-    /// Creates the PV. An existing PV bound to this claim counts as success (a retry after a
-    /// lost response); one bound elsewhere is a name collision we must not paper over.
-    async fn save_pv(
-        &self,
-        claim: &PersistentVolumeClaim,
-        class: &StorageClass,
-        pv: &PersistentVolume,
-    ) -> Result<(), SyncError> {
-        let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
-        let name = pv.metadata.name.clone().unwrap_or_default();
-        match api.create(&PostParams::default(), pv).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                let existing = api
-                    .get(&name)
-                    .await
-                    .map_err(|e| SyncError::retry(format!("cannot read PV {name}: {e}")))?;
-                let bound_uid = existing
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.claim_ref.as_ref())
-                    .and_then(|r| r.uid.clone());
-                if bound_uid == claim.metadata.uid {
-                    Ok(())
-                } else {
-                    let err = ProvisionError::finished(format!(
-                        "PersistentVolume {name} already exists for another claim; volume names collide \
-                         (is --volume-name-uuid-length too short?). The volume was kept; delete the claim \
-                         or fix the flag"
-                    ));
-                    self.fail(claim, class, err).await
-                }
-            }
-            Err(e) => {
-                tracing::error!(pv = %name, err = %e, "Failed to save PersistentVolume; will retry");
-                Err(SyncError::retry(format!("cannot create PV {name}: {e}")))
-            }
-        }
-    }
-
-    /// Reports a failed attempt as upstream does, and reschedules when asked.
+    /// Reports a failed attempt as upstream does, reschedules when asked, and holds the next
+    /// attempt for the claim's backoff (longer for an `infeasible` request).
     pub(super) async fn fail(
         &self,
         claim: &PersistentVolumeClaim,
         class: &StorageClass,
         err: ProvisionError,
+        infeasible: bool,
+    ) -> Result<(), SyncError> {
+        let failed = Failed {
+            class: &class_name(class),
+            class_uid: class.metadata.uid.as_deref(),
+            infeasible,
+        };
+        self.fail_named(claim, failed, err).await
+    }
+
+    async fn fail_named(
+        &self,
+        claim: &PersistentVolumeClaim,
+        failed: Failed<'_>,
+        err: ProvisionError,
     ) -> Result<(), SyncError> {
         let ctx = &self.ctx;
+        let class = failed.class;
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let reference = provisioning::pv::claim_reference(claim);
         ctx.recorder.event(
@@ -298,41 +393,60 @@ impl ClaimsController {
             names::EVENT_PROVISIONING_FAILED,
             err.message.clone(),
         );
-        ctx.metrics.provision_failed(&class_name(class), "");
+        ctx.metrics.provision_failed(class, "");
         if err.state != ProvisioningState::NoChange
             && let Some(capacity) = &ctx.capacity
         {
-            capacity.class_changed(&class_name(class));
+            capacity.class_changed(class);
         }
-        match err.state {
-            ProvisioningState::Reschedule
-                if provisioning::claim::selected_node(claim).is_some() =>
-            {
-                self.memory.forget_topology(&uid);
-                update::clear_selected_node(&ctx.client, claim)
-                    .await
-                    .map_err(|e| SyncError::retry(format!("cannot reschedule: {e}")))?;
-                Ok(())
-            }
-            ProvisioningState::Finished | ProvisioningState::Reschedule => {
-                self.memory.forget_topology(&uid);
-                Err(SyncError::retry(err.message))
-            }
-            ProvisioningState::Background | ProvisioningState::NoChange => {
-                Err(SyncError::retry(err.message))
-            }
+        if matches!(
+            err.state,
+            ProvisioningState::Finished | ProvisioningState::Reschedule
+        ) {
+            self.memory.forget_topology(&uid);
         }
+        // Nothing of ours can exist: the claim need not be held (one write, with the
+        // rescheduling when there is one).
+        let release = has_finalizer(claim) && may_release(&self.memory.volume_state(&uid, true));
+        let reschedule = err.state == ProvisioningState::Reschedule
+            && provisioning::claim::selected_node(claim).is_some();
+        if reschedule || release {
+            update::after_failure(&ctx.client, claim, reschedule, release)
+                .await
+                .map_err(|e| SyncError::retry(format!("cannot update claim: {e}")))?;
+        }
+        if reschedule {
+            self.memory.set_hold(&uid, None);
+            return Ok(());
+        }
+        let now = Instant::now();
+        let hold = retry::hold_after_failure(
+            now,
+            self.queue.next_backoff(&ClaimKey::of(claim)),
+            failed.infeasible,
+            ctx.opts.retry_interval_max,
+            failed.class_uid,
+        );
+        let wait = hold.until - now;
+        self.memory.set_hold(&uid, Some(hold));
+        klog::v!(2, claim = %claim_name(claim), err = %err.message, retry_in = ?wait, "Provisioning failed");
+        Err(SyncError::RetryAfter(wait))
     }
 
     /// Best-effort DeleteVolume for a volume we will not keep (too small); whether it is gone.
-    async fn delete_volume(&self, volume_id: &str, plan: &ProvisionPlan) -> bool {
-        let secrets = match self.request_inputs(plan).await {
-            Ok((s, _)) => s,
-            Err(_) => BTreeMap::new(),
-        };
+    /// A volume another claim's PV names is never deleted.
+    async fn delete_too_small(
+        &self,
+        uid: &str,
+        volume_id: &str,
+        request: &csi::v1::CreateVolumeRequest,
+    ) -> bool {
+        if self.volume_used_elsewhere(volume_id, uid) {
+            return false;
+        }
         let request = csi::v1::DeleteVolumeRequest {
             volume_id: volume_id.to_string(),
-            secrets: secrets.into_iter().collect(),
+            secrets: request.secrets.clone(),
         };
         match self.ctx.driver.client.delete_volume(request).await {
             Ok(_) => true,
@@ -342,6 +456,37 @@ impl ClaimsController {
             }
         }
     }
+
+    /// Upstream's deprecation warnings for the class's parameters, logged once per class.
+    fn warn_deprecated_parameters(&self, class: &StorageClass) {
+        let key = class
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| class_name(class));
+        if !self.warned_classes.lock().insert(key) {
+            return;
+        }
+        let params = class.parameters.clone().unwrap_or_default();
+        for warning in provisioning::parameters::deprecation_warnings(&params) {
+            tracing::warn!(class = %class_name(class), "{warning}");
+        }
+    }
+}
+
+/// The class a failed attempt used, for metrics and the retry hold.
+struct Failed<'a> {
+    class: &'a str,
+    class_uid: Option<&'a str>,
+    infeasible: bool,
+}
+
+fn collision_error(volume_name: &str) -> ProvisionError {
+    ProvisionError::finished(format!(
+        "PersistentVolume {volume_name} already exists for another claim; volume names collide \
+         (is --volume-name-uuid-length too short?). The other claim's volume is left alone; \
+         delete this claim or lengthen --volume-name-uuid-length"
+    ))
 }
 
 pub(super) fn class_name(class: &StorageClass) -> String {

@@ -75,17 +75,30 @@ async fn set_finalizers(
     .await
 }
 
-/// Removes `volume.kubernetes.io/selected-node` so the scheduler picks another node.
-pub async fn clear_selected_node(
+/// After a failed attempt, in one write: removes `volume.kubernetes.io/selected-node` so the
+/// scheduler picks another node (`reschedule`), and our finalizer when nothing of ours can
+/// exist (`release`).
+pub async fn after_failure(
     client: &Client,
     claim: &PersistentVolumeClaim,
+    reschedule: bool,
+    release: bool,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
     modify_claim(client, claim, |c| {
-        c.metadata
-            .annotations
-            .as_mut()
-            .and_then(|a| a.remove(provisioning::names::ANN_SELECTED_NODE))
-            .is_some()
+        let mut changed = false;
+        if reschedule {
+            changed |= c
+                .metadata
+                .annotations
+                .as_mut()
+                .and_then(|a| a.remove(provisioning::names::ANN_SELECTED_NODE))
+                .is_some();
+        }
+        if release && let Some(f) = provisioning::lifecycle::without_finalizer(c) {
+            c.metadata.finalizers = Some(f);
+            changed = true;
+        }
+        changed
     })
     .await
 }

@@ -3,6 +3,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -20,6 +21,8 @@ const DELETE_HELP: &str =
     "Total number of persistent volumes deleted succesfully. Broken down by storage class name";
 const DELETE_FAILED_HELP: &str =
     "Total number of persistent volume delete failed attempts. Broken down by storage class name";
+/// Ours: how many claims the claim controller keeps per-claim memory for.
+const REMEMBERED_HELP: &str = "Claims the claim controller keeps memory for (in-flight, failed or waiting claims; bounded by live claims)";
 const DELETE_DURATION_HELP: &str = "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name";
 
 // Fields in alphabetical order, the order client_golang prints labels in.
@@ -50,6 +53,7 @@ pub struct ControllerMetrics {
     delete: Family<VolumeLabels, Counter>,
     delete_failed: Family<VolumeLabels, Counter>,
     delete_duration: Histograms<VolumeLabels>,
+    remembered_claims: Gauge,
 }
 
 impl Default for ControllerMetrics {
@@ -68,11 +72,12 @@ impl ControllerMetrics {
             delete: Family::default(),
             delete_failed: Family::default(),
             delete_duration: Family::new_with_constructor(duration_histogram),
+            remembered_claims: Gauge::default(),
         }
     }
 
-    /// Registers the six families under upstream's names (counters without `_total`, which
-    /// the encoder appends).
+    /// Registers upstream's six families under its names (counters without `_total`, which
+    /// the encoder appends), and our `csi_provisioner_claims_remembered` gauge.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "controller_persistentvolumeclaim_provision",
@@ -104,6 +109,17 @@ impl ControllerMetrics {
             DELETE_DURATION_HELP,
             self.delete_duration.clone(),
         );
+        registry.register(
+            "csi_provisioner_claims_remembered",
+            REMEMBERED_HELP,
+            self.remembered_claims.clone(),
+        );
+    }
+
+    /// How many claims the claim controller remembers now.
+    pub fn set_remembered_claims(&self, n: usize) {
+        self.remembered_claims
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// A successful provisioning of a claim of `class` (`source` = data source kind or "").

@@ -38,6 +38,7 @@ fn run(
         config,
         capabilities: caps,
         topology: None,
+        reused_topology: None,
     })
 }
 

@@ -164,6 +164,12 @@ impl<K: QueueKey> WorkQueue<K> {
         });
     }
 
+    /// Counts one more failure for `key` and returns its backoff, for a caller that queues the
+    /// key itself (with [`add_after`](Self::add_after)) and must know when it will come back.
+    pub fn next_backoff(&self, key: &K) -> Duration {
+        self.inner.state.lock().limiter.when(key)
+    }
+
     /// Resets `key`'s failure count. Call it when processing succeeded (or gave up), or
     /// the next failure waits longer than it should.
     pub fn forget(&self, key: &K) {

@@ -148,6 +148,7 @@ fn topology_failures_and_success() {
             config: &CONFIG,
             capabilities: caps(),
             topology: Some(facts),
+            reused_topology: None,
         })
     };
     // "fail with selected node but node doesn't exist": the CSINode is gone → reschedule.
@@ -180,4 +181,49 @@ fn topology_failures_and_success() {
     let requirement = got.accessibility_requirements.expect("a requirement");
     assert_eq!(requirement.requisite.len(), 1);
     assert_eq!(requirement.preferred, requirement.requisite);
+}
+
+/// upstream's TestProvisionWithDeletedNodeFromCache: a retry after the selected Node (or its
+/// CSINode) is gone reuses the first attempt's requirement instead of failing or rescheduling.
+#[test]
+fn a_reused_requirement_survives_a_deleted_node() {
+    let selected = annotate(claim(), names::ANN_SELECTED_NODE, "node-1");
+    let sc = class(DRIVER);
+    let first = TopologyRequirement {
+        requisite: vec![csi::v1::Topology {
+            segments: [("zone".to_string(), "z1".to_string())].into(),
+        }],
+        preferred: vec![],
+    };
+    let gone = TopologyFacts {
+        strict_topology: false,
+        immediate_topology: true,
+        selected_node_topology_keys: None,
+        selected_node_labels: None,
+        csi_node_topology_keys: &[],
+        node_labels: &[],
+        random_hash: 0,
+    };
+    for reused in [Some(first.clone()), None] {
+        let got = plan(prepare(&PrepareInputs {
+            claim: &selected,
+            class: Some(&sc),
+            config: &CONFIG,
+            capabilities: caps(),
+            topology: Some(gone),
+            reused_topology: Some(&reused),
+        }));
+        assert_eq!(got.accessibility_requirements, reused);
+    }
+    // Without the earlier requirement the same facts reschedule the claim.
+    let err = prepare(&PrepareInputs {
+        claim: &selected,
+        class: Some(&sc),
+        config: &CONFIG,
+        capabilities: caps(),
+        topology: Some(gone),
+        reused_topology: None,
+    })
+    .unwrap_err();
+    assert_eq!(err.state, Reschedule);
 }

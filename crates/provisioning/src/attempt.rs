@@ -1,0 +1,211 @@
+//! What the claim controller knows about the volume its CreateVolume calls may have made, and
+//! what cleaning up a deleted claim therefore takes.
+//!
+//! The creating-volume finalizer (see [`crate::lifecycle`]) says "a volume may exist without a
+//! PV". These functions decide, from what this process saw, whether one really may, which id to
+//! delete, and when to ask the driver — never deleting a volume another claim's PV references.
+
+/// What is known about the volume of one claim. The request sent last is kept beside it by the
+/// caller, so a probe repeats exactly that request (topology included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeState {
+    /// This process has no record, but the claim carries our finalizer: an earlier process may
+    /// have sent a CreateVolume (it crashed or restarted). The request it sent is unknown.
+    Unknown,
+    /// No volume can exist: no CreateVolume was sent, or every one ended with a final error
+    /// and nothing before them may have created one.
+    None,
+    /// A CreateVolume was sent and ended without a final answer (timeout, unavailable, ...):
+    /// a volume may exist under the claim's name.
+    MayExist,
+    /// CreateVolume returned this volume id and no PV owns it yet.
+    Created(String),
+    /// The claim's volume name belongs to another claim's PV: whatever the driver holds under
+    /// that name is the other claim's, never ours to delete.
+    Collision,
+}
+
+impl VolumeState {
+    /// The state of a claim this process has no record of.
+    pub fn initial(holds_finalizer: bool) -> VolumeState {
+        if holds_finalizer {
+            VolumeState::Unknown
+        } else {
+            VolumeState::None
+        }
+    }
+}
+
+/// How a CreateVolume call ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallResult {
+    /// It returned this volume id.
+    Created(String),
+    /// A final error: the call is over and created nothing (upstream's `Finished` and
+    /// `Reschedule` states), except `AlreadyExists`, which says a different volume holds the name.
+    Final,
+    /// `AlreadyExists`: a volume under this name exists with other properties.
+    AlreadyExists,
+    /// The call may still be running in the driver (upstream's `Background` state).
+    InProgress,
+}
+
+/// How a CreateVolume that failed with gRPC `code` ended, given its provisioning `state`
+/// ([`crate::errors::classify_create_volume_error`]).
+pub fn failed_call(code: tonic::Code, state: crate::ProvisioningState) -> CallResult {
+    match (code, state) {
+        (tonic::Code::AlreadyExists, _) => CallResult::AlreadyExists,
+        (_, crate::ProvisioningState::Background) => CallResult::InProgress,
+        _ => CallResult::Final,
+    }
+}
+
+/// The state after a CreateVolume call ended with `result`.
+///
+/// A final error proves nothing about earlier calls that ended without an answer, so it never
+/// turns [`VolumeState::MayExist`] or [`VolumeState::Unknown`] into [`VolumeState::None`].
+pub fn after_call(before: &VolumeState, result: &CallResult) -> VolumeState {
+    match result {
+        CallResult::Created(id) => VolumeState::Created(id.clone()),
+        CallResult::InProgress | CallResult::AlreadyExists => VolumeState::MayExist,
+        CallResult::Final => match before {
+            VolumeState::None => VolumeState::None,
+            VolumeState::Collision => VolumeState::Collision,
+            // A volume we know of stays ours to clean up; an unknown one may exist.
+            VolumeState::Created(id) => VolumeState::Created(id.clone()),
+            VolumeState::Unknown | VolumeState::MayExist => VolumeState::MayExist,
+        },
+    }
+}
+
+/// Whether the finalizer may go now that an attempt ended: nothing can exist.
+pub fn may_release(state: &VolumeState) -> bool {
+    matches!(state, VolumeState::None | VolumeState::Collision)
+}
+
+/// What cleaning up a deleted claim (finalizer, no PV) takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cleanup {
+    /// No volume of this claim can exist: drop the finalizer.
+    Release,
+    /// Delete this volume, then drop the finalizer.
+    Delete(String),
+    /// Repeat the CreateVolume sent last (same request, so a compliant driver answers with the
+    /// volume it made, or a final error when it made none), then delete what it returns.
+    ProbeLastRequest,
+    /// After a restart: rebuild the request as the first attempt built it and probe with it.
+    ProbeRebuilt,
+}
+
+/// The clean-up for a deleted claim in `state`. `name_taken` says a PV of another claim has
+/// the claim's volume name: the driver's volume under that name is that claim's.
+pub fn cleanup(state: &VolumeState, name_taken: bool) -> Cleanup {
+    if name_taken {
+        return Cleanup::Release;
+    }
+    match state {
+        VolumeState::None | VolumeState::Collision => Cleanup::Release,
+        VolumeState::Created(id) => Cleanup::Delete(id.clone()),
+        VolumeState::MayExist => Cleanup::ProbeLastRequest,
+        VolumeState::Unknown => Cleanup::ProbeRebuilt,
+    }
+}
+
+/// What to do with the volume a probe returned: delete it unless a PV of another claim uses it
+/// (`used_elsewhere`), in which case it was never ours.
+pub fn after_probe(volume_id: Option<&str>, used_elsewhere: bool) -> Cleanup {
+    match volume_id {
+        Some(id) if !id.is_empty() && !used_elsewhere => Cleanup::Delete(id.to_string()),
+        _ => Cleanup::Release,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use VolumeState as S;
+
+    #[test]
+    fn a_call_moves_the_state() {
+        let created = CallResult::Created("v".into());
+        let cases = [
+            (S::None, CallResult::Final, S::None),
+            (S::None, CallResult::InProgress, S::MayExist),
+            (S::None, CallResult::AlreadyExists, S::MayExist),
+            (S::None, created.clone(), S::Created("v".into())),
+            // A final error does not prove an earlier unanswered call created nothing.
+            (S::MayExist, CallResult::Final, S::MayExist),
+            (S::Unknown, CallResult::Final, S::MayExist),
+            (S::Unknown, CallResult::InProgress, S::MayExist),
+            (S::MayExist, created.clone(), S::Created("v".into())),
+            (S::Collision, CallResult::Final, S::Collision),
+            (
+                S::Created("a".into()),
+                CallResult::Final,
+                S::Created("a".into()),
+            ),
+        ];
+        for (before, result, want) in cases {
+            assert_eq!(after_call(&before, &result), want, "{before:?} {result:?}");
+        }
+    }
+
+    #[test]
+    fn failed_calls_by_code() {
+        use crate::ProvisioningState as P;
+        use tonic::Code;
+        assert_eq!(
+            failed_call(Code::DeadlineExceeded, P::Background),
+            CallResult::InProgress
+        );
+        assert_eq!(
+            failed_call(Code::InvalidArgument, P::Finished),
+            CallResult::Final
+        );
+        assert_eq!(
+            failed_call(Code::ResourceExhausted, P::Reschedule),
+            CallResult::Final
+        );
+        assert_eq!(
+            failed_call(Code::AlreadyExists, P::Finished),
+            CallResult::AlreadyExists
+        );
+    }
+
+    #[test]
+    fn the_finalizer_goes_only_when_nothing_can_exist() {
+        assert!(may_release(&S::None));
+        assert!(may_release(&S::Collision));
+        for s in [S::Unknown, S::MayExist, S::Created("v".into())] {
+            assert!(!may_release(&s), "{s:?}");
+        }
+        assert_eq!(S::initial(true), S::Unknown);
+        assert_eq!(S::initial(false), S::None);
+    }
+
+    #[test]
+    fn cleanup_table() {
+        let cases = [
+            ((S::None, false), Cleanup::Release),
+            ((S::Collision, false), Cleanup::Release),
+            ((S::Created("v".into()), false), Cleanup::Delete("v".into())),
+            ((S::MayExist, false), Cleanup::ProbeLastRequest),
+            ((S::Unknown, false), Cleanup::ProbeRebuilt),
+            // Another claim's PV has our name: never probe, never delete.
+            ((S::Created("v".into()), true), Cleanup::Release),
+            ((S::MayExist, true), Cleanup::Release),
+            ((S::Unknown, true), Cleanup::Release),
+        ];
+        for ((state, taken), want) in cases {
+            assert_eq!(cleanup(&state, taken), want, "{state:?} {taken}");
+        }
+    }
+
+    #[test]
+    fn a_probed_volume_in_use_elsewhere_is_kept() {
+        assert_eq!(after_probe(Some("v"), false), Cleanup::Delete("v".into()));
+        assert_eq!(after_probe(Some("v"), true), Cleanup::Release);
+        assert_eq!(after_probe(Some(""), false), Cleanup::Release);
+        assert_eq!(after_probe(None, false), Cleanup::Release);
+    }
+}

@@ -1,0 +1,84 @@
+//! Pacing of provisioning attempts: one attempt per backoff step, whatever brings the claim
+//! back to the work queue.
+//!
+//! Any update of a claim (our own finalizer write, the binder's, a user's label) queues it again
+//! at once. Without a gate those updates would retry a failed CreateVolume early, and every
+//! early retry would still count as a failure, stretching later backoffs: upstream's claims are
+//! retried 1, 2, 4, 8 s … after each failure (plus the call's time), and so are ours.
+
+use std::time::{Duration, Instant};
+
+/// A failed attempt's hold on the next one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// No attempt before this instant.
+    pub until: Instant,
+    /// The StorageClass UID of the failed attempt.
+    pub class_uid: Option<String>,
+    /// CreateVolume said `InvalidArgument`: upstream's slow set, which a re-created
+    /// StorageClass (new UID) lifts at once.
+    pub infeasible: bool,
+}
+
+/// How long the next attempt must still wait (`None`: attempt now). `class_uid` is the UID of
+/// the claim's StorageClass now.
+pub fn wait(hold: &Hold, now: Instant, class_uid: Option<&str>) -> Option<Duration> {
+    if hold.infeasible && hold.class_uid.as_deref() != class_uid {
+        return None;
+    }
+    hold.until
+        .checked_duration_since(now)
+        .filter(|d| !d.is_zero())
+}
+
+/// The hold after a failed attempt: the queue's backoff for this failure, and for an infeasible
+/// request at least `slow` (`--retry-interval-max`).
+pub fn hold_after_failure(
+    now: Instant,
+    backoff: Duration,
+    infeasible: bool,
+    slow: Duration,
+    class_uid: Option<&str>,
+) -> Hold {
+    let delay = if infeasible {
+        backoff.max(slow)
+    } else {
+        backoff
+    };
+    Hold {
+        until: now + delay,
+        class_uid: class_uid.map(str::to_string),
+        infeasible,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn an_attempt_waits_for_its_backoff() {
+        let t0 = Instant::now();
+        let hold = hold_after_failure(t0, 4 * S, false, 300 * S, Some("a"));
+        assert_eq!(wait(&hold, t0, Some("a")), Some(4 * S));
+        assert_eq!(wait(&hold, t0 + 3 * S, Some("a")), Some(S));
+        assert_eq!(wait(&hold, t0 + 4 * S, Some("a")), None);
+        assert_eq!(wait(&hold, t0 + 9 * S, Some("a")), None);
+        // A new class does not lift an ordinary backoff: one attempt per step.
+        assert_eq!(wait(&hold, t0, Some("b")), Some(4 * S));
+    }
+
+    #[test]
+    fn an_infeasible_request_waits_the_slow_interval_unless_the_class_is_new() {
+        let t0 = Instant::now();
+        let hold = hold_after_failure(t0, S, true, 300 * S, Some("a"));
+        assert_eq!(wait(&hold, t0 + S, Some("a")), Some(299 * S));
+        assert_eq!(wait(&hold, t0 + S, Some("b")), None);
+        assert_eq!(wait(&hold, t0 + S, None), None);
+        // A backoff already longer than the slow interval is kept.
+        let long = hold_after_failure(t0, 400 * S, true, 300 * S, Some("a"));
+        assert_eq!(wait(&long, t0, Some("a")), Some(400 * S));
+    }
+}
