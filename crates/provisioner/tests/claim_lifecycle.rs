@@ -1,0 +1,489 @@
+//! The claim lifecycle's edge cases against the real control plane: name collisions, clean-up
+//! with only what the attempt kept, unsaved PVs, topology reuse, and retry pacing.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+use support::{
+    NODE_KEY, Scenario, create_secret, eventually, eventually_within, holds_finalizer, pool_args,
+    wait_gone,
+};
+
+/// With `--volume-name-uuid-length=1` two claims soon get the same volume name. The second is
+/// refused with an event, and deleting it — with the provisioner up, and after a restart —
+/// never deletes the first claim's volume.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_name_collision_never_deletes_the_other_claims_volume() {
+    let mut s = Scenario::start("prov-collide", &[], &["--volume-name-uuid-length=1"]).await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    // Volume name (the UID's first character) → the bound claim that owns it.
+    let mut owners = std::collections::HashMap::new();
+    for restart in [false, true] {
+        let (loser, winner) = colliding_claim(&s, &class, restart, &mut owners).await;
+        let winner_claim = s.wait_bound(&winner).await;
+        let pv = winner_claim.spec.unwrap().volume_name.unwrap();
+        s.wait_event(
+            &loser,
+            "ProvisioningFailed",
+            "already exists for another claim",
+        )
+        .await;
+        if restart {
+            s.provisioner().restart();
+        }
+        s.claims()
+            .delete(&loser, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_gone(&s.claims(), &loser).await;
+        // Give a wrong clean-up every chance to happen.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            s.mock().calls_of("DeleteVolume").is_empty(),
+            "nothing may be deleted (restart: {restart}): {:?}",
+            s.mock().calls_of("DeleteVolume")
+        );
+        let handle = s
+            .volumes()
+            .get(&pv)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .csi
+            .unwrap()
+            .volume_handle;
+        assert!(
+            s.driver_volumes().await.contains(&handle),
+            "the winner's volume {handle} is still there"
+        );
+        let bound = s.claims().get(&winner).await.unwrap();
+        assert_eq!(
+            bound.status.and_then(|st| st.phase).as_deref(),
+            Some("Bound")
+        );
+    }
+}
+
+/// Creates claims one by one (each waits for its outcome) until one's volume name is already
+/// taken by an earlier one; returns (the refused claim, the claim owning the name).
+async fn colliding_claim(
+    s: &Scenario,
+    class: &str,
+    restart: bool,
+    owners: &mut std::collections::HashMap<String, String>,
+) -> (String, String) {
+    for i in 0..40 {
+        let name = format!("c{}-{i}", u8::from(restart));
+        let claim = s.claim(&name, class, "1Gi", json!({})).await;
+        let uid = claim.metadata.uid.unwrap();
+        let first = uid[..1].to_string();
+        if let Some(owner) = owners.get(&first) {
+            return (name, String::clone(owner));
+        }
+        s.wait_bound(&name).await;
+        owners.insert(first, name);
+    }
+    panic!("40 claims and no collision of a 1-character name");
+}
+
+/// A CreateVolume that failed with a final error created nothing: the claim is not held by our
+/// finalizer, and deleting it asks the driver nothing more.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_claim_whose_create_volume_failed_finally_is_released_without_a_probe() {
+    let s = Scenario::start("prov-final", &[], &[]).await;
+    s.mock().set_faults(
+        json!({"CreateVolume": {"code": "PermissionDenied", "message": "quota says no"}}),
+    );
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    s.wait_event("data", "ProvisioningFailed", "quota says no")
+        .await;
+    testenv::wait_for(&s.claims(), "data", "lose the finalizer", |c| {
+        !holds_finalizer(c)
+    })
+    .await;
+    let calls = s.mock().calls_of("CreateVolume").len();
+    s.mock().clear_faults();
+    s.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&s.claims(), "data").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        s.mock().calls_of("CreateVolume").len(),
+        calls,
+        "no probe after a final error"
+    );
+    assert!(s.driver_volumes().await.is_empty());
+    assert!(s.mock().calls_of("DeleteVolume").is_empty());
+}
+
+/// Refuses PV creation for one class with a ValidatingAdmissionPolicy: the PV save fails while
+/// everything else works. Returns the policy's name.
+async fn refuse_pvs_of_class(s: &Scenario, class: &str) -> String {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let name = format!("{}-no-pv", s.ns);
+    let gvk = |kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            kind,
+        ))
+    };
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["persistentvolumes"]}]},
+            "validations": [{"expression": format!("object.spec.storageClassName != '{class}'"),
+                "message": "test: PV creation refused"}],
+        },
+    }))
+    .unwrap();
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }))
+    .unwrap();
+    let pp = PostParams::default();
+    Api::<DynamicObject>::all_with(s.client.clone(), &gvk("ValidatingAdmissionPolicy"))
+        .create(&pp, &policy)
+        .await
+        .unwrap();
+    Api::<DynamicObject>::all_with(s.client.clone(), &gvk("ValidatingAdmissionPolicyBinding"))
+        .create(&pp, &binding)
+        .await
+        .unwrap();
+    // The policy takes effect a moment later: wait until a dry-run PV is refused.
+    let probe: k8s_openapi::api::core::v1::PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": format!("{}-probe", s.ns)},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "storageClassName": class, "csi": {"driver": s.driver, "volumeHandle": "x"}},
+    }))
+    .unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually("the policy to refuse PVs", || async {
+        s.volumes()
+            .create(&dry, &probe)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    name
+}
+
+async fn allow_pvs(s: &Scenario, policy: &str) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    for kind in [
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+    ] {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            kind,
+        ));
+        Api::<DynamicObject>::all_with(s.client.clone(), &ar)
+            .delete(policy, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}
+
+/// A claim deleted while its PV cannot be saved, after its StorageClass and provisioner secret
+/// were deleted: the volume whose id the attempt kept is deleted with the secrets the attempt
+/// used, and the claim goes.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn clean_up_needs_nothing_but_what_the_attempt_kept() {
+    let s = Scenario::start("prov-kept", &[], &[]).await;
+    create_secret(&s, "creds", &[("password", "hunter2")]).await;
+    let ns = s.ns.clone();
+    let class = s
+        .class(
+            "sec",
+            "Immediate",
+            json!({"parameters": {
+                "csi.storage.k8s.io/provisioner-secret-name": "creds",
+                "csi.storage.k8s.io/provisioner-secret-namespace": ns,
+            }}),
+        )
+        .await;
+    let policy = refuse_pvs_of_class(&s, &class).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    let volume_id = created_volume(&s).await;
+    Api::<StorageClass>::all(s.client.clone())
+        .delete(&class, &DeleteParams::default())
+        .await
+        .unwrap();
+    Api::<Secret>::namespaced(s.client.clone(), &s.ns)
+        .delete("creds", &DeleteParams::default())
+        .await
+        .unwrap();
+    s.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&s.claims(), "data").await;
+    allow_pvs(&s, &policy).await;
+    let deletes = s.mock().calls_of("DeleteVolume");
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert_eq!(deletes[0]["request"]["volume_id"], volume_id.as_str());
+    assert_eq!(
+        deletes[0]["request"]["secrets"]["password"], "hunter2",
+        "DeleteVolume gets the secrets CreateVolume got"
+    );
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 1);
+    assert!(s.driver_volumes().await.is_empty());
+    assert!(
+        s.events_for("data")
+            .await
+            .iter()
+            .all(|e| e.reason.as_deref() != Some("ProvisioningCleanupFailed")),
+        "no stuck clean-up"
+    );
+}
+
+/// Waits for the one successful CreateVolume and returns its volume id.
+async fn created_volume(s: &Scenario) -> String {
+    eventually("a successful CreateVolume", || async {
+        s.mock().calls_of("CreateVolume").iter().find_map(|c| {
+            c["response"]["volume"]["volume_id"]
+                .as_str()
+                .map(String::from)
+        })
+    })
+    .await
+}
+
+/// The PV save fails, then the StorageClass is deleted: the PV built for the created volume is
+/// still saved once it can be, and the claim binds to it (upstream's unsaved-PV queue).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn an_unsaved_pv_is_saved_after_its_class_is_gone() {
+    let s = Scenario::start("prov-unsaved", &[], &[]).await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    let policy = refuse_pvs_of_class(&s, &class).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    let volume_id = created_volume(&s).await;
+    Api::<StorageClass>::all(s.client.clone())
+        .delete(&class, &DeleteParams::default())
+        .await
+        .unwrap();
+    // Let the class deletion reach the provisioner's cache before the PV can be saved.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    allow_pvs(&s, &policy).await;
+    let claim = s.wait_bound("data").await;
+    let pv = s
+        .volumes()
+        .get(&claim.spec.unwrap().volume_name.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(pv.spec.unwrap().csi.unwrap().volume_handle, volume_id);
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 1);
+    assert!(s.mock().calls_of("DeleteVolume").is_empty());
+}
+
+/// The selected Node and its CSINode are deleted after the first attempt failed with a timeout:
+/// the retry asks for the same placement instead of failing for ever or rescheduling while the
+/// first call may still be running (upstream's TestProvisionWithDeletedNodeFromCache).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn retries_reuse_the_first_topology_after_the_node_is_gone() {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::storage::v1::CSINode;
+    let mut s = Scenario::new("prov-gone").await;
+    let names = s.node_names(&["a", "b"]);
+    s.start_driver(&pool_args(&names, "100Gi"));
+    s.start_provisioner::<&str>(&[]);
+    testenv::create_fake_nodes(
+        &s.client,
+        &s.driver,
+        NODE_KEY,
+        &names.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"code": "DeadlineExceeded", "times": 1}}));
+    let class = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
+    // The scheduler's choice, made by hand: no pod needed.
+    let node = names[0].clone();
+    s.claim(
+        "data",
+        &class,
+        "1Gi",
+        json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": node}}}),
+    )
+    .await;
+    s.wait_event("data", "ProvisioningFailed", "DeadlineExceeded")
+        .await;
+    let dp = DeleteParams::default();
+    Api::<Node>::all(s.client.clone())
+        .delete(&node, &dp)
+        .await
+        .unwrap();
+    Api::<CSINode>::all(s.client.clone())
+        .delete(&node, &dp)
+        .await
+        .unwrap();
+    let pv = eventually_within("the PV", Duration::from_secs(90), || async {
+        let claim = s.claims().get("data").await.unwrap();
+        let name = format!("pvc-{}", claim.metadata.uid.unwrap());
+        s.volumes().get_opt(&name).await.unwrap()
+    })
+    .await;
+    let calls = s.mock().calls_of("CreateVolume");
+    assert_eq!(calls.len(), 2, "one failure, one success: {calls:?}");
+    assert_eq!(
+        calls[0]["request"]["accessibility_requirements"],
+        calls[1]["request"]["accessibility_requirements"],
+        "the retry asks for the first attempt's placement"
+    );
+    assert_eq!(
+        calls[1]["request"]["accessibility_requirements"]["preferred"][0]["segments"][NODE_KEY],
+        node.as_str()
+    );
+    let claim = s.claims().get("data").await.unwrap();
+    assert_eq!(
+        claim.metadata.annotations.unwrap()["volume.kubernetes.io/selected-node"],
+        node,
+        "not rescheduled"
+    );
+    assert!(pv.spec.unwrap().node_affinity.is_some());
+}
+
+/// InvalidArgument: one attempt and one warning, then nothing until `--retry-interval-max`,
+/// even though our own finalizer writes update the claim. A re-created StorageClass (new UID)
+/// lifts the wait at once.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn an_infeasible_claim_is_tried_once_per_slow_interval() {
+    let s = Scenario::start("prov-slow", &[], &[]).await;
+    s.mock().set_faults(
+        json!({"CreateVolume": {"code": "InvalidArgument", "message": "no such tier", "times": 1}}),
+    );
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    s.wait_event("data", "ProvisioningFailed", "no such tier")
+        .await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 1, "one attempt");
+    let warnings: Vec<_> = s
+        .events_for("data")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ProvisioningFailed"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].count.unwrap_or(1), 1, "{warnings:?}");
+    // The class is fixed by re-creating it: provisioning goes on now, not in five minutes.
+    let classes = Api::<StorageClass>::all(s.client.clone());
+    classes
+        .delete(&class, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&classes, &class).await;
+    s.class("imm", "Immediate", json!({})).await;
+    // Class changes do not queue claims (nor upstream's): the next update of the claim does.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    touch(&s, "data", "after-new-class").await;
+    s.wait_bound("data").await;
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 2);
+}
+
+/// Writes a label on the claim: an update event, as any user or controller makes.
+async fn touch(s: &Scenario, name: &str, value: &str) {
+    for _ in 0..5 {
+        let mut claim = s.claims().get(name).await.unwrap();
+        claim
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("touched".into(), value.into());
+        if s.claims()
+            .replace(name, &PostParams::default(), &claim)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+    }
+    panic!("cannot update claim {name}");
+}
+
+/// Timeouts for a while: one attempt per backoff step (1, 2, 4, 8 s after each failure, as
+/// upstream), however often the claim is updated meanwhile, and the first attempt after the
+/// driver recovers comes one step later.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn transient_errors_are_retried_once_per_backoff_step() {
+    let s = Scenario::start("prov-pace", &[], &[]).await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"code": "DeadlineExceeded", "times": 4}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    // Updates while the claim backs off must not bring attempts forward.
+    for i in 0..6 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        touch(&s, "data", &i.to_string()).await;
+    }
+    s.wait_bound("data").await;
+    let times: Vec<f64> = s
+        .mock()
+        .calls_of("CreateVolume")
+        .iter()
+        .map(|c| {
+            // When the call started.
+            let t: k8s_openapi::jiff::Timestamp = c["time"].as_str().unwrap().parse().unwrap();
+            t.as_millisecond() as f64 / 1000.0
+        })
+        .collect();
+    assert_eq!(times.len(), 5, "four timeouts, then success: {times:?}");
+    let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    for (gap, step) in gaps.iter().zip([1.0, 2.0, 4.0, 8.0]) {
+        assert!(
+            *gap >= step - 0.1,
+            "an attempt came {gap:.2} s after the last failure, before its {step} s backoff: {gaps:?}"
+        );
+    }
+}
+
+/// Deprecated StorageClass parameters are warned about in the log, once per class.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn deprecated_parameters_are_warned_once_per_class() {
+    let mut s = Scenario::start("prov-depr", &[], &[]).await;
+    let class = s
+        .class(
+            "old",
+            "Immediate",
+            json!({"parameters": {"fstype": "ext4"}}),
+        )
+        .await;
+    for name in ["a", "b"] {
+        s.claim(name, &class, "1Gi", json!({})).await;
+        s.wait_bound(name).await;
+    }
+    let log = s.provisioner().log();
+    let warning = "\\\"fstype\\\" is deprecated";
+    let plain = "\"fstype\" is deprecated";
+    let n = log.matches(warning).count() + log.matches(plain).count();
+    assert_eq!(n, 1, "one warning for the class:\n{log}");
+}

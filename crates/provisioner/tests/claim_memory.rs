@@ -1,0 +1,100 @@
+//! The claim controller's per-claim memory is bounded by live claims: 2,000 claims provisioned
+//! and deleted leave nothing remembered (`csi_provisioner_claims_remembered` back to zero).
+
+mod ops_support;
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::json;
+use support::{Scenario, eventually_within};
+
+const CLAIMS: usize = 2_000;
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn claim_memory_returns_to_zero_after_2000_claims() {
+    let port = ops_support::free_port();
+    let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
+    let s = Scenario::start(
+        "prov-memory",
+        &[],
+        &[
+            endpoint.as_str(),
+            "--kube-api-qps=300",
+            "--kube-api-burst=600",
+            "--worker-threads=50",
+        ],
+    )
+    .await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    futures::stream::iter(0..CLAIMS)
+        .for_each_concurrent(32, |i| {
+            let (s, class) = (&s, &class);
+            async move {
+                s.claim(&format!("c{i}"), class, "1Mi", json!({})).await;
+            }
+        })
+        .await;
+
+    // Every claim gets its volume; meanwhile the provisioner remembers the claims in flight.
+    let mut most = 0.0_f64;
+    let created = eventually_within("every volume created", Duration::from_secs(600), || {
+        let s = &s;
+        async move {
+            let names: HashSet<String> = s
+                .mock()
+                .calls_of("CreateVolume")
+                .iter()
+                .filter(|c| c["response"]["volume"].is_object())
+                .map(|c| c["request"]["name"].as_str().unwrap().to_string())
+                .collect();
+            (names.len() == CLAIMS).then_some(names.len())
+        }
+    })
+    .await;
+    if let Some(now) = remembered(port).await {
+        most = most.max(now);
+    }
+    assert_eq!(created, CLAIMS);
+
+    s.claims()
+        .delete_collection(&Default::default(), &Default::default())
+        .await
+        .unwrap();
+    eventually_within("every claim gone", Duration::from_secs(900), || async {
+        s.claims()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    eventually_within("every volume deleted", Duration::from_secs(900), || async {
+        let deleted = s.mock().calls_of("DeleteVolume").len();
+        (deleted >= CLAIMS).then_some(())
+    })
+    .await;
+    eventually_within("no claim remembered", Duration::from_secs(60), || async {
+        let now = remembered(port).await?;
+        (now == 0.0).then_some(())
+    })
+    .await;
+    let deletes = s.mock().calls_of("DeleteVolume");
+    let successful = deletes.iter().filter(|c| c.get("error").is_none()).count();
+    assert_eq!(successful, CLAIMS, "one DeleteVolume per created volume");
+    assert!(s.driver_volumes().await.is_empty());
+    assert!(
+        most > 0.0,
+        "the gauge counts claims in flight (saw at most {most})"
+    );
+}
+
+async fn remembered(port: u16) -> Option<f64> {
+    let text = ops_support::scrape(port).await?;
+    ops_support::sample(&text, "csi_provisioner_claims_remembered", &[])
+}
