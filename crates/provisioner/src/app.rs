@@ -92,6 +92,10 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     let call_metrics = csi::CallMetrics::new();
     call_metrics.register(&mut registry);
     let driver = driver::connect(&opts.csi_address, opts.timeout, call_metrics).await?;
+    if let Some(in_tree) = crate::volumes::decide::migrated_from(&driver.name) {
+        tracing::warn!(driver = %driver.name, in_tree_plugin = in_tree,
+            "CSI migration is not supported by this provisioner: claims and classes naming the in-tree plugin are not provisioned, and in-tree PersistentVolumes migrated to this driver are left alone");
+    }
     let identity = driver::provisioner_identity(&driver.name, jiff_now_millis(), rand::random());
     let volume_attributes_class = volume_attributes_class_enabled(&client, &opts).await;
 

@@ -229,7 +229,7 @@ where
     }
 }
 
-fn merge(base: &mut serde_json::Value, extra: serde_json::Value) {
+pub fn merge(base: &mut serde_json::Value, extra: serde_json::Value) {
     match (base, extra) {
         (serde_json::Value::Object(b), serde_json::Value::Object(e)) => {
             for (k, v) in e {
