@@ -7,6 +7,7 @@ use kube::Client;
 use leader_election::{LeaderElectionConfig, LeaderElector, Outcome};
 use prometheus_client::registry::Registry;
 use runtime::client::{ClientLimits, RequestMetrics, build_client, build_client_pair};
+use runtime::events::{EventRecorder, EventType};
 use runtime::workqueue::WorkQueueMetrics;
 use tokio_util::sync::CancellationToken;
 
@@ -110,15 +111,15 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     register_process_metrics(&mut registry);
 
     let elector = if opts.leader_election {
-        let elector = LeaderElector::new(
-            build_client(
-                config,
-                limits(opts.kube_api_qps as f32, opts.kube_api_burst),
-                &user_agent,
-                None,
-            )?,
-            leader_config(&opts, &driver.name)?,
+        let client = build_client(
+            config,
+            limits(opts.kube_api_qps as f32, opts.kube_api_burst),
+            &user_agent,
+            None,
         )?;
+        let cfg = leader_config(&opts, &driver.name)?;
+        let hook = leader_event_hook(client.clone(), &cfg);
+        let elector = LeaderElector::new(client, cfg)?.with_event_hook(hook);
         elector.register_metrics(&mut registry);
         Some(elector)
     } else {
@@ -222,6 +223,22 @@ fn leader_config(opts: &cli::Options, driver: &str) -> Result<LeaderElectionConf
         .enabled(cli::Feature::ReleaseLeaderElectionOnExit);
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// Records "became leader" / "stopped leading" on the Lease as csi-lib-utils does: through the
+/// leader-election client, with source component `<lockName>/<identity>`.
+fn leader_event_hook(client: Client, cfg: &LeaderElectionConfig) -> leader_election::EventHook {
+    let (recorder, deliver) =
+        EventRecorder::new(client, format!("{}/{}", cfg.lock_name, cfg.identity));
+    tokio::spawn(deliver);
+    Arc::new(move |e: leader_election::LeaderEvent| {
+        let type_ = if e.event_type == "Warning" {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        recorder.event(&e.lease, type_, e.reason, e.message);
+    })
 }
 
 /// The VolumeAttributesClass gate, switched off when not set explicitly and the API server
