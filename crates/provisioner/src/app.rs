@@ -33,6 +33,8 @@ pub enum AppError {
     LeaderElection(#[from] leader_election::ConfigError),
     #[error("leaderelection lost")]
     LostLease,
+    #[error("controller task {task} stopped: {reason}")]
+    TaskFailed { task: &'static str, reason: String },
     #[error("{0}")]
     Unsupported(String),
     #[error(
@@ -162,16 +164,22 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     match elector {
         None => crate::controllers::run_controllers(base, cancel).await,
         Some(elector) => {
+            let failure: Arc<parking_lot::Mutex<Option<AppError>>> = Arc::default();
             let leading = {
-                let base = base.clone();
+                let (base, failure, stop) = (base.clone(), failure.clone(), cancel.clone());
                 move |token: CancellationToken| async move {
                     if let Err(err) = crate::controllers::run_controllers(base, token).await {
-                        tracing::error!(err = %err, "Controllers stopped");
-                        std::process::exit(1);
+                        *failure.lock() = Some(err);
+                        // Ends the election too, so that `main` reports the error and exits.
+                        stop.cancel();
                     }
                 }
             };
-            match elector.run(cancel, leading).await {
+            let outcome = elector.run(cancel, leading).await;
+            if let Some(err) = failure.lock().take() {
+                return Err(err);
+            }
+            match outcome {
                 Outcome::Lost => Err(AppError::LostLease),
                 Outcome::CancelledWhileStandby | Outcome::CancelledWhileLeading { .. } => Ok(()),
             }

@@ -170,23 +170,65 @@ async fn losing_the_driver_connection_exits_the_provisioner() {
     s.provisioner()
         .wait_for_log("Caches synced", std::time::Duration::from_secs(60));
     s.mock_mut().kill();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = s.provisioner().process().try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the provisioner did not exit after losing its driver"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
+    let status = wait_exit(&mut s, 20, "after losing its driver").await;
     assert_eq!(status.code(), Some(1), "exit status");
     assert!(
         s.provisioner()
             .log()
             .contains("Lost connection to CSI driver, exiting")
     );
+}
+
+/// A panicking worker is not survivable (its key would stay "in progress" forever): the
+/// process exits with status 1 and a log line naming the task, the queue and the key, so that
+/// Kubernetes restarts it, as upstream's Go process crashes (issue 13, item 5). The panic comes
+/// from the debug-build fault hook in `run_workers`.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_panicking_worker_ends_the_process() {
+    let mut s = Scenario::new("prov-panic").await;
+    s.start_driver::<&str>(&[]);
+    s.start_provisioner_with_env::<&str>(
+        &[],
+        &[("CSI_PROVISIONER_DEBUG_PANIC_ON", "claims:crash-me")],
+    );
+    let class = s.class("imm", "Immediate", json!({})).await;
+    // Other keys are unaffected by the hook: the process works until the panic.
+    s.claim("fine", &class, "1Gi", json!({})).await;
+    s.wait_bound("fine").await;
+    assert!(s.provisioner().is_running());
+    s.claim("crash-me", &class, "1Gi", json!({})).await;
+    let status = wait_exit(&mut s, 30, "after a worker panicked").await;
+    assert_eq!(status.code(), Some(1), "exit status");
+    let log = s.provisioner().log();
+    let want = format!(
+        r#"controller task claims stopped: panicked: a worker of queue \"claims\" panicked while processing key ClaimKey {{ namespace: \"{}\", name: \"crash-me\" }}"#,
+        s.ns
+    );
+    let exiting: Vec<&str> = log.lines().filter(|l| l.contains("Exiting")).collect();
+    assert_eq!(exiting.len(), 1, "one exit line:\n{log}");
+    assert!(exiting[0].contains(&want), "{}\nwanted: {want}", exiting[0]);
+    assert_eq!(
+        s.mock().calls_of("CreateVolume").len(),
+        1,
+        "no CreateVolume for the claim whose worker panicked"
+    );
+}
+
+/// Waits up to `seconds` for the provisioner to exit; fails with its log tail otherwise.
+async fn wait_exit(s: &mut Scenario, seconds: u64, when: &str) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    loop {
+        if let Some(status) = s.provisioner().process().try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the provisioner kept running {when}; log tail:\n{}",
+            s.provisioner().process().log_tail(30)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Deletes claim `name` once it holds the creating-volume finalizer (CreateVolume is under
