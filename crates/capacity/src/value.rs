@@ -12,16 +12,17 @@ pub struct Capacity {
 impl Capacity {
     /// Builds a publishable reading from a GetCapacity response.
     ///
-    /// Differs from upstream: upstream publishes what the driver says. We never publish a
-    /// negative value (the apiserver rejects a negative `capacity` and does not validate
-    /// `maximumVolumeSize`, which would silently exclude the segment), and never a
-    /// `maximumVolumeSize` above `capacity`: the scheduler prefers `maximumVolumeSize`, so a
-    /// stale large maximum next to a small capacity would admit volumes that cannot fit.
+    /// As upstream, what the driver says is published, including a `maximumVolumeSize` above
+    /// `capacity`: drivers with over-committed thin pools report that on purpose, and the
+    /// scheduler then admits volumes up to that size.
+    ///
+    /// Differs from upstream: a negative value becomes 0 (the apiserver rejects a negative
+    /// `capacity` and does not validate `maximumVolumeSize`, which would silently exclude the
+    /// segment).
     pub fn from_response(available: i64, maximum_volume_size: Option<i64>) -> Capacity {
-        let available = available.max(0);
         Capacity {
-            available,
-            maximum_volume_size: maximum_volume_size.map(|m| m.clamp(0, available)),
+            available: available.max(0),
+            maximum_volume_size: maximum_volume_size.map(|m| m.max(0)),
         }
     }
 
@@ -30,7 +31,7 @@ impl Capacity {
         self.maximum_volume_size.unwrap_or(self.available)
     }
 
-    /// Whether the reading was changed to make it publishable.
+    /// Whether a negative value was changed to make the reading publishable.
     pub fn was_clamped(available: i64, maximum_volume_size: Option<i64>) -> bool {
         Capacity::from_response(available, maximum_volume_size)
             != Capacity {
@@ -51,9 +52,11 @@ mod tests {
             ((10, None), (10, None)),
             ((10, Some(5)), (10, Some(5))),
             ((10, Some(10)), (10, Some(10))),
-            ((10, Some(50)), (10, Some(10))),
+            // Over-committed thin pools: published as reported.
+            ((10, Some(50)), (10, Some(50))),
+            ((0, Some(50)), (0, Some(50))),
             ((-5, None), (0, None)),
-            ((-5, Some(3)), (0, Some(0))),
+            ((-5, Some(3)), (0, Some(3))),
             ((10, Some(-1)), (10, Some(0))),
             ((0, Some(0)), (0, Some(0))),
         ];
@@ -72,5 +75,7 @@ mod tests {
     fn limit_prefers_maximum_volume_size() {
         assert_eq!(Capacity::from_response(100, Some(40)).limit(), 40);
         assert_eq!(Capacity::from_response(100, None).limit(), 100);
+        // A thin pool's maximum above its free capacity is what the scheduler admits.
+        assert_eq!(Capacity::from_response(10, Some(50)).limit(), 50);
     }
 }

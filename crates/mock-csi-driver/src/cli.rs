@@ -19,6 +19,8 @@ pub struct Config {
     pub pools: Vec<PoolSpec>,
     pub faults: Option<PathBuf>,
     pub call_log: Option<PathBuf>,
+    /// Thin pools: CreateVolume may exceed a pool's free space.
+    pub overcommit: bool,
 }
 
 /// A CSI driver for tests: in-memory pools per topology segment, fault injection, a call log.
@@ -37,6 +39,10 @@ struct Args {
     /// GetCapacity maximum_volume_size, reported verbatim (a quantity such as 10Gi).
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     max_volume_size: Option<i64>,
+    /// Thin pools: CreateVolume places a volume in a matching pool even without room
+    /// (GetCapacity then reports 0 free for that pool).
+    #[arg(long)]
+    overcommit: bool,
     /// Node id returned by NodeGetInfo.
     #[arg(long, value_name = "ID", default_value = "mock-node", value_parser = non_empty_arg)]
     node_id: String,
@@ -145,6 +151,7 @@ where
         },
         faults: a.faults,
         call_log: a.call_log,
+        overcommit: a.overcommit,
     })
 }
 

@@ -18,7 +18,7 @@
 //!                 [--node-id ID] [--node-topology k=v[,k=v]]   NodeGetInfo (default "mock-node")
 //!                 [--faults FILE] [--call-log FILE]
 //!                 [--publish-unpublish] [--single-node-multi-writer] [--modify-volume]
-//!                 [--no-topology] [--no-capacity]
+//!                 [--no-topology] [--no-capacity] [--overcommit]
 //! ```
 //!
 //! SEGMENT is `key=value[,key=value...]` or empty; SIZE is a Kubernetes quantity (`10Gi`,
@@ -39,6 +39,8 @@
 //!   segment has every key/value of the term; within a term pools are tried in command-line
 //!   order and the first with room wins. No room: RESOURCE_EXHAUSTED naming the size asked and
 //!   the largest free space among matching pools. A `kind` that no pool has: INVALID_ARGUMENT.
+//!   With `--overcommit` (thin pools) the first matching pool takes the volume even without
+//!   room; a pool's free space never reads below 0.
 //!   The same name again returns the same volume if its size fits the new range and the kind
 //!   is the same, else ALREADY_EXISTS. Volume ids are `mock-vol-<n>`; `volume_context` holds
 //!   `kind` and `pool` (the pool's index); `accessible_topology` is the pool's segment.

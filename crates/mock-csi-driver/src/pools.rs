@@ -109,6 +109,8 @@ pub struct Pools {
     by_name: HashMap<String, u64>,
     by_id: HashMap<String, u64>,
     next_seq: u64,
+    /// Thin pools: a matching pool takes a volume even without room.
+    overcommit: bool,
 }
 
 /// Whether `segment` has every key/value pair of `term` (an empty term matches everything).
@@ -148,7 +150,15 @@ impl Pools {
             by_name: HashMap::new(),
             by_id: HashMap::new(),
             next_seq: 0,
+            overcommit: false,
         }
+    }
+
+    /// Over-committed thin pools (`--overcommit`): placement ignores free space, so a pool's
+    /// volumes may add up to more than its size (its free space then reads 0).
+    pub fn with_overcommit(mut self, overcommit: bool) -> Self {
+        self.overcommit = overcommit;
+        self
     }
 
     /// Whether any pool has a topology segment (then the driver advertises topology).
@@ -219,7 +229,7 @@ impl Pools {
                 if pool.spec.kind != kind || !segment_contains(&pool.spec.segment, &term) {
                     continue;
                 }
-                if pool.free() >= size {
+                if self.overcommit || pool.free() >= size {
                     return Ok(index);
                 }
                 largest_free = largest_free.max(Some(pool.free()));

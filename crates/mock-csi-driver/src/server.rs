@@ -43,7 +43,7 @@ pub fn driver(cfg: &Config) -> Result<MockDriver, ServeError> {
     let log = cfg.call_log.as_deref().map(CallLog::open).transpose()?;
     Ok(MockDriver::new(
         cfg.driver.clone(),
-        Pools::new(cfg.pools.clone()),
+        Pools::new(cfg.pools.clone()).with_overcommit(cfg.overcommit),
         cfg.faults.clone(),
         log,
     ))

@@ -7,6 +7,7 @@ use kube::Client;
 use leader_election::{LeaderElectionConfig, LeaderElector, Outcome};
 use prometheus_client::registry::Registry;
 use runtime::client::{ClientLimits, RequestMetrics, build_client, build_client_pair};
+use runtime::events::{EventRecorder, EventType};
 use runtime::workqueue::WorkQueueMetrics;
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +33,8 @@ pub enum AppError {
     LeaderElection(#[from] leader_election::ConfigError),
     #[error("leaderelection lost")]
     LostLease,
+    #[error("controller task {task} stopped: {reason}")]
+    TaskFailed { task: &'static str, reason: String },
     #[error("{0}")]
     Unsupported(String),
     #[error(
@@ -92,6 +95,10 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     let call_metrics = csi::CallMetrics::new();
     call_metrics.register(&mut registry);
     let driver = driver::connect(&opts.csi_address, opts.timeout, call_metrics).await?;
+    if let Some(in_tree) = crate::volumes::decide::migrated_from(&driver.name) {
+        tracing::warn!(driver = %driver.name, in_tree_plugin = in_tree,
+            "CSI migration is not supported by this provisioner: claims and classes naming the in-tree plugin are not provisioned, and in-tree PersistentVolumes migrated to this driver are left alone");
+    }
     let identity = driver::provisioner_identity(&driver.name, jiff_now_millis(), rand::random());
     let volume_attributes_class = volume_attributes_class_enabled(&client, &opts).await;
 
@@ -106,15 +113,15 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     register_process_metrics(&mut registry);
 
     let elector = if opts.leader_election {
-        let elector = LeaderElector::new(
-            build_client(
-                config,
-                limits(opts.kube_api_qps as f32, opts.kube_api_burst),
-                &user_agent,
-                None,
-            )?,
-            leader_config(&opts, &driver.name)?,
+        let client = build_client(
+            config,
+            limits(opts.kube_api_qps as f32, opts.kube_api_burst),
+            &user_agent,
+            None,
         )?;
+        let cfg = leader_config(&opts, &driver.name)?;
+        let hook = leader_event_hook(client.clone(), &cfg);
+        let elector = LeaderElector::new(client, cfg)?.with_event_hook(hook);
         elector.register_metrics(&mut registry);
         Some(elector)
     } else {
@@ -157,16 +164,22 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     match elector {
         None => crate::controllers::run_controllers(base, cancel).await,
         Some(elector) => {
+            let failure: Arc<parking_lot::Mutex<Option<AppError>>> = Arc::default();
             let leading = {
-                let base = base.clone();
+                let (base, failure, stop) = (base.clone(), failure.clone(), cancel.clone());
                 move |token: CancellationToken| async move {
                     if let Err(err) = crate::controllers::run_controllers(base, token).await {
-                        tracing::error!(err = %err, "Controllers stopped");
-                        std::process::exit(1);
+                        *failure.lock() = Some(err);
+                        // Ends the election too, so that `main` reports the error and exits.
+                        stop.cancel();
                     }
                 }
             };
-            match elector.run(cancel, leading).await {
+            let outcome = elector.run(cancel, leading).await;
+            if let Some(err) = failure.lock().take() {
+                return Err(err);
+            }
+            match outcome {
                 Outcome::Lost => Err(AppError::LostLease),
                 Outcome::CancelledWhileStandby | Outcome::CancelledWhileLeading { .. } => Ok(()),
             }
@@ -218,6 +231,22 @@ fn leader_config(opts: &cli::Options, driver: &str) -> Result<LeaderElectionConf
         .enabled(cli::Feature::ReleaseLeaderElectionOnExit);
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// Records "became leader" / "stopped leading" on the Lease as csi-lib-utils does: through the
+/// leader-election client, with source component `<lockName>/<identity>`.
+fn leader_event_hook(client: Client, cfg: &LeaderElectionConfig) -> leader_election::EventHook {
+    let (recorder, deliver) =
+        EventRecorder::new(client, format!("{}/{}", cfg.lock_name, cfg.identity));
+    tokio::spawn(deliver);
+    Arc::new(move |e: leader_election::LeaderEvent| {
+        let type_ = if e.event_type == "Warning" {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        recorder.event(&e.lease, type_, e.reason, e.message);
+    })
 }
 
 /// The VolumeAttributesClass gate, switched off when not set explicitly and the API server

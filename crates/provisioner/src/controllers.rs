@@ -1,6 +1,8 @@
 //! Running the controllers once this replica leads: start the caches, feed every change to the
 //! right work queue, wait for the caches to sync, then run the workers until cancelled.
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,6 +10,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use runtime::events::EventRecorder;
 use runtime::reflect::Change;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::{AppError, Base};
@@ -86,7 +89,7 @@ pub(crate) async fn run_controllers(
     };
     let claims = ClaimsController::new(ctx.clone(), &base.queue_metrics);
     let volumes = VolumesController::new(ctx.clone(), &base.queue_metrics);
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = Tasks::default();
     let Changes {
         claims: claim_changes,
         volumes: volume_changes,
@@ -96,48 +99,98 @@ pub(crate) async fn run_controllers(
         attachments,
         capacities,
     } = changes;
-    tasks.spawn(dispatch_claims(claim_changes, claims.clone()));
-    tasks.spawn(dispatch_volumes(
-        volume_changes,
-        volumes.clone(),
-        claims.clone(),
-    ));
+    tasks.spawn(
+        "claim dispatch",
+        dispatch_claims(claim_changes, claims.clone()),
+    );
+    tasks.spawn(
+        "volume dispatch",
+        dispatch_volumes(volume_changes, volumes.clone(), claims.clone()),
+    );
     if let Some(stream) = attachments {
-        tasks.spawn(dispatch_attachments(stream, volumes.clone()));
+        tasks.spawn(
+            "VolumeAttachment dispatch",
+            dispatch_attachments(stream, volumes.clone()),
+        );
     }
     match (capacity, capacities) {
         (Some((controller, handle)), Some(capacities)) => {
-            tasks.spawn(recheck_waiting_claims(
-                handle,
-                claims.clone(),
-                cancel.clone(),
-            ));
-            tasks.spawn(controller.run(
-                CapacityChanges {
-                    classes,
-                    csi_nodes,
-                    nodes,
-                    capacities,
-                },
-                cancel.clone(),
-            ));
+            tasks.spawn(
+                "waiting-claims recheck",
+                recheck_waiting_claims(handle, claims.clone(), cancel.clone()),
+            );
+            tasks.spawn(
+                "capacity controller",
+                controller.run(
+                    CapacityChanges {
+                        classes,
+                        csi_nodes,
+                        nodes,
+                        capacities,
+                    },
+                    cancel.clone(),
+                ),
+            );
         }
         _ => {
-            tasks.spawn(drain(classes));
-            tasks.spawn(drain(csi_nodes));
-            tasks.spawn(drain(nodes));
+            tasks.spawn("StorageClass cache", drain(classes));
+            tasks.spawn("CSINode cache", drain(csi_nodes));
+            tasks.spawn("Node cache", drain(nodes));
         }
     }
     caches.wait_until_ready(CACHE_SYNC_TIMEOUT).await?;
     tracing::info!(driver = %base.driver.name, "Caches synced; starting controllers");
     claims.enqueue_all();
     volumes.enqueue_all();
-    tasks.spawn(resync(claims.clone(), volumes.clone(), cancel.clone()));
-    tasks.spawn(claims.run(opts.worker_threads, cancel.clone()));
-    tasks.spawn(volumes.run(opts.worker_threads, cancel.clone()));
-    cancel.cancelled().await;
-    tasks.abort_all();
-    Ok(())
+    tasks.spawn(
+        "resync",
+        resync(claims.clone(), volumes.clone(), cancel.clone()),
+    );
+    tasks.spawn("claims", claims.run(opts.worker_threads, cancel.clone()));
+    tasks.spawn("volumes", volumes.run(opts.worker_threads, cancel.clone()));
+    let result = tasks.until_cancelled(&cancel).await;
+    tasks.set.abort_all();
+    result
+}
+
+/// The controllers' tasks, by name. Each runs until cancel: one that ends earlier (returned or
+/// panicked) leaves the provisioner silently broken, so it ends [`run_controllers`] instead.
+#[derive(Default)]
+struct Tasks {
+    set: JoinSet<()>,
+    names: HashMap<tokio::task::Id, &'static str>,
+}
+
+impl Tasks {
+    fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        let id = self.set.spawn(task).id();
+        self.names.insert(id, name);
+    }
+
+    /// `Ok` once `cancel` fires; an error naming the first task that ends before.
+    async fn until_cancelled(&mut self, cancel: &CancellationToken) -> Result<(), AppError> {
+        let joined = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Ok(()),
+            Some(joined) = self.set.join_next_with_id() => joined,
+        };
+        let (id, reason) = match joined {
+            Ok((id, ())) => (id, "ended unexpectedly".to_string()),
+            Err(e) => (
+                e.id(),
+                if e.is_panic() {
+                    format!(
+                        "panicked: {}",
+                        runtime::workqueue::panic_message(e.into_panic().as_ref())
+                    )
+                } else {
+                    "was aborted".to_string()
+                },
+            ),
+        };
+        let task = self.names.get(&id).copied().unwrap_or("unknown");
+        Err(AppError::TaskFailed { task, reason })
+    }
 }
 
 async fn capacity_controller(
@@ -275,4 +328,43 @@ fn event_source(driver: &str) -> String {
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
     format!("{driver}_{host}_{}", uuid::Uuid::new_v4())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(tasks: &mut Tasks, name: &'static str) {
+        tasks.spawn(name, std::future::pending());
+    }
+
+    #[tokio::test]
+    async fn the_first_task_to_end_before_cancel_is_named() {
+        /// What the doomed task does; `None`: no such task, cancel fires first.
+        type Body = Option<fn()>;
+        let cases: [(Body, Option<&str>); 3] = [
+            (None, None),
+            (
+                Some(|| ()),
+                Some("controller task doomed stopped: ended unexpectedly"),
+            ),
+            (
+                Some(|| panic!("worker boom")),
+                Some("controller task doomed stopped: panicked: worker boom"),
+            ),
+        ];
+        for (body, want) in cases {
+            let mut tasks = Tasks::default();
+            running(&mut tasks, "first");
+            let cancel = CancellationToken::new();
+            match body {
+                Some(body) => tasks.spawn("doomed", async move { body() }),
+                None => cancel.cancel(),
+            }
+            running(&mut tasks, "last");
+            let got = tasks.until_cancelled(&cancel).await;
+            assert_eq!(got.err().map(|e| e.to_string()).as_deref(), want);
+            tasks.set.abort_all();
+        }
+    }
 }

@@ -279,6 +279,58 @@ async fn scheduler_places_by_capacity() {
     assert_eq!(m.create_calls(), 0);
 }
 
+/// A thin pool over-commits on purpose: the driver reports a `maximumVolumeSize` (50Gi) above
+/// its free capacity (10Gi). Both are published as reported (upstream does the same), so the
+/// real scheduler admits a 30Gi claim there and the volume is created (issue 13, item 12).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn thin_pool_maximum_above_capacity_is_published_and_admits_volumes() {
+    let w = World::start(
+        "cap-thin",
+        &[("a", "10Gi")],
+        &["--max-volume-size=50Gi", "--overcommit"],
+        &[],
+    )
+    .await;
+    let class = w.class("thin", "WaitForFirstConsumer").await;
+    let a = key(&class, &w.node("a"));
+    let objects = w
+        .wait_objects("the object of a", |o| o.contains_key(&a))
+        .await;
+    assert_eq!(objects.len(), 1, "{objects:#?}");
+    assert_eq!(
+        (
+            bytes(&objects[&a]),
+            objects[&a]
+                .maximum_volume_size
+                .as_ref()
+                .map(|q| q.0.as_str())
+        ),
+        (Some(10 * GI), Some("50Gi")),
+        "published as the driver reports it"
+    );
+    w.claim_and_pod("big", &class, "30Gi").await;
+    assert_eq!(w.wait_scheduled("big").await, w.node("a"));
+    assert_eq!(
+        w.create_calls(),
+        1,
+        "{:#?}",
+        w.mock.calls_of("CreateVolume")
+    );
+    let objects = w
+        .wait_objects("the object of a", |o| o.contains_key(&a))
+        .await;
+    assert_eq!(objects.len(), 1, "still one object: {objects:#?}");
+    assert_eq!(
+        objects[&a]
+            .maximum_volume_size
+            .as_ref()
+            .map(|q| q.0.as_str()),
+        Some("50Gi"),
+        "still published after the over-committing volume"
+    );
+}
+
 /// Test 4: a created or deleted volume updates its node's object at once (the poll interval
 /// is 10 minutes), and a pod waiting for the freed space is scheduled.
 #[tokio::test]

@@ -278,3 +278,122 @@ async fn a_deleted_claim_is_released_after_pvc_protection_with_one_write() {
         "one claim update and no re-read for the release"
     );
 }
+
+/// CSI migration is not implemented: an in-tree PV (no spec.csi) that names our driver only in
+/// `pv.kubernetes.io/migrated-to` gets no finalizer while bound and no DeleteVolume (nor a
+/// `VolumeFailedDelete` per retry) once released; the process says so once (issue 13, item 9).
+/// A static CSI PV of our driver next to it shows the controller did sync.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn migrated_in_tree_volumes_are_left_alone() {
+    use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
+    use kube::ResourceExt;
+    use kube::api::{ListParams, PostParams};
+    const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+    const LEFT_ALONE: &str = "CSI migration is not supported: leaving in-tree PersistentVolumes";
+    let mut s = Scenario::new("prov-migrated").await;
+    s.start_driver::<&str>(&[]);
+    let (csi_pv, gce_pv) = (format!("{}-csi", s.ns), format!("{}-gce", s.ns));
+    let sources = [
+        (
+            &csi_pv,
+            "csi",
+            json!({"csi": {"driver": s.driver, "volumeHandle": "static-1"}}),
+            json!({}),
+        ),
+        (
+            &gce_pv,
+            "gce",
+            json!({"gcePersistentDisk": {"pdName": "disk-1", "fsType": "ext4"}}),
+            json!({"pv.kubernetes.io/migrated-to": s.driver}),
+        ),
+    ];
+    for (pv_name, claim, source, annotations) in sources {
+        let mut spec = json!({
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+            "claimRef": {"namespace": s.ns, "name": claim},
+        });
+        support::merge(&mut spec, source);
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": pv_name, "annotations": annotations}, "spec": spec,
+        }))
+        .unwrap();
+        s.volumes()
+            .create(&PostParams::default(), &pv)
+            .await
+            .unwrap();
+        let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": claim, "namespace": s.ns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv_name,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }))
+        .unwrap();
+        s.claims()
+            .create(&PostParams::default(), &pvc)
+            .await
+            .unwrap();
+    }
+    s.wait_bound("csi").await;
+    s.wait_bound("gce").await;
+    s.start_provisioner::<&str>(&[]);
+
+    let ours = |pv: &PersistentVolume| pv.finalizers().iter().any(|f| f == PV_FINALIZER);
+    testenv::wait_for(&s.volumes(), &csi_pv, "get our finalizer", ours).await;
+    s.provisioner()
+        .wait_for_log(LEFT_ALONE, std::time::Duration::from_secs(30));
+    assert!(
+        !ours(&s.volumes().get(&gce_pv).await.unwrap()),
+        "the migrated PV got our finalizer"
+    );
+
+    s.claims()
+        .delete("gce", &DeleteParams::default())
+        .await
+        .unwrap();
+    // kube-controller-manager releases it and then, with no in-tree deleter, may mark it Failed.
+    testenv::wait_for(
+        &s.volumes(),
+        &gce_pv,
+        "be released",
+        |pv: &PersistentVolume| {
+            matches!(
+                pv.status.as_ref().and_then(|st| st.phase.as_deref()),
+                Some("Released" | "Failed")
+            )
+        },
+    )
+    .await;
+    // Several retry intervals (--retry-interval-start is 1s): a delete attempt would show.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let pv = s.volumes().get(&gce_pv).await.unwrap();
+    assert!(!ours(&pv), "the released migrated PV got our finalizer");
+    let events = Api::<Event>::namespaced(s.client.clone(), "default")
+        .list(&ListParams::default().fields(&format!("involvedObject.name={gce_pv}")))
+        .await
+        .unwrap();
+    let from_us: Vec<_> = events
+        .items
+        .iter()
+        .filter(|e| {
+            e.source
+                .as_ref()
+                .and_then(|src| src.component.as_deref())
+                .is_some_and(|c| c.starts_with(&s.driver))
+        })
+        .collect();
+    assert!(
+        from_us.is_empty(),
+        "events from the provisioner: {from_us:#?}"
+    );
+    assert_eq!(
+        s.mock().calls_of("DeleteVolume").len(),
+        0,
+        "no DeleteVolume"
+    );
+    assert_eq!(
+        s.provisioner().log().matches(LEFT_ALONE).count(),
+        1,
+        "logged once per process"
+    );
+}

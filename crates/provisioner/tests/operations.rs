@@ -276,6 +276,77 @@ async fn only_the_leader_provisions_and_a_standby_takes_over() {
     );
 }
 
+/// As client-go's `LeaseLock.RecordEvent` under csi-lib-utils: acquiring the Lease records one
+/// Normal `LeaderElection` event "<identity> became leader" on the Lease, from component
+/// `<lockName>/<identity>` (issue 13, item 10).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn becoming_leader_records_an_event_on_the_lease() {
+    use k8s_openapi::api::core::v1::Event;
+    use kube::api::ListParams;
+    let ops = Ops::start("ops-le-ev").await;
+    let host = format!("{}-a", ops.ns);
+    let ns_flag = format!("--leader-election-namespace={}", ops.ns);
+    let _replica = ops.provisioner_on_host(
+        "csi-provisioner",
+        &host,
+        &["--leader-election", ns_flag.as_str()],
+    );
+    let lease_name = leader_election::lock_name(&ops.driver);
+    let leases: Api<Lease> = Api::namespaced(ops.client.clone(), &ops.ns);
+    let lease = eventually("our replica to hold the Lease", 60, || async {
+        let lease = leases.get_opt(&lease_name).await.ok()??;
+        let holder = lease.spec.as_ref()?.holder_identity.as_deref()?;
+        (holder == host).then_some(lease)
+    })
+    .await;
+    let events: Api<Event> = Api::namespaced(ops.client.clone(), &ops.ns);
+    let fields = format!("involvedObject.name={lease_name}");
+    let ours = eventually("the LeaderElection event", 30, || async {
+        let list = events
+            .list(&ListParams::default().fields(&fields))
+            .await
+            .ok()?;
+        (!list.items.is_empty()).then_some(list.items)
+    })
+    .await;
+    assert_eq!(ours.len(), 1, "one event: {ours:#?}");
+    let e = &ours[0];
+    assert_eq!(
+        (
+            e.type_.as_deref(),
+            e.reason.as_deref(),
+            e.message.as_deref(),
+            e.count,
+        ),
+        (
+            Some("Normal"),
+            Some("LeaderElection"),
+            Some(format!("{host} became leader").as_str()),
+            Some(1),
+        )
+    );
+    assert_eq!(
+        e.source.as_ref().and_then(|s| s.component.as_deref()),
+        Some(format!("{lease_name}/{host}").as_str())
+    );
+    let involved = &e.involved_object;
+    assert_eq!(
+        (
+            involved.kind.as_deref(),
+            involved.api_version.as_deref(),
+            involved.namespace.as_deref(),
+            involved.uid.as_ref(),
+        ),
+        (
+            Some("Lease"),
+            Some("coordination.k8s.io/v1"),
+            Some(ops.ns.as_str()),
+            lease.metadata.uid.as_ref(),
+        )
+    );
+}
+
 /// Secrets of every kind a class can name, provisioned and deleted at `-v=10`: no value shows
 /// up in the provisioner's output, while the sanitised requests do.
 async fn secrets_stay_out_of_the_log(prefix: &str, format: &str) {

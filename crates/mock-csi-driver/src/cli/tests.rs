@@ -15,6 +15,7 @@ fn minimal_command_line_is_a_working_driver() {
     assert_eq!(cfg.pools, vec![default_pool()]);
     assert_eq!(cfg.faults, None);
     assert_eq!(cfg.call_log, None);
+    assert!(!cfg.overcommit);
 }
 
 #[test]
@@ -36,6 +37,7 @@ fn every_flag() {
         "--no-topology",
         "--no-capacity",
         "--reject-access-mode=MULTI_NODE_MULTI_WRITER",
+        "--overcommit",
     ])
     .unwrap();
     let want = DriverConfig {
@@ -58,6 +60,7 @@ fn every_flag() {
     assert_eq!(kinds, ["", "fast"]);
     assert_eq!(cfg.faults, Some(PathBuf::from("/tmp/faults.json")));
     assert_eq!(cfg.call_log, Some(PathBuf::from("/tmp/calls.jsonl")));
+    assert!(cfg.overcommit);
 }
 
 /// Bad input: the one-line error names the flag and the expected form; exit code 2.

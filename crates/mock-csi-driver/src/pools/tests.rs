@@ -141,6 +141,21 @@ fn exhaustion_then_room_after_delete() {
 }
 
 #[test]
+fn overcommit_places_beyond_free_space_and_reads_zero_free() {
+    let mut p = pools(&["n=1:10Gi", "n=2:10Gi"]).with_overcommit(true);
+    let r = CreateRequest {
+        requisite: vec![seg("n=1")],
+        ..req("big", 30 * GI)
+    };
+    let (v, _) = p.create(&r).unwrap();
+    assert_eq!((v.pool, v.capacity), (0, 30 * GI));
+    assert_eq!(p.capacity("", Some(&seg("n=1"))), 0);
+    assert_eq!(p.capacity("", Some(&seg("n=2"))), 10 * GI);
+    p.delete(&v.id).unwrap();
+    assert_eq!(p.capacity("", Some(&seg("n=1"))), 10 * GI);
+}
+
+#[test]
 fn idempotent_by_name() {
     let mut p = pools(&[":10Gi"]);
     let (first, existed) = p.create(&req("a", 2 * GI)).unwrap();

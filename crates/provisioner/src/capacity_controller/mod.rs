@@ -336,7 +336,14 @@ impl CapacityController {
             },
         ));
         tasks.spawn(poll(shared.clone(), cancel.clone()));
-        while tasks.join_next().await.is_some() {}
+        while let Some(joined) = tasks.join_next().await {
+            // A worker panic ends the whole controller, so that the process exits.
+            if let Err(e) = joined
+                && e.is_panic()
+            {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
     }
 }
 

@@ -128,7 +128,7 @@ impl Shared {
         if Capacity::was_clamped(available, maximum) {
             let segment = display(&key.segment);
             klog::v!(2, class = %key.class, segment = %segment, available, maximum = ?maximum,
-                "GetCapacity returned a negative value or a maximum volume size above the capacity; publishing it clamped");
+                "GetCapacity returned a negative value; publishing 0 instead");
         }
         self.state.lock().staleness.success(&key, Instant::now());
         self.write(&key, Capacity::from_response(available, maximum))

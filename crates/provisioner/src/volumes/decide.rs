@@ -33,6 +33,37 @@ pub fn is_ours(pv: &PersistentVolume, driver: &str) -> bool {
     }
 }
 
+/// The in-tree plugins whose volumes CSI migration hands to a CSI driver (research doc §8,
+/// csi-translation-lib), as (in-tree plugin, CSI driver).
+pub const MIGRATION_TARGETS: [(&str, &str); 7] = [
+    ("kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
+    ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
+    ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
+    ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
+    ("kubernetes.io/azure-file", "file.csi.azure.com"),
+    ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
+    ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
+];
+
+/// The in-tree plugin migrated to `driver`, if `driver` is a CSI migration target.
+pub fn migrated_from(driver: &str) -> Option<&'static str> {
+    MIGRATION_TARGETS
+        .iter()
+        .find(|(_, csi)| *csi == driver)
+        .map(|(in_tree, _)| *in_tree)
+}
+
+/// An in-tree PV that is ours only through `pv.kubernetes.io/migrated-to`: it has no
+/// `spec.csi`, so it cannot be deleted without CSI migration's translation, which we do not
+/// implement. Such PVs are left alone (upstream translates them).
+pub fn is_migrated_in_tree(pv: &PersistentVolume, driver: &str) -> bool {
+    let annotations = pv.metadata.annotations.as_ref();
+    let ann = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    pv.spec.as_ref().is_none_or(|s| s.csi.is_none())
+        && ann(ANN_MIGRATED_TO) == Some(driver)
+        && ann(ANN_PROVISIONED_BY) != Some(driver)
+}
+
 pub fn has_finalizer(pv: &PersistentVolume) -> bool {
     pv.metadata
         .finalizers
@@ -45,6 +76,14 @@ pub fn has_finalizer(pv: &PersistentVolume) -> bool {
 pub fn decide(pv: &PersistentVolume, driver: &str) -> Action {
     if !is_ours(pv, driver) {
         return Action::Ignore;
+    }
+    if is_migrated_in_tree(pv, driver) {
+        // Earlier versions put our finalizer on such PVs; nothing of ours would ever drop it.
+        return if has_finalizer(pv) {
+            Action::RemoveFinalizer
+        } else {
+            Action::Ignore
+        };
     }
     let reclaim = pv
         .spec
@@ -165,6 +204,81 @@ mod tests {
         ];
         for (i, (pv, want)) in cases.iter().enumerate() {
             assert_eq!(decide(pv, d), *want, "case {i}");
+        }
+    }
+
+    /// An in-tree PV (no spec.csi) annotated as migrated to `migrated_to`.
+    fn in_tree(
+        provisioned_by: Option<&str>,
+        migrated_to: &str,
+        phase: &str,
+        holding: bool,
+    ) -> PersistentVolume {
+        let mut p = pv(provisioned_by, "unused", "Delete", phase, holding, false);
+        p.spec.as_mut().unwrap().csi = None;
+        p.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANN_MIGRATED_TO.to_string(), migrated_to.to_string());
+        p
+    }
+
+    #[test]
+    fn migrated_in_tree_volumes_are_left_alone() {
+        use Action::*;
+        let d = "drv";
+        let cases = [
+            // Bound: no finalizer.
+            (in_tree(None, d, "Bound", false), true, Ignore),
+            (
+                in_tree(Some("kubernetes.io/gce-pd"), d, "Bound", false),
+                true,
+                Ignore,
+            ),
+            // Released: no DeleteVolume (it would fail: no spec.csi).
+            (in_tree(None, d, "Released", false), true, Ignore),
+            (
+                in_tree(Some("kubernetes.io/gce-pd"), d, "Released", false),
+                true,
+                Ignore,
+            ),
+            // A finalizer an earlier version added goes, or the PV could never be deleted.
+            (
+                in_tree(Some("kubernetes.io/gce-pd"), d, "Released", true),
+                true,
+                RemoveFinalizer,
+            ),
+            (in_tree(None, d, "Bound", true), true, RemoveFinalizer),
+            // Migrated to another driver: not ours at all.
+            (in_tree(None, "other", "Bound", true), false, Ignore),
+            // Provisioned by us yet without spec.csi is not migration: deletion reports it.
+            (in_tree(Some(d), d, "Released", false), false, Delete),
+        ];
+        for (i, (pv, migrated, want)) in cases.iter().enumerate() {
+            assert_eq!(is_migrated_in_tree(pv, d), *migrated, "case {i}");
+            assert_eq!(decide(pv, d), *want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn migration_targets() {
+        let cases = [
+            ("ebs.csi.aws.com", Some("kubernetes.io/aws-ebs")),
+            ("pd.csi.storage.gke.io", Some("kubernetes.io/gce-pd")),
+            ("cinder.csi.openstack.org", Some("kubernetes.io/cinder")),
+            ("disk.csi.azure.com", Some("kubernetes.io/azure-disk")),
+            ("file.csi.azure.com", Some("kubernetes.io/azure-file")),
+            (
+                "csi.vsphere.vmware.com",
+                Some("kubernetes.io/vsphere-volume"),
+            ),
+            ("pxd.portworx.com", Some("kubernetes.io/portworx-volume")),
+            ("hostpath.csi.k8s.io", None),
+            ("kubernetes.io/gce-pd", None),
+            ("", None),
+        ];
+        for (driver, want) in cases {
+            assert_eq!(migrated_from(driver), want, "{driver}");
         }
     }
 

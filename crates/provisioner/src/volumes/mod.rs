@@ -7,6 +7,7 @@ pub mod steps;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -33,6 +34,8 @@ pub struct VolumesController {
     /// PVs (by UID) whose volume is already deleted while the PV object still shows in the
     /// cache: later syncs only finish deleting the object (no second DeleteVolume).
     deleted: Arc<Mutex<HashMap<String, Stage>>>,
+    /// A migrated in-tree PV was left alone and said so (logged once per process).
+    migration_logged: Arc<AtomicBool>,
 }
 
 impl VolumesController {
@@ -42,6 +45,7 @@ impl VolumesController {
             queue: WorkQueue::new("volumes", limiter, Some(metrics)),
             ctx,
             deleted: Arc::default(),
+            migration_logged: Arc::default(),
         }
     }
 
@@ -79,6 +83,12 @@ impl VolumesController {
         let Some(pv) = self.ctx.caches.volumes.get(&ObjectRef::new(name)) else {
             return Outcome::Done;
         };
+        if decide::is_migrated_in_tree(&pv, &self.ctx.driver.name)
+            && !self.migration_logged.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(pv = %name, driver = %self.ctx.driver.name,
+                "CSI migration is not supported: leaving in-tree PersistentVolumes migrated to this driver alone (no finalizer, no deletion); delete their volumes by hand. Logged once");
+        }
         let result = match decide::decide(&pv, &self.ctx.driver.name) {
             Action::Ignore => Ok(()),
             Action::AddFinalizer => self.set_finalizers(&pv, with_ours).await,

@@ -60,10 +60,20 @@ impl Scenario {
     }
 
     pub fn start_provisioner<S: AsRef<str>>(&mut self, args: &[S]) {
+        self.start_provisioner_with_env(args, &[]);
+    }
+
+    /// [`Scenario::start_provisioner`] with `extra_env` added to its environment.
+    pub fn start_provisioner_with_env<S: AsRef<str>>(
+        &mut self,
+        args: &[S],
+        extra_env: &[(&str, &str)],
+    ) {
         let cp = ControlPlane::shared();
         let socket = self.mock().socket.clone();
         let args: Vec<&str> = args.iter().map(|s| s.as_ref()).collect();
-        let env = [("NAMESPACE", self.ns.as_str())];
+        let mut env = vec![("NAMESPACE", self.ns.as_str())];
+        env.extend_from_slice(extra_env);
         self.provisioner = Some(Provisioner::start(
             &self.dir,
             "csi-provisioner",
@@ -229,7 +239,7 @@ where
     }
 }
 
-fn merge(base: &mut serde_json::Value, extra: serde_json::Value) {
+pub fn merge(base: &mut serde_json::Value, extra: serde_json::Value) {
     match (base, extra) {
         (serde_json::Value::Object(b), serde_json::Value::Object(e)) => {
             for (k, v) in e {

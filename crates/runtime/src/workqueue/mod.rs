@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 pub use metrics::{DURATION_BUCKETS, QueueLabel, WorkQueueMetrics};
 pub use rate_limiter::RateLimiter;
-pub use workers::{Outcome, run_workers};
+pub use workers::{Outcome, WorkerPanic, panic_message, run_workers};
 
 use metrics::InFlight;
 use state::{State, Wake};
