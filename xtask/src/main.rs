@@ -46,7 +46,7 @@ enum Cmd {
         keep: bool,
     },
     /// Side-by-side benchmarks with upstream external-provisioner v6.3.0: writes
-    /// bench/results/<n>.json, BENCHMARKS.md and bench/plots/ (`--quick`: target/bench-quick/).
+    /// `bench/results/<n>.json`, BENCHMARKS.md and bench/plots/ (`--quick`: target/bench-quick/).
     Bench {
         /// Scenarios to run (1-6, comma-separated); all when omitted.
         #[arg(long, value_delimiter = ',')]

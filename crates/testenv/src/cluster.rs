@@ -63,7 +63,7 @@ pub async fn create_fake_nodes(
 
 /// For each name: a Ready, untainted Node with allocatable cpu/memory/pods and labels
 /// `kubernetes.io/hostname=<name>`, `<topology_key>=<name>`; and a CSINode with an entry for
-/// `driver` (nodeID = name, topologyKeys = [topology_key]). Idempotent: existing nodes get
+/// `driver` (`nodeID = name`, `topologyKeys = [topology_key]`). Idempotent: existing nodes get
 /// the labels merged in, existing CSINodes get the driver entry added.
 pub async fn try_create_fake_nodes(
     client: &Client,

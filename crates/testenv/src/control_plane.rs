@@ -260,7 +260,7 @@ impl ControlPlane {
         })
     }
 
-    /// The shared control plane of this test process; see [`crate::shared`].
+    /// The shared control plane of this test process; see the `shared` module.
     pub fn shared() -> &'static ControlPlane {
         crate::shared::get()
     }

@@ -1,7 +1,7 @@
 //! The storage capacity controller: publishes one CSIStorageCapacity per (segment, class).
 //!
-//! A thin shell over the pure `capacity` crate and [`decide`]:
-//! - a dispatcher ([`dispatch`]) reads the cache change streams, keeps an index of our
+//! A thin shell over the pure `capacity` crate and the `decide` module:
+//! - a dispatcher (module `dispatch`) reads the cache change streams, keeps an index of our
 //!   objects and asks for a debounced resync (queue `csitopology`) when classes or topology
 //!   change;
 //! - a resync recomputes the desired keys from the caches and queues new keys, missing objects

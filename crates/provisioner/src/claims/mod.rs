@@ -1,8 +1,8 @@
 //! The claim controller: provisions volumes for claims of our driver (work queue "claims").
 //!
 //! Each claim is handled by one worker at a time. [`provisioning::lifecycle::decide`] picks the
-//! step; the files of this module carry it out: [`provision`] (CreateVolume and the PV),
-//! [`cleanup`] (claims deleted while a volume may exist without a PV), [`update`] (PVC writes).
+//! step; the files of this module carry it out: `provision` (CreateVolume and the PV),
+//! `cleanup` (claims deleted while a volume may exist without a PV), `update` (PVC writes).
 
 mod cleanup;
 mod facts;

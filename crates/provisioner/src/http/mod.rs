@@ -9,7 +9,7 @@
 //! - `/healthz/leader-election` (only with `--leader-election`): `200 ok`, or `500` with
 //!   `internal server error: <reason>` when this replica believes it leads but has not renewed
 //!   its Lease for longer than the lease duration plus 20 s (csi-lib-utils' watchdog).
-//! - `--enable-pprof`: see [`pprof`] for `/debug/pprof/`, `/debug/pprof/cmdline` and
+//! - `--enable-pprof`: see the `pprof` module for `/debug/pprof/`, `/debug/pprof/cmdline` and
 //!   `/debug/pprof/profile` (CPU, pprof protobuf) and what is not available (heap, trace, ...).
 //! - Anything else: `404 page not found`, as Go's mux. Every route answers any method.
 //!
