@@ -7,6 +7,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 /// The parts of a StorageClass the capacity controller needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Class {
+    /// The StorageClass name, the `storageClassName` of its objects.
     pub name: String,
     /// Raw parameters, passed to GetCapacity unchanged (upstream does not strip reserved keys).
     pub parameters: BTreeMap<String, String>,

@@ -8,7 +8,9 @@ use crate::segment::Segment;
 /// One published pair: the unit of work of the capacity controller.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key {
+    /// The topology segment: the object's `nodeTopology` label selector.
     pub segment: Segment,
+    /// The StorageClass name.
     pub class: String,
 }
 

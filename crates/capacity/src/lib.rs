@@ -15,6 +15,9 @@
 //! | Which pairs does a new or deleted volume touch? | [`refresh::keys_for_volume`] |
 //! | Why can a waiting claim not be placed anywhere? | [`explain::explain_exhaustion`] |
 
+// A decision crate: every public item says what it decides (denied in CI by clippy -D warnings).
+#![warn(missing_docs)]
+
 pub mod class;
 pub mod desired;
 pub mod explain;

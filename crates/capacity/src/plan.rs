@@ -12,7 +12,10 @@ pub enum Write {
     /// No object exists yet: create one.
     Create,
     /// The object `name` shows old values or lacks our owner: replace it.
-    Update { name: String },
+    Update {
+        /// The existing object to replace.
+        name: String,
+    },
     /// Nothing to do.
     Nothing,
 }
@@ -20,6 +23,7 @@ pub enum Write {
 /// The plan for one key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyPlan {
+    /// What to do with the object that stays.
     pub write: Write,
     /// Further objects for the same key: the scheduler ORs them, so only one may exist.
     pub delete_duplicates: Vec<String>,

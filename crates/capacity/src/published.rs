@@ -14,15 +14,18 @@ use crate::{DRIVER_NAME_LABEL, GENERATE_NAME, MANAGED_BY_LABEL};
 /// What an existing object says, in the terms the planner compares.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Published {
+    /// The object's name.
     pub name: String,
     /// The pair it represents; `None` for a shape we never write (a selector with
     /// expressions, no selector, no class), which therefore is obsolete.
     pub key: Option<Key>,
     /// `capacity` in bytes; `None` when unset or unparsable.
     pub capacity: Option<i64>,
+    /// `maximumVolumeSize` in bytes; `None` when unset or unparsable.
     pub maximum_volume_size: Option<i64>,
     /// UID of the owner reference marked `controller: true`.
     pub controller_uid: Option<String>,
+    /// The object has a deletion timestamp.
     pub deleting: bool,
 }
 
@@ -72,6 +75,7 @@ fn key_of(obj: &CSIStorageCapacity) -> Option<Key> {
 pub struct ObjectTemplate {
     /// `NAMESPACE` of the provisioner.
     pub namespace: String,
+    /// The CSI driver name, for the `drivername` label.
     pub driver: String,
     /// `managed-by` label value.
     pub managed_by: String,

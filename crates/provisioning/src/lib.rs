@@ -43,6 +43,9 @@
 //! Deviations from upstream are documented on the items concerned, each in a paragraph starting
 //! "Differs from upstream:".
 
+// A decision crate: every public item says what it decides (denied in CI by clippy -D warnings).
+#![warn(missing_docs)]
+
 pub mod attempt;
 pub mod capabilities;
 pub mod claim;

@@ -8,6 +8,11 @@
 //! process group and is killed when its guard drops; the shared control plane is also killed
 //! at process exit. Logs: `<control-plane dir>/logs/<component>.log`.
 
+// The workspace denies unsafe code; this crate drives child processes through libc
+// (PR_SET_PDEATHSIG and setsid in pre_exec, group kills, waitid with WNOWAIT, atexit).
+// Every block carries a SAFETY comment (clippy::undocumented_unsafe_blocks).
+#![allow(unsafe_code)]
+
 mod cluster;
 mod control_plane;
 mod detached;
