@@ -133,17 +133,7 @@ async fn immediate_claim_binds_to_a_pv_built_like_upstream() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn late_binding_volume_lands_in_the_selected_nodes_segment() {
-    let mut s = Scenario::new("prov-wffc").await;
-    let names = s.node_names(&["a", "b"]);
-    s.start_driver(&pool_args(&names, "100Gi"));
-    s.start_provisioner::<&str>(&[]);
-    testenv::create_fake_nodes(
-        &s.client,
-        &s.driver,
-        NODE_KEY,
-        &names.iter().map(String::as_str).collect::<Vec<_>>(),
-    )
-    .await;
+    let (s, names) = Scenario::with_nodes("prov-wffc", &["a", "b"], "100Gi", &[]).await;
     let class = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
     s.claim("data", &class, "1Gi", json!({})).await;
     create_pod(&s, "app", "data", on_nodes(&names)).await;
