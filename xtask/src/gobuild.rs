@@ -1,5 +1,6 @@
-//! `cargo xtask testenv build`: build the Go components from the committed wrapper modules
-//! into a cache shared by all checkouts, then point `<target>/testenv-bin` at them.
+//! `cargo xtask testenv build`: build the Go components (committed wrapper modules, plus
+//! third-party source the proxy refuses, from a writable copy) into a cache shared by all
+//! checkouts, then point `<target>/testenv-bin` at them.
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Write};
@@ -10,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::recipe::{COMPONENTS, Component, cache_key, ldflags, module_version};
+use crate::recipe::{COMPONENTS, Component, Source, cache_key, ldflags, module_version};
 
 pub fn cache_root() -> Result<PathBuf> {
     let home = std::env::var_os("HOME").context("HOME is not set")?;
@@ -22,7 +23,8 @@ struct Plan<'a> {
     version: String,
     dir: PathBuf,
     ldflags: String,
-    wrapper: PathBuf,
+    /// The module directory: a wrapper, or third-party source that is copied before building.
+    module_dir: PathBuf,
 }
 
 /// Builds what is missing and refreshes the symlinks in `<target>/testenv-bin`.
@@ -57,27 +59,103 @@ pub fn build(root: &Path, with_upstream: bool) -> Result<PathBuf> {
 }
 
 fn plan<'a>(root: &Path, component: &'a Component, go: &str, bins: &Path) -> Result<Plan<'a>> {
-    let wrapper = root.join(component.wrapper);
-    let gomod = read(&wrapper.join("go.mod"))?;
-    let gosum = read(&wrapper.join("go.sum"))?;
-    let version = module_version(&gomod, component.module).with_context(|| {
-        format!(
-            "{}/go.mod does not require {}",
-            wrapper.display(),
-            component.module
-        )
-    })?;
+    let module_dir = root.join(component.source.dir());
+    let (version, tree) = match component.source {
+        Source::Wrapper { module, .. } => {
+            let gomod = read(&module_dir.join("go.mod"))?;
+            let version = module_version(&gomod, module).with_context(|| {
+                format!("{}/go.mod does not require {module}", module_dir.display())
+            })?;
+            (version, Vec::new())
+        }
+        Source::ThirdParty { version, .. } => {
+            third_party_present(component.name, &module_dir, version)?;
+            (version.to_string(), tree_digest(&module_dir)?)
+        }
+    };
+    let gomod = read(&module_dir.join("go.mod"))?;
+    let gosum = read(&module_dir.join("go.sum"))?;
     let ldflags = ldflags(component.name, &version);
     let recipe = format!("{:?} {ldflags} -tags=notest -pgo=off", component.packages);
-    let inputs: [&[u8]; 3] = [gomod.as_bytes(), gosum.as_bytes(), recipe.as_bytes()];
+    let mut inputs: Vec<&[u8]> = vec![gomod.as_bytes(), gosum.as_bytes(), recipe.as_bytes()];
+    // Only third-party source adds its tree: wrappers keep the cache keys they always had.
+    if !tree.is_empty() {
+        inputs.push(&tree);
+    }
     let key = cache_key(component.name, &version, go, &inputs);
     Ok(Plan {
         component,
         version,
         dir: bins.join(key),
         ldflags,
-        wrapper,
+        module_dir,
     })
+}
+
+/// Third-party source must be where the docs say, at the pinned tag (its ORIGIN.md names it).
+fn third_party_present(name: &str, dir: &Path, version: &str) -> Result<()> {
+    let origin = dir.join("ORIGIN.md");
+    if !dir.join("go.mod").is_file() || !origin.is_file() {
+        bail!(
+            "{name} {version}: its unmodified source is expected in {} (with go.mod and \
+             ORIGIN.md); the Go module proxy refuses this module, so it is not fetched",
+            dir.display()
+        );
+    }
+    let text = read(&origin)?;
+    if !text.contains(version) {
+        bail!(
+            "{}: ORIGIN.md does not name {version}, the version this build pins",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Every file's relative path and content, in a stable order: an edited copy of third-party
+/// source gets a new cache entry.
+fn tree_digest(dir: &Path) -> Result<Vec<u8>> {
+    let mut files = Vec::new();
+    walk(dir, Path::new(""), &mut files)?;
+    files.sort();
+    let mut out = Vec::new();
+    for rel in files {
+        out.extend_from_slice(rel.to_string_lossy().as_bytes());
+        out.push(0);
+        out.extend(fs::read(dir.join(&rel)).with_context(|| format!("reading {}", rel.display()))?);
+        out.push(0);
+    }
+    Ok(out)
+}
+
+/// Relative paths of the regular files under `base/rel`.
+fn walk(base: &Path, rel: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
+    let here = base.join(rel);
+    for e in fs::read_dir(&here).with_context(|| format!("listing {}", here.display()))? {
+        let e = e?;
+        let path = rel.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            walk(base, &path, files)?;
+        } else {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Copies a tree into a new, writable directory (the shared source is read-only).
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    let mut files = Vec::new();
+    walk(from, Path::new(""), &mut files)?;
+    for rel in files {
+        let dest = to.join(&rel);
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        fs::write(&dest, fs::read(from.join(&rel))?)
+            .with_context(|| format!("writing {}", dest.display()))?;
+    }
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -176,6 +254,15 @@ fn remove_stale_temps(bins: &Path) {
 
 fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
     let c = plan.component;
+    // Third-party source builds in a writable copy beside the output, removed afterwards.
+    let workdir = match c.source {
+        Source::Wrapper { .. } => plan.module_dir.clone(),
+        Source::ThirdParty { .. } => {
+            let copy = out.join("src");
+            copy_tree(&plan.module_dir, &copy)?;
+            copy
+        }
+    };
     let target = if c.packages.len() == 1 {
         out.join(c.outputs[0].1)
     } else {
@@ -202,7 +289,7 @@ fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
     args.extend(c.packages.iter().map(|p| p.to_string()));
     let shown = format!(
         "cd {} && {} go {}",
-        plan.wrapper.display(),
+        workdir.display(),
         env.iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
@@ -215,7 +302,7 @@ fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
     let mut child = Command::new("go")
         .args(&args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .current_dir(&plan.wrapper)
+        .current_dir(&workdir)
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -238,6 +325,9 @@ fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
             "building {} failed ({status}).\ncommand:\n  {shown}\nstderr:\n{stderr_copy}",
             c.name
         );
+    }
+    if workdir != plan.module_dir {
+        fs::remove_dir_all(&workdir).with_context(|| format!("removing {}", workdir.display()))?;
     }
     Ok(())
 }
@@ -283,5 +373,39 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(shell_quote(input), want);
         }
+    }
+
+    #[test]
+    fn missing_third_party_source_says_where_it_is_expected() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("csi-driver-host-path");
+        let msg = third_party_present("hp", &missing, "v1.18.0")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains(&missing.display().to_string()), "{msg}");
+        fs::create_dir_all(&missing).unwrap();
+        fs::write(missing.join("go.mod"), "module x\n").unwrap();
+        fs::write(missing.join("ORIGIN.md"), "tag v1.17.0\n").unwrap();
+        let msg = third_party_present("hp", &missing, "v1.18.0")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("does not name v1.18.0"), "{msg}");
+        fs::write(missing.join("ORIGIN.md"), "tag v1.18.0\n").unwrap();
+        third_party_present("hp", &missing, "v1.18.0").unwrap();
+    }
+
+    #[test]
+    fn copies_are_complete_and_digests_follow_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        fs::create_dir_all(src.join("cmd/x")).unwrap();
+        fs::write(src.join("go.mod"), "module x\n").unwrap();
+        fs::write(src.join("cmd/x/main.go"), "package main\n").unwrap();
+        let before = tree_digest(&src).unwrap();
+        let copy = dir.path().join("copy");
+        copy_tree(&src, &copy).unwrap();
+        assert_eq!(tree_digest(&copy).unwrap(), before);
+        fs::write(src.join("cmd/x/main.go"), "package main // edited\n").unwrap();
+        assert_ne!(tree_digest(&src).unwrap(), before);
     }
 }
