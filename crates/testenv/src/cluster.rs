@@ -71,28 +71,10 @@ pub async fn try_create_fake_nodes(
     topology_key: &str,
     names: &[&str],
 ) -> Result<Vec<FakeNode>, Error> {
-    let nodes: Api<Node> = Api::all(client.clone());
     let csi_nodes: Api<CSINode> = Api::all(client.clone());
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let node = match nodes
-            .create(
-                &PostParams::default(),
-                &objects::fake_node(name, topology_key),
-            )
-            .await
-        {
-            Ok(node) => node,
-            Err(e) if is_conflict(&e) => {
-                let patch = serde_json::json!({
-                    "metadata": {"labels": objects::node_labels(name, topology_key)}
-                });
-                nodes
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let node = create_or_label_node(client, name, topology_key).await?;
         let wanted = objects::csi_node(name, driver, topology_key);
         match csi_nodes.create(&PostParams::default(), &wanted).await {
             Ok(_) => {}
@@ -113,6 +95,51 @@ pub async fn try_create_fake_nodes(
         });
     }
     Ok(out)
+}
+
+/// Fake nodes as [`try_create_fake_nodes`] makes them, but with no CSINode entry: nodes where
+/// no plugin of the driver runs, so no capacity is published for them.
+pub async fn try_create_bare_nodes(
+    client: &Client,
+    topology_key: &str,
+    names: &[&str],
+) -> Result<Vec<FakeNode>, Error> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let node = create_or_label_node(client, name, topology_key).await?;
+        out.push(FakeNode {
+            name: name.to_string(),
+            labels: node.metadata.labels.unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
+/// Creates a fake node, or merges its labels into the existing one.
+async fn create_or_label_node(
+    client: &Client,
+    name: &str,
+    topology_key: &str,
+) -> Result<Node, Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    match nodes
+        .create(
+            &PostParams::default(),
+            &objects::fake_node(name, topology_key),
+        )
+        .await
+    {
+        Ok(node) => Ok(node),
+        Err(e) if is_conflict(&e) => {
+            let patch = serde_json::json!({
+                "metadata": {"labels": objects::node_labels(name, topology_key)}
+            });
+            Ok(nodes
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Creates a CSIDriver (attachRequired false); see [`try_create_csi_driver`].
