@@ -121,23 +121,28 @@ async fn create_or_label_node(
     name: &str,
     topology_key: &str,
 ) -> Result<Node, Error> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    match nodes
-        .create(
-            &PostParams::default(),
-            &objects::fake_node(name, topology_key),
-        )
-        .await
-    {
-        Ok(node) => Ok(node),
-        Err(e) if is_conflict(&e) => {
-            let patch = serde_json::json!({
-                "metadata": {"labels": objects::node_labels(name, topology_key)}
-            });
-            Ok(nodes
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?)
-        }
+    let patch = serde_json::json!({
+        "metadata": {"labels": objects::node_labels(name, topology_key)}
+    });
+    let node = objects::fake_node(name, topology_key);
+    create_or_merge(&Api::all(client.clone()), name, &node, &patch).await
+}
+
+/// Creates `obj`, or merge-patches the existing object of that name with `patch`.
+async fn create_or_merge<K>(
+    api: &Api<K>,
+    name: &str,
+    obj: &K,
+    patch: &serde_json::Value,
+) -> Result<K, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(created) => Ok(created),
+        Err(e) if is_conflict(&e) => Ok(api
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?),
         Err(e) => Err(e.into()),
     }
 }
@@ -159,23 +164,9 @@ pub async fn try_create_csi_driver(
     name: &str,
     storage_capacity: bool,
 ) -> Result<CSIDriver, Error> {
-    let api: Api<CSIDriver> = Api::all(client.clone());
-    match api
-        .create(
-            &PostParams::default(),
-            &objects::csi_driver(name, storage_capacity),
-        )
-        .await
-    {
-        Ok(d) => Ok(d),
-        Err(e) if is_conflict(&e) => {
-            let patch = serde_json::json!({"spec": {"storageCapacity": storage_capacity}});
-            Ok(api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?)
-        }
-        Err(e) => Err(e.into()),
-    }
+    let patch = serde_json::json!({"spec": {"storageCapacity": storage_capacity}});
+    let driver = objects::csi_driver(name, storage_capacity);
+    create_or_merge(&Api::all(client.clone()), name, &driver, &patch).await
 }
 
 fn is_conflict(e: &kube::Error) -> bool {
