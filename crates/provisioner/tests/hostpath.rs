@@ -252,6 +252,18 @@ async fn block_mode_and_mount_options_reach_the_plugin() {
     let blk_request = request_of(&blk);
     assert!(blk_request.contains("Block"), "{blk_request}");
     assert!(!blk_request.contains("noatime"), "{blk_request}");
+
+    // The plugin backs a block volume with a loop device: only DeleteVolume detaches it.
+    for claim in ["blk", "fs"] {
+        w.s.claims()
+            .delete(claim, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    for pv in [&blk, &fs] {
+        wait_gone(&w.s.volumes(), pv.metadata.name.as_deref().unwrap()).await;
+    }
+    assert!(w.plugin.volumes().is_empty(), "{:?}", w.plugin.volumes());
 }
 
 #[tokio::test]
