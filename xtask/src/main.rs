@@ -6,6 +6,7 @@ mod demo;
 mod demo_driver;
 mod gobuild;
 mod recipe;
+mod thirdparty;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
