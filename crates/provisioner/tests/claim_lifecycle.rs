@@ -6,13 +6,11 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 use support::{
-    NODE_KEY, Scenario, create_secret, eventually, eventually_within, holds_finalizer, pool_args,
-    wait_gone,
+    NODE_KEY, Scenario, create_secret, eventually, eventually_within, holds_finalizer, wait_gone,
 };
 
 /// With `--volume-name-uuid-length=1` two claims soon get the same volume name. The second is

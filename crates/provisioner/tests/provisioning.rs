@@ -6,7 +6,7 @@ mod support;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
-use support::{NODE_KEY, Scenario, create_pod, on_nodes, pod_node, pool_args, set_unschedulable};
+use support::{NODE_KEY, Scenario, create_pod, on_nodes, pod_node, set_unschedulable};
 
 /// The walking skeleton and the PV, field by field.
 #[tokio::test]
