@@ -1,11 +1,13 @@
-//! `cargo xtask demo`: a real control plane, the mock driver and our csi-provisioner telling the
-//! Storage Capacity story: a volume for a claim, then pods placed only where their volume fits,
+//! `cargo xtask demo`: a real control plane, a CSI driver (our mock, or with `--driver hostpath`
+//! csi-driver-host-path's plugin) and our csi-provisioner telling the Storage Capacity story: a volume for a claim, then pods placed only where their volume fits,
 //! and one pod that cannot fit anywhere, with the explanation on its claim.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use crate::demo_driver::{DemoDriver, Flavor};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -15,22 +17,12 @@ use kube::{Api, Client};
 use serde_json::json;
 use testenv::{ControlPlane, ControlPlaneOptions};
 
-const DRIVER: &str = "mock.csi.test";
-const TOPOLOGY_KEY: &str = "topology.mock.csi/node";
 const NAMESPACE: &str = "demo";
-/// Free space per fake node: different on purpose, as in the Storage Capacity page's story.
-const POOLS: [(&str, &str); 3] = [("node-1", "10Gi"), ("node-2", "20Gi"), ("node-3", "100Gi")];
-/// Pods created one after the other, each with one late-binding claim of this size.
-const PODS: [(&str, &str); 4] = [
-    ("app-1", "5Gi"),
-    ("app-2", "15Gi"),
-    ("app-3", "50Gi"),
-    ("app-4", "500Gi"),
-];
 
 pub struct Options {
     pub dir: PathBuf,
     pub keep: bool,
+    pub driver: DemoDriver,
 }
 
 /// Stops everything the demo started unless `--keep` was given, also when the demo fails.
@@ -63,7 +55,7 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
         dir: &opts.dir,
         keep: opts.keep,
     };
-    runtime.block_on(story(root, &opts.dir))?;
+    runtime.block_on(story(root, &opts.dir, &Flavor::of(opts.driver)))?;
     if opts.keep {
         println!("\nThe cluster keeps running (driver and provisioner included).");
         println!(
@@ -85,15 +77,15 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
     Ok(())
 }
 
-async fn story(root: &Path, dir: &Path) -> Result<()> {
+async fn story(root: &Path, dir: &Path, f: &Flavor) -> Result<()> {
     heading(
         "Starting a local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)",
     );
     let cp = ControlPlane::start(ControlPlaneOptions {
         dir: Some(dir.to_path_buf()),
-        nodes: POOLS.len(),
-        driver: DRIVER.to_string(),
-        topology_key: TOPOLOGY_KEY.to_string(),
+        nodes: f.pools.len(),
+        driver: f.driver.to_string(),
+        topology_key: f.topology_key.to_string(),
         detached: true,
         startup_timeout: Duration::from_secs(60),
     })
@@ -106,54 +98,31 @@ async fn story(root: &Path, dir: &Path) -> Result<()> {
         cp.server_url()
     );
     let dir = cp.detach()?;
-    testenv::try_create_csi_driver(&client, DRIVER, true).await?;
+    testenv::try_create_bare_nodes(&client, f.topology_key, f.bare_nodes).await?;
+    testenv::try_create_csi_driver(&client, f.driver, true).await?;
     create(
         &client,
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
     )
     .await?;
     println!(
-        "{} fake nodes with the driver's topology label {TOPOLOGY_KEY}; CSIDriver {DRIVER} with storageCapacity: true",
-        POOLS.len()
+        "{} fake nodes with the driver's topology label {}; CSIDriver {} with storageCapacity: true",
+        f.pools.len() + f.bare_nodes.len(),
+        f.topology_key,
+        f.driver
     );
 
-    heading("Starting the mock CSI driver and csi-provisioner");
-    let socket = start_driver(root, &dir)?;
+    heading(&format!("Starting {} and csi-provisioner", f.name()));
+    let socket = f.start(root, &dir)?;
     start_provisioner(root, &dir, &kubeconfig, &socket)?;
-    for (node, size) in POOLS {
-        println!("  pool on {node}: {size}");
-    }
+    f.describe_nodes();
     println!(
         "csi-provisioner --enable-capacity (its log: {}/logs/csi-provisioner.log)",
         dir.display()
     );
 
-    immediate_volume(&client, &socket).await?;
-    capacity_aware_placement(&client).await
-}
-
-fn start_driver(root: &Path, dir: &Path) -> Result<PathBuf> {
-    let socket = dir.join("csi.sock");
-    let mut cmd = Command::new(root.join("target/debug/mock-csi-driver"));
-    cmd.arg(format!("--endpoint=unix://{}", socket.display()))
-        .arg(format!("--driver-name={DRIVER}"));
-    for (node, size) in POOLS {
-        cmd.arg(format!("--pool={TOPOLOGY_KEY}={node}:{size}"));
-    }
-    let process = testenv::spawn_detached("mock-csi-driver", cmd, &dir.join("logs"))?;
-    testenv::record_detached(dir, "mock-csi-driver", process.disown())?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        if Instant::now() > deadline {
-            bail!(
-                "mock-csi-driver did not create {}; see {}/logs/mock-csi-driver.log",
-                socket.display(),
-                dir.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(socket)
+    immediate_volume(&client, &socket, f).await?;
+    capacity_aware_placement(&client, f).await
 }
 
 fn start_provisioner(root: &Path, dir: &Path, kubeconfig: &Path, socket: &Path) -> Result<()> {
@@ -173,9 +142,9 @@ fn start_provisioner(root: &Path, dir: &Path, kubeconfig: &Path, socket: &Path) 
 }
 
 /// Part 1: an Immediate claim becomes Bound to a PV whose volume the driver holds.
-async fn immediate_volume(client: &Client, socket: &Path) -> Result<()> {
+async fn immediate_volume(client: &Client, socket: &Path, f: &Flavor) -> Result<()> {
     heading("1. A volume for a claim (StorageClass with volumeBindingMode: Immediate)");
-    create(client, class("demo-immediate", "Immediate")).await?;
+    create(client, class(f, "demo-immediate", "Immediate")).await?;
     create(client, claim("data", "demo-immediate", "1Gi")).await?;
     let started = Instant::now();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
@@ -235,11 +204,11 @@ async fn immediate_volume(client: &Client, socket: &Path) -> Result<()> {
 }
 
 /// Part 2: the seed's story — objects per node, pods only where their volume fits.
-async fn capacity_aware_placement(client: &Client) -> Result<()> {
+async fn capacity_aware_placement(client: &Client, f: &Flavor) -> Result<()> {
     heading(
         "2. Capacity-aware placement (StorageClass with volumeBindingMode: WaitForFirstConsumer)",
     );
-    create(client, class("demo-local", "WaitForFirstConsumer")).await?;
+    create(client, class(f, "demo-local", "WaitForFirstConsumer")).await?;
     let capacities: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), NAMESPACE);
     wait(|| async {
         let n = capacities
@@ -250,16 +219,18 @@ async fn capacity_aware_placement(client: &Client) -> Result<()> {
             .iter()
             .filter(|c| c.storage_class_name == "demo-local")
             .count();
-        (n == POOLS.len()).then_some(())
+        (n == f.pools.len()).then_some(())
     })
     .await
     .context("CSIStorageCapacity objects did not appear; see the csi-provisioner log")?;
-    println!("csi-provisioner published one CSIStorageCapacity per node for class demo-local:");
-    print_capacities(&capacities).await?;
+    println!(
+        "csi-provisioner published one CSIStorageCapacity per node with the driver for class demo-local:"
+    );
+    print_capacities(&capacities, f).await?;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let events: Api<Event> = Api::namespaced(client.clone(), NAMESPACE);
-    for (name, size) in PODS {
+    for &(name, size) in f.pods {
         let claim_name = format!("{name}-data");
         create(client, claim(&claim_name, "demo-local", size)).await?;
         create(client, pod(name, &claim_name)).await?;
@@ -294,10 +265,10 @@ async fn capacity_aware_placement(client: &Client) -> Result<()> {
     println!(
         "\nCapacity after provisioning (updated right after each CreateVolume, not at the next poll):"
     );
-    print_capacities(&capacities).await
+    print_capacities(&capacities, f).await
 }
 
-async fn print_capacities(api: &Api<CSIStorageCapacity>) -> Result<()> {
+async fn print_capacities(api: &Api<CSIStorageCapacity>, f: &Flavor) -> Result<()> {
     let mut rows: Vec<[String; 5]> = api
         .list(&ListParams::default())
         .await?
@@ -312,7 +283,7 @@ async fn print_capacities(api: &Api<CSIStorageCapacity>) -> Result<()> {
             [
                 c.metadata.name.unwrap_or_default(),
                 c.storage_class_name,
-                labels.get(TOPOLOGY_KEY).cloned().unwrap_or_default(),
+                labels.get(f.topology_key).cloned().unwrap_or_default(),
                 c.capacity.map(|q| q.0).unwrap_or_else(|| "-".into()),
                 c.maximum_volume_size
                     .map(|q| q.0)
@@ -331,9 +302,10 @@ async fn print_capacities(api: &Api<CSIStorageCapacity>) -> Result<()> {
     Ok(())
 }
 
-fn class(name: &str, binding: &str) -> serde_json::Value {
+fn class(f: &Flavor, name: &str, binding: &str) -> serde_json::Value {
     json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
-           "provisioner": DRIVER, "volumeBindingMode": binding, "reclaimPolicy": "Delete"})
+           "provisioner": f.driver, "volumeBindingMode": binding, "reclaimPolicy": "Delete",
+           "parameters": f.parameters})
 }
 
 fn claim(name: &str, class: &str, size: &str) -> serde_json::Value {

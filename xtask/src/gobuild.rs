@@ -1,5 +1,6 @@
-//! `cargo xtask testenv build`: build the Go components from the committed wrapper modules
-//! into a cache shared by all checkouts, then point `<target>/testenv-bin` at them.
+//! `cargo xtask testenv build`: build the Go components (committed wrapper modules, plus
+//! third-party source the proxy refuses, from a writable copy) into a cache shared by all
+//! checkouts, then point `<target>/testenv-bin` at them.
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Write};
@@ -10,7 +11,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::recipe::{COMPONENTS, Component, cache_key, ldflags, module_version};
+use crate::recipe::{COMPONENTS, Component, Source, cache_key, ldflags, module_version};
+use crate::thirdparty::{copy_tree, third_party_present, tree_digest};
 
 pub fn cache_root() -> Result<PathBuf> {
     let home = std::env::var_os("HOME").context("HOME is not set")?;
@@ -22,7 +24,8 @@ struct Plan<'a> {
     version: String,
     dir: PathBuf,
     ldflags: String,
-    wrapper: PathBuf,
+    /// The module directory: a wrapper, or third-party source that is copied before building.
+    module_dir: PathBuf,
 }
 
 /// Builds what is missing and refreshes the symlinks in `<target>/testenv-bin`.
@@ -57,26 +60,36 @@ pub fn build(root: &Path, with_upstream: bool) -> Result<PathBuf> {
 }
 
 fn plan<'a>(root: &Path, component: &'a Component, go: &str, bins: &Path) -> Result<Plan<'a>> {
-    let wrapper = root.join(component.wrapper);
-    let gomod = read(&wrapper.join("go.mod"))?;
-    let gosum = read(&wrapper.join("go.sum"))?;
-    let version = module_version(&gomod, component.module).with_context(|| {
-        format!(
-            "{}/go.mod does not require {}",
-            wrapper.display(),
-            component.module
-        )
-    })?;
+    let module_dir = root.join(component.source.dir());
+    let (version, tree) = match component.source {
+        Source::Wrapper { module, .. } => {
+            let gomod = read(&module_dir.join("go.mod"))?;
+            let version = module_version(&gomod, module).with_context(|| {
+                format!("{}/go.mod does not require {module}", module_dir.display())
+            })?;
+            (version, Vec::new())
+        }
+        Source::ThirdParty { version, .. } => {
+            third_party_present(component.name, &module_dir, version)?;
+            (version.to_string(), tree_digest(&module_dir)?)
+        }
+    };
+    let gomod = read(&module_dir.join("go.mod"))?;
+    let gosum = read(&module_dir.join("go.sum"))?;
     let ldflags = ldflags(component.name, &version);
     let recipe = format!("{:?} {ldflags} -tags=notest -pgo=off", component.packages);
-    let inputs: [&[u8]; 3] = [gomod.as_bytes(), gosum.as_bytes(), recipe.as_bytes()];
+    let mut inputs: Vec<&[u8]> = vec![gomod.as_bytes(), gosum.as_bytes(), recipe.as_bytes()];
+    // Only third-party source adds its tree: wrappers keep the cache keys they always had.
+    if !tree.is_empty() {
+        inputs.push(&tree);
+    }
     let key = cache_key(component.name, &version, go, &inputs);
     Ok(Plan {
         component,
         version,
         dir: bins.join(key),
         ldflags,
-        wrapper,
+        module_dir,
     })
 }
 
@@ -176,6 +189,15 @@ fn remove_stale_temps(bins: &Path) {
 
 fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
     let c = plan.component;
+    // Third-party source builds in a writable copy beside the output, removed afterwards.
+    let workdir = match c.source {
+        Source::Wrapper { .. } => plan.module_dir.clone(),
+        Source::ThirdParty { .. } => {
+            let copy = out.join("src");
+            copy_tree(&plan.module_dir, &copy)?;
+            copy
+        }
+    };
     let target = if c.packages.len() == 1 {
         out.join(c.outputs[0].1)
     } else {
@@ -202,7 +224,7 @@ fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
     args.extend(c.packages.iter().map(|p| p.to_string()));
     let shown = format!(
         "cd {} && {} go {}",
-        plan.wrapper.display(),
+        workdir.display(),
         env.iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
@@ -215,7 +237,7 @@ fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
     let mut child = Command::new("go")
         .args(&args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .current_dir(&plan.wrapper)
+        .current_dir(&workdir)
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -238,6 +260,9 @@ fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
             "building {} failed ({status}).\ncommand:\n  {shown}\nstderr:\n{stderr_copy}",
             c.name
         );
+    }
+    if workdir != plan.module_dir {
+        fs::remove_dir_all(&workdir).with_context(|| format!("removing {}", workdir.display()))?;
     }
     Ok(())
 }

@@ -8,8 +8,10 @@
 mod bench;
 mod cluster;
 mod demo;
+mod demo_driver;
 mod gobuild;
 mod recipe;
+mod thirdparty;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -41,7 +43,7 @@ enum Cmd {
     },
     /// Build everything and run all tests, including those needing the control plane.
     Test,
-    /// A local control plane, the mock driver and csi-provisioner: a volume for a claim, then
+    /// A local control plane, a CSI driver and csi-provisioner: a volume for a claim, then
     /// pods placed only where their volume fits, with CSIStorageCapacity objects shown.
     Demo {
         #[arg(long, default_value = "target/demo")]
@@ -49,6 +51,9 @@ enum Cmd {
         /// Leave everything running and print the kubeconfig path.
         #[arg(long)]
         keep: bool,
+        /// The CSI driver behind the provisioner.
+        #[arg(long, value_enum, default_value = "mock")]
+        driver: demo_driver::DemoDriver,
     },
     /// Side-by-side benchmarks with upstream external-provisioner v6.3.0: writes
     /// `bench/results/<n>.json`, BENCHMARKS.md and bench/plots/ (`--quick`: target/bench-quick/).
@@ -142,10 +147,10 @@ fn run(cli: Cli) -> Result<()> {
             ClusterCmd::Down { dir } => cluster::down(&dir),
         },
         Cmd::Test => test(&root),
-        Cmd::Demo { dir, keep } => {
+        Cmd::Demo { dir, keep, driver } => {
             gobuild::build(&root, false)?;
             build_our_binaries(false)?;
-            demo::run(&root, &demo::Options { dir, keep })
+            demo::run(&root, &demo::Options { dir, keep, driver })
         }
         Cmd::Bench {
             scenario,

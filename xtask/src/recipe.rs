@@ -1,12 +1,10 @@
 //! What to build for each Go component, and the cache key of a build (pure).
 
-/// One Go component: a wrapper module under `tools/testenv/` and what to build from it.
+/// One Go component: where its source comes from and what to build from it.
 pub struct Component {
     pub name: &'static str,
-    /// Wrapper module directory, relative to the workspace root.
-    pub wrapper: &'static str,
-    /// The pinned module whose version names the build.
-    pub module: &'static str,
+    pub source: Source,
+    /// Package paths (wrappers) or `./`-relative packages (third-party source).
     pub packages: &'static [&'static str],
     /// (name in `testenv-bin`, file name in the cache directory).
     pub outputs: &'static [(&'static str, &'static str)],
@@ -14,11 +12,39 @@ pub struct Component {
     pub optional: bool,
 }
 
+/// Where a component's Go source comes from.
+pub enum Source {
+    /// A committed wrapper module (go.mod + go.sum, no sources) under `tools/testenv/`,
+    /// requiring `module` at the version that names the build.
+    Wrapper {
+        dir: &'static str,
+        module: &'static str,
+    },
+    /// Unmodified third-party source outside the repository (the main module itself), for
+    /// modules the proxy refuses; built from a writable copy. `dir` is relative to the
+    /// workspace root and `version` is the tag its ORIGIN.md names.
+    ThirdParty {
+        dir: &'static str,
+        version: &'static str,
+    },
+}
+
+impl Source {
+    /// The directory, relative to the workspace root.
+    pub fn dir(&self) -> &'static str {
+        match self {
+            Source::Wrapper { dir, .. } | Source::ThirdParty { dir, .. } => dir,
+        }
+    }
+}
+
 pub const COMPONENTS: &[Component] = &[
     Component {
         name: "k8s",
-        wrapper: "tools/testenv/k8s",
-        module: "k8s.io/kubernetes",
+        source: Source::Wrapper {
+            dir: "tools/testenv/k8s",
+            module: "k8s.io/kubernetes",
+        },
         packages: &[
             "k8s.io/kubernetes/cmd/kube-apiserver",
             "k8s.io/kubernetes/cmd/kube-controller-manager",
@@ -33,21 +59,38 @@ pub const COMPONENTS: &[Component] = &[
     },
     Component {
         name: "csi-sanity",
-        wrapper: "tools/testenv/csi-test",
-        module: "github.com/kubernetes-csi/csi-test/v5",
+        source: Source::Wrapper {
+            dir: "tools/testenv/csi-test",
+            module: "github.com/kubernetes-csi/csi-test/v5",
+        },
         packages: &["github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity"],
         outputs: &[("csi-sanity", "csi-sanity")],
         optional: false,
     },
     Component {
         name: "external-provisioner",
-        wrapper: "tools/testenv/external-provisioner",
-        module: "github.com/kubernetes-csi/external-provisioner/v6",
+        source: Source::Wrapper {
+            dir: "tools/testenv/external-provisioner",
+            module: "github.com/kubernetes-csi/external-provisioner/v6",
+        },
         packages: &["github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner"],
         outputs: &[("csi-provisioner-upstream", "csi-provisioner")],
         optional: true,
     },
+    Component {
+        name: "csi-driver-host-path",
+        source: Source::ThirdParty {
+            dir: HOSTPATH_DIR,
+            version: "v1.18.0",
+        },
+        packages: &["./cmd/hostpathplugin"],
+        outputs: &[("hostpathplugin", "hostpathplugin")],
+        optional: false,
+    },
 ];
+
+/// The csi-driver-host-path source, relative to the workspace root (outside the repository).
+pub const HOSTPATH_DIR: &str = "../shared/third_party/csi-driver-host-path";
 
 /// Linker flags: stripped, with the version each upstream build stamps in.
 pub fn ldflags(component: &str, version: &str) -> String {
@@ -161,10 +204,12 @@ mod tests {
         ];
         for (name, version) in want {
             let c = COMPONENTS.iter().find(|c| c.name == name).expect(name);
-            let gomod =
-                std::fs::read_to_string(root.join(c.wrapper).join("go.mod")).expect("go.mod");
+            let Source::Wrapper { dir, module } = c.source else {
+                panic!("{name} is not a wrapper");
+            };
+            let gomod = std::fs::read_to_string(root.join(dir).join("go.mod")).expect("go.mod");
             assert_eq!(
-                module_version(&gomod, c.module).as_deref(),
+                module_version(&gomod, module).as_deref(),
                 Some(version),
                 "{name}"
             );

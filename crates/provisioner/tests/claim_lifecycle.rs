@@ -6,13 +6,11 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 use support::{
-    NODE_KEY, Scenario, create_secret, eventually, eventually_within, holds_finalizer, pool_args,
-    wait_gone,
+    NODE_KEY, Scenario, create_secret, eventually, eventually_within, holds_finalizer, wait_gone,
 };
 
 /// With `--volume-name-uuid-length=1` two claims soon get the same volume name. The second is
@@ -50,16 +48,7 @@ async fn a_name_collision_never_deletes_the_other_claims_volume() {
             "nothing may be deleted (restart: {restart}): {:?}",
             s.mock().calls_of("DeleteVolume")
         );
-        let handle = s
-            .volumes()
-            .get(&pv)
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .csi
-            .unwrap()
-            .volume_handle;
+        let handle = s.volume_handle(&pv).await;
         assert!(
             s.driver_volumes().await.contains(&handle),
             "the winner's volume {handle} is still there"
@@ -229,10 +218,7 @@ async fn clean_up_needs_nothing_but_what_the_attempt_kept() {
     let policy = refuse_pvs_of_class(&s, &class).await;
     s.claim("data", &class, "1Gi", json!({})).await;
     let volume_id = created_volume(&s).await;
-    Api::<StorageClass>::all(s.client.clone())
-        .delete(&class, &DeleteParams::default())
-        .await
-        .unwrap();
+    s.delete_class(&class).await;
     Api::<Secret>::namespaced(s.client.clone(), &s.ns)
         .delete("creds", &DeleteParams::default())
         .await
@@ -283,10 +269,7 @@ async fn an_unsaved_pv_is_saved_after_its_class_is_gone() {
     let policy = refuse_pvs_of_class(&s, &class).await;
     s.claim("data", &class, "1Gi", json!({})).await;
     let volume_id = created_volume(&s).await;
-    Api::<StorageClass>::all(s.client.clone())
-        .delete(&class, &DeleteParams::default())
-        .await
-        .unwrap();
+    s.delete_class(&class).await;
     // Let the class deletion reach the provisioner's cache before the PV can be saved.
     tokio::time::sleep(Duration::from_secs(2)).await;
     allow_pvs(&s, &policy).await;
@@ -309,17 +292,7 @@ async fn an_unsaved_pv_is_saved_after_its_class_is_gone() {
 async fn retries_reuse_the_first_topology_after_the_node_is_gone() {
     use k8s_openapi::api::core::v1::Node;
     use k8s_openapi::api::storage::v1::CSINode;
-    let mut s = Scenario::new("prov-gone").await;
-    let names = s.node_names(&["a", "b"]);
-    s.start_driver(&pool_args(&names, "100Gi"));
-    s.start_provisioner::<&str>(&[]);
-    testenv::create_fake_nodes(
-        &s.client,
-        &s.driver,
-        NODE_KEY,
-        &names.iter().map(String::as_str).collect::<Vec<_>>(),
-    )
-    .await;
+    let (s, names) = Scenario::with_nodes("prov-gone", &["a", "b"], "100Gi", &[]).await;
     s.mock()
         .set_faults(json!({"CreateVolume": {"code": "DeadlineExceeded"}}));
     let class = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
@@ -400,12 +373,7 @@ async fn an_infeasible_claim_is_tried_once_per_slow_interval() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert_eq!(warnings[0].count.unwrap_or(1), 1, "{warnings:?}");
     // The class is fixed by re-creating it: provisioning goes on now, not in five minutes.
-    let classes = Api::<StorageClass>::all(s.client.clone());
-    classes
-        .delete(&class, &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_gone(&classes, &class).await;
+    s.delete_class(&class).await;
     s.class("imm", "Immediate", json!({})).await;
     // Class changes do not queue claims (nor upstream's): the next update of the claim does.
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -64,16 +64,7 @@ async fn claim_memory_returns_to_zero_after_2000_claims() {
         .delete_collection(&Default::default(), &Default::default())
         .await
         .unwrap();
-    eventually_within("every claim gone", Duration::from_secs(900), || async {
-        s.claims()
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    s.wait_no_claims(Duration::from_secs(900)).await;
     eventually_within("every volume deleted", Duration::from_secs(900), || async {
         let deleted = s.mock().calls_of("DeleteVolume").len();
         (deleted >= CLAIMS).then_some(())

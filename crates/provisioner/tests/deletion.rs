@@ -63,16 +63,7 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
         "creds"
     );
     let handle = pv.spec.unwrap().csi.unwrap().volume_handle;
-    let kept_handle = s
-        .volumes()
-        .get(&kept_pv)
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .csi
-        .unwrap()
-        .volume_handle;
+    let kept_handle = s.volume_handle(&kept_pv).await;
 
     s.claims()
         .delete("gone", &DeleteParams::default())

@@ -158,20 +158,7 @@ async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
         deletions.insert(volume, deletion);
     }
     watch.abort();
-    support::eventually_within(
-        "every claim to be gone",
-        Duration::from_secs(240),
-        || async {
-            s.claims()
-                .list(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .is_empty()
-                .then_some(())
-        },
-    )
-    .await;
+    s.wait_no_claims(Duration::from_secs(240)).await;
     no_pv_of_class(&s, &class).await;
     support::eventually("the driver to be empty", || async {
         s.driver_volumes().await.is_empty().then_some(())

@@ -6,7 +6,7 @@ mod support;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
-use support::{NODE_KEY, Scenario, create_pod, on_nodes, pod_node, pool_args, set_unschedulable};
+use support::{NODE_KEY, Scenario, create_pod, on_nodes, pod_node, set_unschedulable};
 
 /// The walking skeleton and the PV, field by field.
 #[tokio::test]
@@ -133,17 +133,7 @@ async fn immediate_claim_binds_to_a_pv_built_like_upstream() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn late_binding_volume_lands_in_the_selected_nodes_segment() {
-    let mut s = Scenario::new("prov-wffc").await;
-    let names = s.node_names(&["a", "b"]);
-    s.start_driver(&pool_args(&names, "100Gi"));
-    s.start_provisioner::<&str>(&[]);
-    testenv::create_fake_nodes(
-        &s.client,
-        &s.driver,
-        NODE_KEY,
-        &names.iter().map(String::as_str).collect::<Vec<_>>(),
-    )
-    .await;
+    let (s, names) = Scenario::with_nodes("prov-wffc", &["a", "b"], "100Gi", &[]).await;
     let class = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
     s.claim("data", &class, "1Gi", json!({})).await;
     create_pod(&s, "app", "data", on_nodes(&names)).await;

@@ -71,28 +71,10 @@ pub async fn try_create_fake_nodes(
     topology_key: &str,
     names: &[&str],
 ) -> Result<Vec<FakeNode>, Error> {
-    let nodes: Api<Node> = Api::all(client.clone());
     let csi_nodes: Api<CSINode> = Api::all(client.clone());
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let node = match nodes
-            .create(
-                &PostParams::default(),
-                &objects::fake_node(name, topology_key),
-            )
-            .await
-        {
-            Ok(node) => node,
-            Err(e) if is_conflict(&e) => {
-                let patch = serde_json::json!({
-                    "metadata": {"labels": objects::node_labels(name, topology_key)}
-                });
-                nodes
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let node = create_or_label_node(client, name, topology_key).await?;
         let wanted = objects::csi_node(name, driver, topology_key);
         match csi_nodes.create(&PostParams::default(), &wanted).await {
             Ok(_) => {}
@@ -115,6 +97,56 @@ pub async fn try_create_fake_nodes(
     Ok(out)
 }
 
+/// Fake nodes as [`try_create_fake_nodes`] makes them, but with no CSINode entry: nodes where
+/// no plugin of the driver runs, so no capacity is published for them.
+pub async fn try_create_bare_nodes(
+    client: &Client,
+    topology_key: &str,
+    names: &[&str],
+) -> Result<Vec<FakeNode>, Error> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let node = create_or_label_node(client, name, topology_key).await?;
+        out.push(FakeNode {
+            name: name.to_string(),
+            labels: node.metadata.labels.unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
+/// Creates a fake node, or merges its labels into the existing one.
+async fn create_or_label_node(
+    client: &Client,
+    name: &str,
+    topology_key: &str,
+) -> Result<Node, Error> {
+    let patch = serde_json::json!({
+        "metadata": {"labels": objects::node_labels(name, topology_key)}
+    });
+    let node = objects::fake_node(name, topology_key);
+    create_or_merge(&Api::all(client.clone()), name, &node, &patch).await
+}
+
+/// Creates `obj`, or merge-patches the existing object of that name with `patch`.
+async fn create_or_merge<K>(
+    api: &Api<K>,
+    name: &str,
+    obj: &K,
+    patch: &serde_json::Value,
+) -> Result<K, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(created) => Ok(created),
+        Err(e) if is_conflict(&e) => Ok(api
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Creates a CSIDriver (attachRequired false); see [`try_create_csi_driver`].
 ///
 /// # Panics
@@ -132,23 +164,9 @@ pub async fn try_create_csi_driver(
     name: &str,
     storage_capacity: bool,
 ) -> Result<CSIDriver, Error> {
-    let api: Api<CSIDriver> = Api::all(client.clone());
-    match api
-        .create(
-            &PostParams::default(),
-            &objects::csi_driver(name, storage_capacity),
-        )
-        .await
-    {
-        Ok(d) => Ok(d),
-        Err(e) if is_conflict(&e) => {
-            let patch = serde_json::json!({"spec": {"storageCapacity": storage_capacity}});
-            Ok(api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?)
-        }
-        Err(e) => Err(e.into()),
-    }
+    let patch = serde_json::json!({"spec": {"storageCapacity": storage_capacity}});
+    let driver = objects::csi_driver(name, storage_capacity);
+    create_or_merge(&Api::all(client.clone()), name, &driver, &patch).await
 }
 
 fn is_conflict(e: &kube::Error) -> bool {

@@ -1,7 +1,7 @@
 //! Test support: a real local Kubernetes control plane (etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler) built from Go modules by `cargo xtask testenv
-//! build`, fake kubelet-less nodes, and guarded child processes for the CSI driver and the
-//! provisioner under test.
+//! build`, fake kubelet-less nodes, and guarded child processes for the CSI drivers (our mock,
+//! csi-driver-host-path's plugin) and the provisioner under test.
 //!
 //! Tests that use it are marked `#[ignore = "needs the control plane: cargo xtask test"]` and
 //! run through `cargo xtask test`. Every child gets `PR_SET_PDEATHSIG(SIGKILL)` and its own
@@ -18,6 +18,7 @@ mod control_plane;
 mod detached;
 mod error;
 mod flags;
+mod hostpath;
 mod mock_driver;
 mod objects;
 mod paths;
@@ -25,16 +26,19 @@ mod pki;
 mod process;
 mod provisioner;
 mod registry;
+mod sanity;
 mod setup;
 mod shared;
+mod socket;
 
 pub use cluster::{
     FakeNode, WAIT_TIMEOUT, create_csi_driver, create_fake_nodes, create_namespace,
-    try_create_csi_driver, try_create_fake_nodes, wait_for,
+    try_create_bare_nodes, try_create_csi_driver, try_create_fake_nodes, wait_for,
 };
 pub use control_plane::{COMPONENTS, ControlPlane, ControlPlaneOptions};
 pub use detached::{is_running as detached_is_running, record_detached, stop_detached};
 pub use error::Error;
+pub use hostpath::{HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, HostpathVolume};
 pub use mock_driver::MockDriver;
 pub use paths::{
     bin_dir, bin_dir_unchecked, etcd_binary, go_binary, target_dir, try_go_binary,
@@ -42,4 +46,5 @@ pub use paths::{
 };
 pub use process::{Process, log_tail, spawn, spawn_detached, try_spawn};
 pub use provisioner::Provisioner;
+pub use sanity::{SanityRun, run_csi_sanity};
 pub use shared::CLUSTER_ENV;

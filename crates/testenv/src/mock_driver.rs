@@ -3,14 +3,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use crate::error::IoContext;
 use crate::process::{Process, try_spawn};
-use crate::{Error, paths};
-
-/// How long [`MockDriver::start`] waits for the socket.
-const SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::{Error, paths, socket};
 
 /// A running `mock-csi-driver` with its socket, call log and fault file in one directory.
 #[derive(Debug)]
@@ -38,40 +34,14 @@ impl MockDriver {
         let socket = dir.join("csi.sock");
         let call_log = dir.join("calls.jsonl");
         let faults = dir.join("faults.json");
-        // A stale socket would make the wait below succeed before the driver listens.
-        match fs::remove_file(&socket) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(e).ctx(|| format!("removing {}", socket.display()));
-            }
-            _ => {}
-        }
+        socket::remove_stale_socket(&socket)?;
         let mut cmd = Command::new(binary);
         cmd.arg(format!("--endpoint=unix://{}", socket.display()))
             .arg(format!("--faults={}", faults.display()))
             .arg(format!("--call-log={}", call_log.display()))
             .args(args);
         let mut process = try_spawn("mock-csi-driver", cmd, dir)?;
-        let deadline = Instant::now() + SOCKET_TIMEOUT;
-        while !socket.exists() {
-            if let Ok(Some(status)) = process.try_wait() {
-                return Err(Error::NotReady(format!(
-                    "exited ({status}) before creating {}; log {}:\n{}",
-                    socket.display(),
-                    process.log_path().display(),
-                    process.log_tail(20)
-                )));
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::NotReady(format!(
-                    "no socket {} after {}s; log {}:\n{}",
-                    socket.display(),
-                    SOCKET_TIMEOUT.as_secs(),
-                    process.log_path().display(),
-                    process.log_tail(20)
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        socket::wait_for_socket(&mut process, &socket)?;
         Ok(MockDriver {
             socket,
             call_log,

@@ -1,5 +1,5 @@
-//! The shared control plane: the real scheduler places a pod by CSIStorageCapacity, and the
-//! control plane dies with the test process.
+//! The shared control plane: the real scheduler places a pod by CSIStorageCapacity, nodes and
+//! drivers are created or updated, and the control plane dies with the test process.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -223,4 +223,35 @@ fn is_dead(pid: u32) -> bool {
             .rsplit_once(") ")
             .is_some_and(|(_, rest)| rest.starts_with('Z')),
     }
+}
+
+/// Creating what exists updates it: CSIDriver's storageCapacity flips, a node gets the labels
+/// of a second topology key, and a bare node has no CSINode entry.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn nodes_and_drivers_are_created_or_updated() {
+    use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
+    let client = ControlPlane::shared().client().await;
+    let driver = "idem.testenv.test";
+    create_csi_driver(&client, driver, false).await;
+    let flipped = create_csi_driver(&client, driver, true).await;
+    assert_eq!(flipped.spec.storage_capacity, Some(true));
+    let stored: CSIDriver = Api::all(client.clone()).get(driver).await.unwrap();
+    assert_eq!(stored.spec.storage_capacity, Some(true));
+
+    create_fake_nodes(&client, driver, "topology.idem/a", &["idem-1"]).await;
+    let again = testenv::try_create_bare_nodes(&client, "topology.idem/b", &["idem-1", "idem-2"])
+        .await
+        .unwrap();
+    assert_eq!(
+        again[0].labels.get("topology.idem/a").map(String::as_str),
+        Some("idem-1")
+    );
+    assert_eq!(
+        again[0].labels.get("topology.idem/b").map(String::as_str),
+        Some("idem-1")
+    );
+    let csi_nodes: Api<CSINode> = Api::all(client.clone());
+    assert!(csi_nodes.get_opt("idem-1").await.unwrap().is_some());
+    assert!(csi_nodes.get_opt("idem-2").await.unwrap().is_none());
 }

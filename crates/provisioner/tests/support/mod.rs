@@ -84,6 +84,28 @@ impl Scenario {
         ));
     }
 
+    /// [`Scenario::new`], the mock driver with a `pool_size` pool per node of `short` names,
+    /// the provisioner with `prov_args`, and those nodes (Node + CSINode with our driver).
+    pub async fn with_nodes(
+        prefix: &str,
+        short: &[&str],
+        pool_size: &str,
+        prov_args: &[&str],
+    ) -> (Scenario, Vec<String>) {
+        let mut s = Scenario::new(prefix).await;
+        let names = s.node_names(short);
+        s.start_driver(&pool_args(&names, pool_size));
+        s.start_provisioner(prov_args);
+        testenv::create_fake_nodes(
+            &s.client,
+            &s.driver,
+            NODE_KEY,
+            &names.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+        .await;
+        (s, names)
+    }
+
     pub fn mock(&self) -> &MockDriver {
         self.mock.as_ref().expect("the mock driver was not started")
     }
@@ -160,6 +182,36 @@ impl Scenario {
             },
         )
         .await
+    }
+
+    /// The CSI volume handle of PV `pv`.
+    pub async fn volume_handle(&self, pv: &str) -> String {
+        let pv = self.volumes().get(pv).await.unwrap();
+        pv.spec.unwrap().csi.unwrap().volume_handle
+    }
+
+    /// Waits until the namespace has no claim left.
+    pub async fn wait_no_claims(&self, timeout: Duration) {
+        eventually_within("every claim to be gone", timeout, || async {
+            self.claims()
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+                .then_some(())
+        })
+        .await
+    }
+
+    /// Deletes StorageClass `name` and waits until it is gone.
+    pub async fn delete_class(&self, name: &str) {
+        let classes = Api::<StorageClass>::all(self.client.clone());
+        classes
+            .delete(name, &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
+        wait_gone(&classes, name).await;
     }
 
     /// Events on an object of this namespace, by involved object name.
