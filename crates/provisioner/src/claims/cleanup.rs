@@ -7,7 +7,7 @@
 use csi::v1::CreateVolumeRequest;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::reflector::ObjectRef;
-use provisioning::attempt::{Cleanup, after_probe, cleanup};
+use provisioning::attempt::{Cleanup, VolumeState, after_probe, cleanup};
 use provisioning::errors::{ProvisioningState, classify_create_volume_error};
 use provisioning::lifecycle::has_finalizer;
 use provisioning::prepare::Prepared;
@@ -55,7 +55,11 @@ impl ClaimsController {
                     claim_name(claim)
                 ))
             })?;
-        self.memory.forget(&uid);
+        // Remembered, not forgotten: until the cache shows the claim gone, a queued sync still
+        // sees our finalizer on it, and must find nothing left to do rather than an unknown past
+        // to probe. The deletion event prunes the entry.
+        self.memory.forget_unsaved_pv(&uid);
+        self.memory.set_volume_state(&uid, VolumeState::None, None);
         Ok(())
     }
 
