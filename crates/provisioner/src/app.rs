@@ -187,9 +187,12 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     }
 }
 
-/// SIGTERM/SIGINT. Upstream dies at once unless the `ReleaseLeaderElectionOnExit` gate is on,
-/// in which case it drains and releases the lease.
-async fn cancel_on_signal(cancel: CancellationToken, graceful: bool) {
+/// SIGTERM/SIGINT: stop taking new work and let in-flight CSI calls finish (bounded, see
+/// `controllers::run_controllers`), then exit 0. Upstream dies at once unless the
+/// `ReleaseLeaderElectionOnExit` gate is on; a CreateVolume cut off that way leaves a volume
+/// whose PV is never written until the claim is synced again, so we always drain. The Lease is
+/// released only with the gate, as upstream.
+async fn cancel_on_signal(cancel: CancellationToken, release_lease: bool) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -201,11 +204,11 @@ async fn cancel_on_signal(cancel: CancellationToken, graceful: bool) {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
-    if !graceful {
-        tracing::info!("Received termination signal; exiting");
-        std::process::exit(0);
-    }
-    tracing::info!("Received termination signal; stopping controllers and releasing the lease");
+    tracing::info!(
+        release_lease,
+        "Received termination signal; finishing in-flight calls, then exiting"
+    );
+    crate::driver::shutting_down();
     cancel.cancel();
 }
 

@@ -149,9 +149,18 @@ pub(crate) async fn run_controllers(
     tasks.spawn("claims", claims.run(opts.worker_threads, cancel.clone()));
     tasks.spawn("volumes", volumes.run(opts.worker_threads, cancel.clone()));
     let result = tasks.until_cancelled(&cancel).await;
+    if result.is_ok() {
+        // Shutting down: the workers take no new keys; let the calls they are in finish. Every
+        // CSI call ends within `--timeout`, and the write after it needs a moment more.
+        let bound = opts.timeout + DRAIN_EXTRA;
+        tasks.drain(&["claims", "volumes"], bound).await;
+    }
     tasks.set.abort_all();
     result
 }
+
+/// How long past `--timeout` a shutdown waits for the workers' last writes.
+const DRAIN_EXTRA: Duration = Duration::from_secs(5);
 
 /// The controllers' tasks, by name. Each runs until cancel: one that ends earlier (returned or
 /// panicked) leaves the provisioner silently broken, so it ends [`run_controllers`] instead.
@@ -165,6 +174,31 @@ impl Tasks {
     fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
         let id = self.set.spawn(task).id();
         self.names.insert(id, name);
+    }
+
+    /// Waits up to `bound` for the tasks named `names` to end (others may end meanwhile).
+    async fn drain(&mut self, names: &[&str], bound: Duration) {
+        let mut waiting: Vec<&str> = names.to_vec();
+        let deadline = tokio::time::Instant::now() + bound;
+        while !waiting.is_empty() {
+            match tokio::time::timeout_at(deadline, self.set.join_next_with_id()).await {
+                Ok(Some(joined)) => {
+                    let id = match &joined {
+                        Ok((id, ())) => *id,
+                        Err(e) => e.id(),
+                    };
+                    if let Some(name) = self.names.get(&id) {
+                        waiting.retain(|w| w != name);
+                    }
+                }
+                Ok(None) => return,
+                Err(_) => {
+                    tracing::warn!(tasks = ?waiting, "In-flight work did not finish in time; exiting anyway");
+                    return;
+                }
+            }
+        }
+        tracing::info!("In-flight work finished");
     }
 
     /// `Ok` once `cancel` fires; an error naming the first task that ends before.

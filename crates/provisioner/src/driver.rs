@@ -2,6 +2,7 @@
 //! until ready, then ask once for the driver name and capabilities (failure is fatal).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use csi::v1::{GetPluginInfoRequest, NodeGetInfoRequest, NodeGetInfoResponse};
@@ -96,9 +97,21 @@ pub async fn node_info(client: &Client) -> Result<NodeGetInfoResponse, DriverErr
         .map_err(DriverError::NodeInfo)
 }
 
+/// Set once a shutdown has begun: the connection closing under a stopping runtime is no loss.
+static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+
+/// Says that the process is shutting down on purpose (SIGTERM): from now on a closed driver
+/// connection does not turn a clean exit into a failure.
+pub fn shutting_down() {
+    SHUTTING_DOWN.store(true, Ordering::Release);
+}
+
 /// Upstream's `ExitOnConnectionLoss`: a sidecar whose driver went away cannot do anything
 /// useful, and restarting the container is the recovery Kubernetes offers.
 fn exit_on_connection_loss() {
+    if SHUTTING_DOWN.load(Ordering::Acquire) {
+        return;
+    }
     const MESSAGE: &str = "Lost connection to CSI driver, exiting";
     tracing::error!("{MESSAGE}");
     // Best effort, as upstream: Kubernetes shows this file's content as the termination reason.

@@ -307,6 +307,45 @@ async fn a_panicking_worker_ends_the_process() {
     );
 }
 
+/// SIGTERM while a CreateVolume runs: no new work starts, the running call finishes and its PV
+/// is written, then the process exits 0 (upstream dies at once and leaves the volume without a
+/// PV until the claim is synced again).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn sigterm_lets_the_running_create_volume_finish() {
+    let mut s = Scenario::start("prov-term", &[], &[]).await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    let claim = s.claim("data", &class, "1Gi", json!({})).await;
+    testenv::wait_for(
+        &s.claims(),
+        "data",
+        "hold the creating-volume finalizer",
+        holds_finalizer,
+    )
+    .await;
+    let pid = s.provisioner().process().pid().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    // A claim created now is new work: it must not be started.
+    s.claim("late", &class, "1Gi", json!({})).await;
+    let status = wait_exit(&mut s, 30, "after SIGTERM").await;
+    assert_eq!(status.code(), Some(0), "exit status");
+    let pv = format!("pvc-{}", claim.metadata.uid.unwrap());
+    assert!(
+        s.volumes().get_opt(&pv).await.unwrap().is_some(),
+        "the finished call's PV was written before exiting"
+    );
+    let calls = s.mock().calls_of("CreateVolume");
+    assert_eq!(calls.len(), 1, "only the running call: {calls:?}");
+    assert!(calls[0]["response"]["volume"].is_object());
+    assert!(s.provisioner().log().contains("In-flight work finished"));
+}
+
 /// Waits up to `seconds` for the provisioner to exit; fails with its log tail otherwise.
 async fn wait_exit(s: &mut Scenario, seconds: u64, when: &str) -> std::process::ExitStatus {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
