@@ -105,7 +105,7 @@ struct State {
     /// The segment each node with our driver contributed at the last resync.
     node_segments: HashMap<String, Segment>,
     index: index::Index,
-    written: HashMap<Key, index::Written>,
+    written: HashMap<Key, capacity::written::Written>,
     staleness: staleness::Staleness,
     /// Desired keys whose capacity was never asked for (or not since their class changed).
     unattempted: HashSet<Key>,
