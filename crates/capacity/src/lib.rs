@@ -13,6 +13,11 @@
 //! | Which objects are obsolete? | [`plan::obsolete`] |
 //! | What object do we create? | [`published::build_object`] |
 //! | Which pairs does a new or deleted volume touch? | [`refresh::keys_for_volume`] |
+//! | Which segment does one node contribute? | [`resync::node_segment`], [`resync::node_driver`] |
+//! | Does a changed StorageClass need a resync? | [`resync::class_matters`] |
+//! | What must a resync refresh, and which keys left? | [`resync::diff`] |
+//! | How long does a key wait after failed GetCapacity calls? | [`resync::backoff`] |
+//! | Which version of an object does the next write build on, given our unconfirmed write? | [`written::base_for_write`], [`written::objects_for_key`] |
 //! | Why can a waiting claim not be placed anywhere? | [`explain::explain_exhaustion`] |
 
 // A decision crate: every public item says what it decides (denied in CI by clippy -D warnings).
@@ -25,8 +30,10 @@ pub mod plan;
 pub mod published;
 mod quantity;
 pub mod refresh;
+pub mod resync;
 pub mod segment;
 pub mod value;
+pub mod written;
 
 pub use desired::Key;
 pub use segment::Segment;

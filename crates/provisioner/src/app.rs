@@ -95,7 +95,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     let call_metrics = csi::CallMetrics::new();
     call_metrics.register(&mut registry);
     let driver = driver::connect(&opts.csi_address, opts.timeout, call_metrics).await?;
-    if let Some(in_tree) = crate::volumes::decide::migrated_from(&driver.name) {
+    if let Some(in_tree) = provisioning::volume::decide::migrated_from(&driver.name) {
         tracing::warn!(driver = %driver.name, in_tree_plugin = in_tree,
             "CSI migration is not supported by this provisioner: claims and classes naming the in-tree plugin are not provisioned, and in-tree PersistentVolumes migrated to this driver are left alone");
     }

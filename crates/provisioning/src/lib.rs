@@ -24,6 +24,10 @@
 //! | May a volume exist for this claim, and what does cleaning it up take? | [`attempt::after_call`], [`attempt::cleanup`], [`attempt::after_probe`] |
 //! | When may a failed claim be attempted again? | [`retry::hold_after_failure`], [`retry::wait`] |
 //! | How is a byte count written as a quantity? | [`quantity::format_binary_si`] |
+//! | Does a PV get our finalizer, lose it, get deleted or ignored? | [`volume::decide::decide`] (ours: [`volume::decide::is_ours`]) |
+//! | Is a PV an in-tree one migrated to our driver, which we leave alone? | [`volume::decide::is_migrated_in_tree`], [`volume::decide::migrated_from`] |
+//! | Which secret does DeleteVolume use? | [`volume::decide::deletion_secret`] |
+//! | Which deletion steps of a released PV remain? | [`volume::steps::remaining`] |
 //! | Which annotation, finalizer, event reason? | [`names`] |
 //!
 //! # Typical flow for the claim controller
@@ -62,6 +66,7 @@ pub mod retry;
 pub mod secrets;
 pub mod topology;
 pub mod validation;
+pub mod volume;
 pub mod volume_name;
 
 #[cfg(test)]

@@ -18,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 
 use capacity::published::Published;
 
-use super::decide::{class_matters, node_segment};
-use super::index::base_for_write;
 use super::{CapacityChanges, DEBOUNCE, Item, Shared};
+use capacity::resync::{class_matters, node_segment};
+use capacity::written::base_for_write;
 
 enum Event {
     Class(Change<StorageClass>),

@@ -1,6 +1,7 @@
 //! The storage capacity controller: publishes one CSIStorageCapacity per (segment, class).
 //!
-//! A thin shell over the pure `capacity` crate and the `decide` module:
+//! A thin shell over the pure `capacity` crate (its `resync` module decides what a cache change
+//! means):
 //! - a dispatcher (module `dispatch`) reads the cache change streams, keeps an index of our
 //!   objects and asks for a debounced resync (queue `csitopology`) when classes or topology
 //!   change;
@@ -14,7 +15,6 @@
 //! interval: the queue coalesces. Our own writes coming back through the watch never cause a
 //! GetCapacity.
 
-mod decide;
 mod dispatch;
 mod index;
 mod metrics;
@@ -105,7 +105,7 @@ struct State {
     /// The segment each node with our driver contributed at the last resync.
     node_segments: HashMap<String, Segment>,
     index: index::Index,
-    written: HashMap<Key, index::Written>,
+    written: HashMap<Key, capacity::written::Written>,
     staleness: staleness::Staleness,
     /// Desired keys whose capacity was never asked for (or not since their class changed).
     unattempted: HashSet<Key>,

@@ -18,9 +18,9 @@ use runtime::workqueue::Outcome;
 use tokio::time::Instant;
 use tonic::Code;
 
-use super::decide::{backoff, diff, node_driver};
-use super::index::{Written, objects_for_key};
 use super::{Item, Shared};
+use capacity::resync::{backoff, diff, node_driver};
+use capacity::written::{Written, objects_for_key};
 
 impl Shared {
     /// Recomputes the desired keys from the caches and queues what changed: new keys (and

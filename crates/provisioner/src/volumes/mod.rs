@@ -1,9 +1,6 @@
 //! The volume controller: finalizers on our PVs and deletion of released ones (work queue
-//! "volumes"). [`decide::decide`] picks the action and [`steps::remaining`] the deletion's
-//! steps; this file carries them out.
-
-pub mod decide;
-pub mod steps;
+//! "volumes"). The pure [`provisioning::volume::decide::decide`] picks the action and
+//! [`provisioning::volume::steps::remaining`] the deletion's steps; this file carries them out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -23,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::secrets;
-use decide::{Action, DeletionSecret};
-use steps::Stage;
+use provisioning::volume::decide::{self, Action, DeletionSecret};
+use provisioning::volume::steps::{self, Stage};
 
 /// The volume controller.
 #[derive(Clone)]

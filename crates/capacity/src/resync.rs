@@ -1,16 +1,16 @@
-//! Pure decisions of the controller shell: which cache changes need a resync, what a resync
-//! must refresh, and how long a failing key waits.
+//! The capacity controller's resync decisions: which cache changes need a resync, what a
+//! resync must refresh, and how long a failing key waits.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use capacity::class::{Class, eligible};
-use capacity::segment::{NodeDriver, segment_of};
-use capacity::{Key, Segment};
+use crate::class::{Class, eligible};
+use crate::segment::{NodeDriver, segment_of};
+use crate::{Key, Segment};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 /// The segment one node contributes for `driver`: `None` when its CSINode has no entry for the
-/// driver, or its Node is unknown or lacks a topology label (as [`capacity::segment::segments`]).
+/// driver, or its Node is unknown or lacks a topology label (as [`crate::segment::segments`]).
 pub fn node_segment(
     csi_node: Option<&CSINode>,
     labels: Option<&BTreeMap<String, String>>,

@@ -1,11 +1,12 @@
 //! What to do with one PersistentVolume, as upstream's library decides it (pure).
 
+use crate::names::{ANN_MIGRATED_TO, ANN_PROVISIONED_BY, PV_FINALIZER};
 use k8s_openapi::api::core::v1::PersistentVolume;
-use provisioning::names::{ANN_MIGRATED_TO, ANN_PROVISIONED_BY, PV_FINALIZER};
 
 /// The next action for a PV.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
+    /// Not ours, or nothing to do.
     Ignore,
     /// A bound PV with reclaim policy Delete gets our finalizer, so it cannot vanish before the
     /// volume is deleted.
@@ -64,6 +65,7 @@ pub fn is_migrated_in_tree(pv: &PersistentVolume, driver: &str) -> bool {
         && ann(ANN_PROVISIONED_BY) != Some(driver)
 }
 
+/// Whether the PV carries our finalizer.
 pub fn has_finalizer(pv: &PersistentVolume) -> bool {
     pv.metadata
         .finalizers
@@ -292,11 +294,12 @@ mod tests {
 /// Where the secret for DeleteVolume comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeletionSecret {
+    /// DeleteVolume is called without a secret.
     None,
     /// Recorded on the PV at provisioning time (read errors are logged, deletion goes on).
-    Annotated(provisioning::secrets::SecretRef),
+    Annotated(crate::secrets::SecretRef),
     /// Old PVs without the annotations: resolved again from the StorageClass.
-    FromClass(provisioning::secrets::SecretRef),
+    FromClass(crate::secrets::SecretRef),
 }
 
 /// Upstream's choice of deletion secret: the PV's annotations when both are present (empty
@@ -305,9 +308,9 @@ pub enum DeletionSecret {
 pub fn deletion_secret(
     pv: &PersistentVolume,
     class: Option<&k8s_openapi::api::storage::v1::StorageClass>,
-) -> Result<DeletionSecret, provisioning::secrets::SecretError> {
-    use provisioning::names::{ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE};
-    use provisioning::secrets::{SecretKind, SecretRef, TemplateClaim, secret_reference};
+) -> Result<DeletionSecret, crate::secrets::SecretError> {
+    use crate::names::{ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE};
+    use crate::secrets::{SecretKind, SecretRef, TemplateClaim, secret_reference};
     let annotations = pv.metadata.annotations.as_ref();
     let ann = |k: &str| annotations.and_then(|a| a.get(k));
     if let (Some(name), Some(namespace)) = (
@@ -344,10 +347,10 @@ pub fn deletion_secret(
 #[cfg(test)]
 mod secret_tests {
     use super::*;
+    use crate::names::{ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE};
+    use crate::secrets::SecretRef;
     use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeSpec};
     use k8s_openapi::api::storage::v1::StorageClass;
-    use provisioning::names::{ANN_DELETION_SECRET_NAME, ANN_DELETION_SECRET_NAMESPACE};
-    use provisioning::secrets::SecretRef;
     use std::collections::BTreeMap;
 
     fn pv(annotations: Option<(&str, &str)>) -> PersistentVolume {

@@ -14,11 +14,16 @@ pub enum Stage {
 /// The steps this sync performs, in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Steps {
+    /// Call DeleteVolume.
     pub delete_volume: bool,
+    /// Remove our finalizer from the PV.
     pub drop_finalizer: bool,
+    /// Delete the PV object.
     pub delete_object: bool,
 }
 
+/// The deletion steps this sync still performs.
+///
 /// `stage`: what earlier syncs achieved; `has_finalizer`: the PV still carries ours;
 /// `being_deleted`: it has a deletionTimestamp.
 pub fn remaining(stage: Option<Stage>, has_finalizer: bool, being_deleted: bool) -> Steps {
