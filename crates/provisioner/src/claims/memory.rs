@@ -155,6 +155,16 @@ impl Memory {
         })
     }
 
+    /// Records that no volume of the claim exists without a PV, if the claim has an entry
+    /// (never creates one: its deletion event may already have pruned it).
+    pub fn settle(&self, uid: &str) {
+        if let Some(m) = self.claims.lock().get_mut(uid) {
+            m.volume = Some(VolumeState::None);
+            m.last_request = None;
+            m.unsaved_pv = None;
+        }
+    }
+
     /// The request a clean-up probe repeats, and whose secrets DeleteVolume uses.
     pub fn last_request(&self, uid: &str) -> Option<CreateVolumeRequest> {
         self.claims
@@ -350,6 +360,16 @@ mod tests {
         // Clearing a hold never creates an entry.
         m.set_hold("u", None);
         assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn settling_never_creates_an_entry() {
+        let m = Memory::default();
+        m.settle("u");
+        assert_eq!(m.len(), 0);
+        m.set_volume_state("u", VolumeState::Unknown, None);
+        m.settle("u");
+        assert_eq!(m.volume_state("u", true), VolumeState::None);
     }
 
     #[test]

@@ -232,9 +232,13 @@ impl ClaimsController {
             return;
         }
         let (memory, claim, task_uid) = (self.memory.clone(), claim.clone(), uid.clone());
+        let deleted = claim.metadata.deletion_timestamp.is_some();
         let task = tokio::spawn(async move {
             match update::remove_finalizer(&client, &claim).await {
-                // The PV owns the volume now: nothing about the claim is needed any more.
+                // The PV owns the volume now. A deleted claim may still show our finalizer in
+                // the cache for a moment: remember that nothing of ours is left (its deletion
+                // event prunes the entry) rather than leave a later sync an unknown past.
+                Ok(_) if deleted => memory.settle(&task_uid),
                 Ok(_) => memory.forget(&task_uid),
                 Err(e) => {
                     tracing::warn!(claim = %ClaimKey::of(&claim).to_string(), err = %e, "Cannot remove the creating-volume finalizer; will retry");
