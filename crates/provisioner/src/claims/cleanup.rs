@@ -22,18 +22,13 @@ impl ClaimsController {
     pub(super) async fn clean_up(&self, claim: &PersistentVolumeClaim) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let state = self.memory.volume_state(&uid, has_finalizer(claim));
-        let mut step = cleanup(&state, false);
-        if step != Cleanup::Release && self.name_taken(claim) {
-            klog::v!(2, claim = %claim_name(claim), "The volume name belongs to another claim's PV; not deleting anything");
-            step = Cleanup::Release;
-        }
-        let secrets = self
-            .memory
-            .last_request(&uid)
-            .map(|r| r.secrets)
+        let last_request = self.memory.last_request(&uid);
+        let secrets = last_request
+            .as_ref()
+            .map(|r| r.secrets.clone())
             .unwrap_or_default();
-        let (step, secrets) = match step {
-            Cleanup::ProbeLastRequest => match self.memory.last_request(&uid) {
+        let (step, secrets) = match cleanup(&state, self.name_taken(claim)) {
+            Cleanup::ProbeLastRequest => match last_request {
                 Some(request) => (self.probe(claim, request).await?, secrets),
                 None => self.probe_rebuilt(claim).await?,
             },
@@ -41,10 +36,19 @@ impl ClaimsController {
             other => (other, secrets),
         };
         if let Cleanup::Delete(volume_id) = step {
-            if self.volume_used_elsewhere(&volume_id, &uid) {
-                klog::v!(2, claim = %claim_name(claim), volume = %volume_id, "Volume belongs to another claim's PV; not deleting it");
-            } else {
-                self.delete_volume_of(claim, volume_id, secrets).await?;
+            match self.delete_own_volume(&uid, &volume_id, secrets).await {
+                Ok(true) => {
+                    klog::v!(2, claim = %claim_name(claim), volume = %volume_id, "Deleted the volume of a claim deleted before its PV existed");
+                    self.refresh_capacity(claim);
+                }
+                Ok(false) => {}
+                Err(status) => {
+                    let message = format!(
+                        "cannot delete volume {volume_id} created for this deleted claim: {}",
+                        csi::status::go_error_string(&status)
+                    );
+                    return Err(self.cleanup_failed(claim, message));
+                }
             }
         }
         update::remove_finalizer(&self.ctx.client, claim)
@@ -58,31 +62,28 @@ impl ClaimsController {
         // Remembered, not forgotten: until the cache shows the claim gone, a queued sync still
         // sees our finalizer on it, and must find nothing left to do rather than an unknown past
         // to probe. The deletion event prunes the entry.
-        self.memory.forget_unsaved_pv(&uid);
         self.memory.set_volume_state(&uid, VolumeState::None, None);
         Ok(())
     }
 
-    async fn delete_volume_of(
+    /// DeleteVolume for a volume a CreateVolume of claim `uid` returned. `Ok(false)`: a PV of
+    /// another claim names it, so it was never ours and is left alone.
+    pub(super) async fn delete_own_volume(
         &self,
-        claim: &PersistentVolumeClaim,
-        volume_id: String,
+        uid: &str,
+        volume_id: &str,
         secrets: std::collections::HashMap<String, String>,
-    ) -> Result<(), SyncError> {
+    ) -> Result<bool, tonic::Status> {
+        if self.volume_used_elsewhere(volume_id, uid) {
+            klog::v!(2, volume = %volume_id, "Volume belongs to another claim's PV; not deleting it");
+            return Ok(false);
+        }
         let request = csi::v1::DeleteVolumeRequest {
-            volume_id: volume_id.clone(),
+            volume_id: volume_id.to_string(),
             secrets,
         };
-        if let Err(status) = self.ctx.driver.client.delete_volume(request).await {
-            let message = format!(
-                "cannot delete volume {volume_id} created for this deleted claim: {}",
-                csi::status::go_error_string(&status)
-            );
-            return Err(self.cleanup_failed(claim, message));
-        }
-        klog::v!(2, claim = %claim_name(claim), volume = %volume_id, "Deleted the volume of a claim deleted before its PV existed");
-        self.refresh_capacity(claim);
-        Ok(())
+        self.ctx.driver.client.delete_volume(request).await?;
+        Ok(true)
     }
 
     /// Repeats a CreateVolume that may have created a volume. CSI promises the same volume for

@@ -60,6 +60,21 @@ struct ClaimMemory {
     hold: Option<Hold>,
 }
 
+impl ClaimMemory {
+    /// The request is kept only while a volume may exist without a PV, and a PV to save only
+    /// while the created volume is ours.
+    fn record(&mut self, state: VolumeState, request: Option<CreateVolumeRequest>) {
+        self.last_request = match state {
+            VolumeState::MayExist | VolumeState::Created(_) => request,
+            _ => None,
+        };
+        if !matches!(state, VolumeState::Created(_)) {
+            self.unsaved_pv = None;
+        }
+        self.volume = Some(state);
+    }
+}
+
 impl Memory {
     fn with<R>(&self, uid: &str, f: impl FnOnce(&mut ClaimMemory) -> R) -> R {
         f(self.claims.lock().entry(uid.to_string()).or_default())
@@ -146,12 +161,16 @@ impl Memory {
         state: VolumeState,
         request: Option<CreateVolumeRequest>,
     ) {
+        self.with(uid, |m| m.record(state, request))
+    }
+
+    /// The claim's state, recorded as [`VolumeState::initial`] if this process has no record
+    /// yet (so a finalizer added next does not make it look like an earlier process's).
+    pub fn volume_state_recorded(&self, uid: &str, holds_finalizer: bool) -> VolumeState {
         self.with(uid, |m| {
-            m.last_request = match state {
-                VolumeState::MayExist | VolumeState::Created(_) => request,
-                _ => None,
-            };
-            m.volume = Some(state);
+            m.volume
+                .get_or_insert_with(|| VolumeState::initial(holds_finalizer))
+                .clone()
         })
     }
 
@@ -159,9 +178,7 @@ impl Memory {
     /// (never creates one: its deletion event may already have pruned it).
     pub fn settle(&self, uid: &str) {
         if let Some(m) = self.claims.lock().get_mut(uid) {
-            m.volume = Some(VolumeState::None);
-            m.last_request = None;
-            m.unsaved_pv = None;
+            m.record(VolumeState::None, None);
         }
     }
 
@@ -175,12 +192,6 @@ impl Memory {
 
     pub fn keep_unsaved_pv(&self, uid: &str, pv: PersistentVolume) {
         self.with(uid, |m| m.unsaved_pv = Some(pv));
-    }
-
-    pub fn forget_unsaved_pv(&self, uid: &str) {
-        if let Some(m) = self.claims.lock().get_mut(uid) {
-            m.unsaved_pv = None;
-        }
     }
 
     pub fn unsaved_pv(&self, uid: &str) -> Option<PersistentVolume> {
@@ -360,6 +371,31 @@ mod tests {
         // Clearing a hold never creates an entry.
         m.set_hold("u", None);
         assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn the_first_state_is_recorded_without_losing_a_kept_request() {
+        let m = Memory::default();
+        assert_eq!(m.volume_state_recorded("u", false), VolumeState::None);
+        // The finalizer goes on now: still None, not an earlier process's Unknown.
+        assert_eq!(m.volume_state("u", true), VolumeState::None);
+        let request = CreateVolumeRequest {
+            name: "pvc-v".into(),
+            ..Default::default()
+        };
+        m.set_volume_state("v", VolumeState::MayExist, Some(request.clone()));
+        assert_eq!(m.volume_state_recorded("v", true), VolumeState::MayExist);
+        assert_eq!(m.last_request("v"), Some(request));
+    }
+
+    #[test]
+    fn a_pv_is_kept_for_saving_only_while_its_volume_is_ours() {
+        let m = Memory::default();
+        m.set_volume_state("u", VolumeState::Created("vol".into()), None);
+        m.keep_unsaved_pv("u", PersistentVolume::default());
+        assert!(m.unsaved_pv("u").is_some());
+        m.set_volume_state("u", VolumeState::Collision, None);
+        assert!(m.unsaved_pv("u").is_none());
     }
 
     #[test]

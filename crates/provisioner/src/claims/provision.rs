@@ -191,8 +191,9 @@ impl ClaimsController {
 
         // Recorded before the finalizer goes on: a claim that held it already may have a
         // volume from an earlier process.
-        let before = self.memory.volume_state(&uid, has_finalizer(claim));
-        self.memory.set_volume_state(&uid, before.clone(), None);
+        let before = self
+            .memory
+            .volume_state_recorded(&uid, has_finalizer(claim));
         // From here a volume may exist: the claim must not disappear without us knowing.
         let claim = match update::add_finalizer(&ctx.client, claim).await {
             Ok(Some(c)) => c,
@@ -330,7 +331,6 @@ impl ClaimsController {
             Ok(false) => {
                 self.memory
                     .set_volume_state(&uid, VolumeState::Collision, None);
-                self.memory.forget_unsaved_pv(&uid);
                 let failed = Failed {
                     class: &class,
                     class_uid: None,
@@ -434,22 +434,17 @@ impl ClaimsController {
     }
 
     /// Best-effort DeleteVolume for a volume we will not keep (too small); whether it is gone.
-    /// A volume another claim's PV names is never deleted.
     async fn delete_too_small(
         &self,
         uid: &str,
         volume_id: &str,
         request: &csi::v1::CreateVolumeRequest,
     ) -> bool {
-        if self.volume_used_elsewhere(volume_id, uid) {
-            return false;
-        }
-        let request = csi::v1::DeleteVolumeRequest {
-            volume_id: volume_id.to_string(),
-            secrets: request.secrets.clone(),
-        };
-        match self.ctx.driver.client.delete_volume(request).await {
-            Ok(_) => true,
+        match self
+            .delete_own_volume(uid, volume_id, request.secrets.clone())
+            .await
+        {
+            Ok(deleted) => deleted,
             Err(status) => {
                 tracing::error!(volume = %volume_id, err = %csi::status::go_error_string(&status), "Failed to delete the volume that was too small; retrying CreateVolume will find it again");
                 false
