@@ -83,6 +83,30 @@ pub fn may_release(state: &VolumeState) -> bool {
     matches!(state, VolumeState::None | VolumeState::Collision)
 }
 
+/// The claim writes a failed attempt needs, made together in one update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureWrites {
+    /// Remove `volume.kubernetes.io/selected-node` so the scheduler picks again.
+    pub reschedule: bool,
+    /// Remove our finalizer: nothing of ours can exist.
+    pub release: bool,
+}
+
+/// The writes after an attempt that failed with `failed` (upstream's state), given the claim's
+/// volume `state` after it, whether it holds our finalizer and whether it has a selected node.
+/// A `Reschedule` without a selected node cannot reschedule (upstream treats it as `Finished`).
+pub fn after_failure(
+    failed: crate::ProvisioningState,
+    state: &VolumeState,
+    holds_finalizer: bool,
+    has_selected_node: bool,
+) -> FailureWrites {
+    FailureWrites {
+        reschedule: failed == crate::ProvisioningState::Reschedule && has_selected_node,
+        release: holds_finalizer && may_release(state),
+    }
+}
+
 /// What cleaning up a deleted claim (finalizer, no PV) takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cleanup {
@@ -181,6 +205,31 @@ mod tests {
         }
         assert_eq!(S::initial(true), S::Unknown);
         assert_eq!(S::initial(false), S::None);
+    }
+
+    #[test]
+    fn writes_after_a_failure() {
+        use crate::ProvisioningState as P;
+        let w = |reschedule, release| FailureWrites {
+            reschedule,
+            release,
+        };
+        let cases = [
+            ((P::Reschedule, S::None, true, true), w(true, true)),
+            ((P::Reschedule, S::None, true, false), w(false, true)),
+            ((P::Reschedule, S::MayExist, true, true), w(true, false)),
+            ((P::Finished, S::None, false, true), w(false, false)),
+            ((P::Finished, S::Collision, true, false), w(false, true)),
+            ((P::Background, S::MayExist, true, true), w(false, false)),
+            ((P::Finished, S::Unknown, true, false), w(false, false)),
+        ];
+        for ((failed, state, holds, selected), want) in cases {
+            assert_eq!(
+                after_failure(failed, &state, holds, selected),
+                want,
+                "{failed:?} {state:?} {holds} {selected}"
+            );
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! | Is the reported size acceptable? | [`pv::capacity_decision`] |
 //! | What PV object is created? | [`pv::build_persistent_volume`] |
 //! | What does a CreateVolume error mean (retry, background, reschedule)? | [`errors::classify_create_volume_error`] |
-//! | May a volume exist for this claim, and what does cleaning it up take? | [`attempt::after_call`], [`attempt::cleanup`], [`attempt::after_probe`] |
+//! | May a volume exist for this claim, and what does cleaning it up take? | [`attempt::after_call`], [`attempt::after_failure`], [`attempt::cleanup`], [`attempt::after_probe`] |
 //! | When may a failed claim be attempted again? | [`retry::hold_after_failure`], [`retry::wait`] |
 //! | How is a byte count written as a quantity? | [`quantity::format_binary_si`] |
 //! | Does a PV get our finalizer, lose it, get deleted or ignored? | [`volume::decide::decide`] (ours: [`volume::decide::is_ours`]) |

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 use kube::Api;
 use kube::api::PostParams;
-use provisioning::attempt::{CallResult, VolumeState, after_call, failed_call, may_release};
+use provisioning::attempt::{CallResult, VolumeState, after_call, after_failure, failed_call};
 use provisioning::errors::{
     ProvisionError, ProvisioningState, classify_create_volume_error, is_infeasible, may_reschedule,
 };
@@ -405,17 +405,18 @@ impl ClaimsController {
         ) {
             self.memory.forget_topology(&uid);
         }
-        // Nothing of ours can exist: the claim need not be held (one write, with the
-        // rescheduling when there is one).
-        let release = has_finalizer(claim) && may_release(&self.memory.volume_state(&uid, true));
-        let reschedule = err.state == ProvisioningState::Reschedule
-            && provisioning::claim::selected_node(claim).is_some();
-        if reschedule || release {
-            update::after_failure(&ctx.client, claim, reschedule, release)
+        let writes = after_failure(
+            err.state,
+            &self.memory.volume_state(&uid, true),
+            has_finalizer(claim),
+            provisioning::claim::selected_node(claim).is_some(),
+        );
+        if writes.reschedule || writes.release {
+            update::after_failure(&ctx.client, claim, writes)
                 .await
                 .map_err(|e| SyncError::retry(format!("cannot update claim: {e}")))?;
         }
-        if reschedule {
+        if writes.reschedule {
             self.memory.set_hold(&uid, None);
             return Ok(());
         }

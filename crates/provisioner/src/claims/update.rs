@@ -75,18 +75,17 @@ async fn set_finalizers(
     .await
 }
 
-/// After a failed attempt, in one write: removes `volume.kubernetes.io/selected-node` so the
-/// scheduler picks another node (`reschedule`), and our finalizer when nothing of ours can
-/// exist (`release`).
+/// After a failed attempt, in one write, what [`provisioning::attempt::after_failure`] asks:
+/// remove `volume.kubernetes.io/selected-node` so the scheduler picks another node, and our
+/// finalizer when nothing of ours can exist.
 pub async fn after_failure(
     client: &Client,
     claim: &PersistentVolumeClaim,
-    reschedule: bool,
-    release: bool,
+    writes: provisioning::attempt::FailureWrites,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
     modify_claim(client, claim, |c| {
         let mut changed = false;
-        if reschedule {
+        if writes.reschedule {
             changed |= c
                 .metadata
                 .annotations
@@ -94,7 +93,9 @@ pub async fn after_failure(
                 .and_then(|a| a.remove(provisioning::names::ANN_SELECTED_NODE))
                 .is_some();
         }
-        if release && let Some(f) = provisioning::lifecycle::without_finalizer(c) {
+        if writes.release
+            && let Some(f) = provisioning::lifecycle::without_finalizer(c)
+        {
             c.metadata.finalizers = Some(f);
             changed = true;
         }
