@@ -36,10 +36,7 @@ async fn a_name_collision_never_deletes_the_other_claims_volume() {
         if restart {
             s.provisioner().restart();
         }
-        s.claims()
-            .delete(&loser, &DeleteParams::default())
-            .await
-            .unwrap();
+        s.delete_claim(&loser).await;
         wait_gone(&s.claims(), &loser).await;
         // Give a wrong clean-up every chance to happen.
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -102,10 +99,7 @@ async fn a_claim_whose_create_volume_failed_finally_is_released_without_a_probe(
     .await;
     let calls = s.mock().calls_of("CreateVolume").len();
     s.mock().clear_faults();
-    s.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
+    s.delete_claim("data").await;
     wait_gone(&s.claims(), "data").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
@@ -223,10 +217,7 @@ async fn clean_up_needs_nothing_but_what_the_attempt_kept() {
         .delete("creds", &DeleteParams::default())
         .await
         .unwrap();
-    s.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
+    s.delete_claim("data").await;
     wait_gone(&s.claims(), "data").await;
     allow_pvs(&s, &policy).await;
     let deletes = s.mock().calls_of("DeleteVolume");

@@ -65,14 +65,8 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
     let handle = pv.spec.unwrap().csi.unwrap().volume_handle;
     let kept_handle = s.volume_handle(&kept_pv).await;
 
-    s.claims()
-        .delete("gone", &DeleteParams::default())
-        .await
-        .unwrap();
-    s.claims()
-        .delete("kept", &DeleteParams::default())
-        .await
-        .unwrap();
+    s.delete_claim("gone").await;
+    s.delete_claim("kept").await;
     wait_gone(&s.volumes(), &gone_pv).await;
     let deletes = s.mock().calls_of("DeleteVolume");
     let delete_call = deletes
@@ -145,10 +139,7 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
     // In a cluster the attachment exists long before the claim is deleted; give the
     // provisioner's VolumeAttachment cache a moment to see this one.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    s.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
+    s.delete_claim("data").await;
 
     let events = support::eventually("VolumeFailedDelete on the PV", || async {
         let list =
@@ -230,10 +221,7 @@ async fn a_deleted_claim_is_released_after_pvc_protection_with_one_write() {
         .patch("data", &PatchParams::default(), &Patch::Merge(&finalizers))
         .await
         .unwrap();
-    s.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
+    s.delete_claim("data").await;
     s.provisioner().restart();
     // The restarted provisioner has synced the claim once its queue has taken it and drained.
     eventually("the restarted provisioner to sync the claim", || async {
@@ -338,10 +326,7 @@ async fn migrated_in_tree_volumes_are_left_alone() {
         "the migrated PV got our finalizer"
     );
 
-    s.claims()
-        .delete("gce", &DeleteParams::default())
-        .await
-        .unwrap();
+    s.delete_claim("gce").await;
     // kube-controller-manager releases it and then, with no in-tree deleter, may mark it Failed.
     testenv::wait_for(
         &s.volumes(),

@@ -21,7 +21,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIStorageCapacity, VolumeAttributesClass};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use serde_json::json;
 use support::{Scenario, eventually};
 use testenv::ControlPlane;
@@ -181,10 +181,7 @@ async fn shipped_rbac_is_enough_for_provisioning_and_capacity() {
 
     // Deleting a claim deletes its volume and PV.
     let first_pv = format!("pvc-{}", first.metadata.uid.unwrap());
-    s.claims()
-        .delete("first", &DeleteParams::default())
-        .await
-        .unwrap();
+    s.delete_claim("first").await;
     eventually("the first PV deleted", || async {
         s.volumes()
             .get_opt(&first_pv)

@@ -13,7 +13,7 @@ mod support;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use serde_json::json;
 use support::{Scenario, eventually, wait_gone};
 use testenv::{ControlPlane, HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, Provisioner};
@@ -137,10 +137,7 @@ async fn immediate_claim_creates_and_deletes_a_hostpath_volume() {
         vec![(HOSTPATH_TOPOLOGY_KEY.to_string(), vec![w.node.clone()])]
     );
 
-    w.s.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
+    w.s.delete_claim("data").await;
     wait_gone(&w.s.volumes(), &pv_name).await;
     assert!(w.plugin.volumes().is_empty(), "{:?}", w.plugin.volumes());
     let deletes = w.plugin.calls_of("DeleteVolume");
@@ -255,10 +252,7 @@ async fn block_mode_and_mount_options_reach_the_plugin() {
 
     // The plugin backs a block volume with a loop device: only DeleteVolume detaches it.
     for claim in ["blk", "fs"] {
-        w.s.claims()
-            .delete(claim, &DeleteParams::default())
-            .await
-            .unwrap();
+        w.s.delete_claim(claim).await;
     }
     for pv in [&blk, &fs] {
         wait_gone(&w.s.volumes(), pv.metadata.name.as_deref().unwrap()).await;

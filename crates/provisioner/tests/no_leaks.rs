@@ -11,7 +11,6 @@ use support::{Scenario, holds_finalizer, no_pv_of_class, wait_gone};
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
-    use kube::api::DeleteParams;
     let mut s = Scenario::start("prov-crash", &[], &[]).await;
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
@@ -27,10 +26,7 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
     .await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     s.provisioner().kill9();
-    s.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
+    s.delete_claim("data").await;
     let held = s.claims().get("data").await.unwrap();
     assert!(
         held.metadata.deletion_timestamp.is_some() && holds_finalizer(&held),
@@ -372,10 +368,7 @@ async fn delete_while_creating(s: &Scenario, name: &str) {
         holds_finalizer,
     )
     .await;
-    s.claims()
-        .delete(name, &kube::api::DeleteParams::default())
-        .await
-        .unwrap();
+    s.delete_claim(name).await;
     wait_gone(&s.claims(), name).await;
     support::eventually("the driver to be empty", || async {
         s.driver_volumes().await.is_empty().then_some(())

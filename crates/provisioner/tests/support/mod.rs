@@ -204,6 +204,14 @@ impl Scenario {
         .await
     }
 
+    /// Deletes claim `name` (it may stay while finalizers hold it).
+    pub async fn delete_claim(&self, name: &str) {
+        self.claims()
+            .delete(name, &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
     /// Deletes StorageClass `name` and waits until it is gone.
     pub async fn delete_class(&self, name: &str) {
         let classes = Api::<StorageClass>::all(self.client.clone());
