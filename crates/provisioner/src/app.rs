@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
+use controller_kit::client::{ClientLimits, RequestMetrics, build_client, build_client_pair};
+use controller_kit::events::{EventRecorder, EventType};
+use controller_kit::workqueue::WorkQueueMetrics;
 use kube::Client;
 use leader_election::{LeaderElectionConfig, LeaderElector, Outcome};
 use prometheus_client::registry::Registry;
-use runtime::client::{ClientLimits, RequestMetrics, build_client, build_client_pair};
-use runtime::events::{EventRecorder, EventType};
-use runtime::workqueue::WorkQueueMetrics;
 use tokio_util::sync::CancellationToken;
 
 use crate::capacity_controller::CapacityMetrics;
@@ -22,13 +22,13 @@ pub enum AppError {
     #[error(transparent)]
     Kubeconfig(#[from] kubeconfig::KubeconfigError),
     #[error(transparent)]
-    Client(#[from] runtime::client::ClientError),
+    Client(#[from] controller_kit::client::ClientError),
     #[error(transparent)]
     Driver(#[from] driver::DriverError),
     #[error(transparent)]
     Http(#[from] http::HttpError),
     #[error(transparent)]
-    Caches(#[from] runtime::reflect::ReflectError),
+    Caches(#[from] controller_kit::reflect::ReflectError),
     #[error("invalid leader election settings: {0}")]
     LeaderElection(#[from] leader_election::ConfigError),
     #[error("leaderelection lost")]

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
+use controller_kit::reflect::{Change, InitialList, ReflectError, informer, wait_until_ready};
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment};
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client};
-use runtime::reflect::{Change, InitialList, ReflectError, informer, wait_until_ready};
 
 /// Read-only views of the cluster, shared by all controllers.
 #[derive(Clone)]
@@ -43,7 +43,7 @@ pub struct CacheOptions {
     pub watch_attachments: bool,
     /// Namespace and label selector of our CSIStorageCapacity objects.
     pub capacities: Option<(String, String)>,
-    /// Streaming or paged first lists ([`runtime::reflect::probe_initial_list`]).
+    /// Streaming or paged first lists ([`controller_kit::reflect::probe_initial_list`]).
     pub initial_list: InitialList,
 }
 

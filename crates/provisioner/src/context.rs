@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use controller_kit::events::EventRecorder;
 use kube::Client;
-use runtime::events::EventRecorder;
 
 use crate::caches::Caches;
 use crate::capacity_controller::RefreshHandle;

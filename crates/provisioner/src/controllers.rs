@@ -6,10 +6,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use controller_kit::events::EventRecorder;
+use controller_kit::reflect::Change;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use runtime::events::EventRecorder;
-use runtime::reflect::Change;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -48,7 +48,7 @@ pub(crate) async fn run_controllers(
     };
     // Paged lists of 10,000 claims cost 20 requests each at QPS 5; a streaming list costs one.
     let initial_list =
-        runtime::reflect::probe_initial_list(&base.client, STREAMING_PROBE_WAIT).await;
+        controller_kit::reflect::probe_initial_list(&base.client, STREAMING_PROBE_WAIT).await;
     let (caches, changes) = Caches::start(
         &base.client,
         &base.capacity_client,
@@ -215,7 +215,7 @@ impl Tasks {
                 if e.is_panic() {
                     format!(
                         "panicked: {}",
-                        runtime::workqueue::panic_message(e.into_panic().as_ref())
+                        controller_kit::workqueue::panic_message(e.into_panic().as_ref())
                     )
                 } else {
                     "was aborted".to_string()

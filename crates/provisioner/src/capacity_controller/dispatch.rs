@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
+use controller_kit::reflect::Change;
 use futures::StreamExt;
 use futures::stream::{BoxStream, select_all};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
-use runtime::reflect::Change;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

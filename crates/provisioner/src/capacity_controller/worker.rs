@@ -9,12 +9,12 @@ use capacity::plan::{Write, plan_key};
 use capacity::published::{Published, build_object, updated_object};
 use capacity::segment::{display, segment_of};
 use capacity::{Capacity, Key};
+use controller_kit::workqueue::Outcome;
 use csi::status::go_error_string;
 use csi::v1::{GetCapacityRequest, Topology};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
-use runtime::workqueue::Outcome;
 use tokio::time::Instant;
 use tonic::Code;
 

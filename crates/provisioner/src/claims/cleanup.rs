@@ -4,6 +4,7 @@
 //! What to do is [`provisioning::attempt::cleanup`]'s answer, from what this process saw of the
 //! claim's CreateVolume calls. A volume that another claim's PV names is never deleted.
 
+use controller_kit::events::EventType;
 use csi::v1::CreateVolumeRequest;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::reflector::ObjectRef;
@@ -11,7 +12,6 @@ use provisioning::attempt::{Cleanup, VolumeState, after_probe, cleanup};
 use provisioning::errors::{ProvisioningState, classify_create_volume_error};
 use provisioning::lifecycle::has_finalizer;
 use provisioning::prepare::Prepared;
-use runtime::events::EventType;
 
 use super::{ClaimsController, SyncError, update};
 

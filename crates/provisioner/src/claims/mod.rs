@@ -13,14 +13,14 @@ mod update;
 use std::sync::Arc;
 use std::time::Duration;
 
+use controller_kit::events::EventType;
+use controller_kit::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{ShouldProvision, should_provision};
 use provisioning::lifecycle::{Step, decide, has_finalizer};
 use provisioning::prepare::ProvisionerConfig;
-use runtime::events::EventType;
-use runtime::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;

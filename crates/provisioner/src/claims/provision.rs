@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use controller_kit::events::EventType;
 use csi::v1::TopologyRequirement;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
@@ -23,7 +24,6 @@ use provisioning::pv::{
     too_small_message,
 };
 use provisioning::retry;
-use runtime::events::EventType;
 
 use super::cleanup::claim_name;
 use super::facts::TopologySnapshot;

@@ -236,17 +236,17 @@ fn controller_metrics_expose_upstream_names_labels_and_buckets() {
 #[test]
 fn whole_exposition_uses_upstream_sample_names() {
     let mut registry = Registry::default();
-    runtime::client::RequestMetrics::new().register(&mut registry);
+    controller_kit::client::RequestMetrics::new().register(&mut registry);
     let calls = csi::CallMetrics::new();
     calls.register(&mut registry);
-    let queues = runtime::workqueue::WorkQueueMetrics::new();
+    let queues = controller_kit::workqueue::WorkQueueMetrics::new();
     queues.register(&mut registry);
     // Families without a label set are not printed: give the queue family one member.
-    let limiter = runtime::workqueue::RateLimiter::new(
+    let limiter = controller_kit::workqueue::RateLimiter::new(
         std::time::Duration::from_secs(1),
         std::time::Duration::from_secs(300),
     );
-    let queue = runtime::workqueue::WorkQueue::new("claims", limiter, Some(&queues));
+    let queue = controller_kit::workqueue::WorkQueue::new("claims", limiter, Some(&queues));
     queue.add("ns/claim".to_string());
     let controller = ControllerMetrics::new();
     controller.register(&mut registry);

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use controller_kit::events::EventType;
+use controller_kit::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use provisioning::names::{EVENT_VOLUME_FAILED_DELETE, PV_FINALIZER};
-use runtime::events::EventType;
-use runtime::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

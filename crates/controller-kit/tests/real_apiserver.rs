@@ -1,10 +1,15 @@
-//! The runtime crate against the real kube-apiserver of `testenv`: events land as client-go
+//! The controller-kit crate against the real kube-apiserver of `testenv`: events land as client-go
 //! would write them, the throttled client talks to a real server, and informer caches fill
 //! and strip.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use controller_kit::client::{ClientLimits, RequestMetrics, build_client};
+use controller_kit::events::{EventRecorder, EventType};
+use controller_kit::reflect::{
+    Change, InitialList, LAST_APPLIED, informer, probe_initial_list, wait_until_ready,
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, ObjectReference};
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
@@ -12,11 +17,6 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
-use runtime::client::{ClientLimits, RequestMetrics, build_client};
-use runtime::events::{EventRecorder, EventType};
-use runtime::reflect::{
-    Change, InitialList, LAST_APPLIED, informer, probe_initial_list, wait_until_ready,
-};
 use testenv::ControlPlane;
 use tokio::time::{Instant, timeout};
 
