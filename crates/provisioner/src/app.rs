@@ -33,6 +33,10 @@ pub enum AppError {
     LeaderElection(#[from] leader_election::ConfigError),
     #[error("leaderelection lost")]
     LostLease,
+    /// Upstream's `ExitOnConnectionLoss`: a sidecar whose driver went away cannot do anything
+    /// useful, and restarting the container is the recovery Kubernetes offers.
+    #[error("Lost connection to CSI driver, exiting")]
+    DriverLost,
     #[error("controller task {task} stopped: {reason}")]
     TaskFailed { task: &'static str, reason: String },
     #[error("{0}")]
@@ -149,6 +153,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
             .enabled(cli::Feature::ReleaseLeaderElectionOnExit),
     ));
 
+    let lost = driver.lost.clone();
     let base = Arc::new(Base {
         opts: opts.clone(),
         client,
@@ -161,6 +166,20 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
         controller_metrics,
         capacity_metrics,
     });
+    tokio::select! {
+        // Checked first: a loss reported while start-up was still running wins too.
+        biased;
+        () = lost.cancelled() => Err(AppError::DriverLost),
+        result = run_elected(base, elector, cancel) => result,
+    }
+}
+
+/// The controllers, under leader election when it is on.
+async fn run_elected(
+    base: Arc<Base>,
+    elector: Option<LeaderElector>,
+    cancel: CancellationToken,
+) -> Result<(), AppError> {
     match elector {
         None => crate::controllers::run_controllers(base, cancel).await,
         Some(elector) => {

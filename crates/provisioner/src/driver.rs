@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use csi::v1::{GetPluginInfoRequest, NodeGetInfoRequest, NodeGetInfoResponse};
 use csi::{CallMetrics, Client, ConnectOptions, DriverCapabilities};
+use tokio_util::sync::CancellationToken;
 
 /// What we learnt about the driver at start-up.
 #[derive(Clone, Debug)]
@@ -15,6 +16,9 @@ pub struct Driver {
     /// `GetPluginInfo.name`: the provisioner name every claim and class is matched against.
     pub name: String,
     pub capabilities: DriverCapabilities,
+    /// Cancelled when the connection to the driver is lost outside a shutdown; `app::run`
+    /// then ends with [`crate::app::AppError::DriverLost`] and `main` exits 1.
+    pub lost: CancellationToken,
 }
 
 /// Why start-up could not talk to the driver.
@@ -49,9 +53,19 @@ pub async fn connect(
     timeout: Duration,
     metrics: CallMetrics,
 ) -> Result<Driver, DriverError> {
+    let lost = CancellationToken::new();
+    let on_lost = {
+        let lost = lost.clone();
+        move || {
+            // A connection closing under a deliberate shutdown is no loss.
+            if !SHUTTING_DOWN.load(Ordering::Acquire) {
+                lost.cancel();
+            }
+        }
+    };
     let options = ConnectOptions {
         timeout,
-        on_connection_lost: Some(Arc::new(exit_on_connection_loss)),
+        on_connection_lost: Some(Arc::new(on_lost)),
         metrics: Some(metrics),
         ..ConnectOptions::default()
     };
@@ -86,6 +100,7 @@ pub async fn connect(
         client,
         name: info.name,
         capabilities,
+        lost,
     })
 }
 
@@ -104,19 +119,6 @@ static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
 /// connection does not turn a clean exit into a failure.
 pub fn shutting_down() {
     SHUTTING_DOWN.store(true, Ordering::Release);
-}
-
-/// Upstream's `ExitOnConnectionLoss`: a sidecar whose driver went away cannot do anything
-/// useful, and restarting the container is the recovery Kubernetes offers.
-fn exit_on_connection_loss() {
-    if SHUTTING_DOWN.load(Ordering::Acquire) {
-        return;
-    }
-    const MESSAGE: &str = "Lost connection to CSI driver, exiting";
-    tracing::error!("{MESSAGE}");
-    // Best effort, as upstream: Kubernetes shows this file's content as the termination reason.
-    let _ = std::fs::write("/dev/termination-log", MESSAGE);
-    std::process::exit(1);
 }
 
 /// The identity stored in every PV we create (`storage.kubernetes.io/csiProvisionerIdentity`):

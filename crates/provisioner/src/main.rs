@@ -43,6 +43,15 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(csi_provisioner::app::run(opts)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err @ csi_provisioner::app::AppError::DriverLost) => {
+            let message = err.to_string();
+            tracing::error!("{message}");
+            // Best effort, as upstream: Kubernetes shows this file as the termination reason.
+            let _ = std::fs::write("/dev/termination-log", &message);
+            // Without waiting for in-flight work, as upstream's `os.Exit(1)`.
+            runtime.shutdown_background();
+            ExitCode::FAILURE
+        }
         Err(err) => {
             tracing::error!(err = %anyhow::Error::from(err), "Exiting");
             ExitCode::FAILURE
