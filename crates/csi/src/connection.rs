@@ -13,16 +13,13 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::address::{AddressError, display_address, socket_path};
 use crate::metrics::CallMetrics;
-use crate::watched::{LossWatch, Watched};
+use crate::watched::{ConnectionLostCallback, DialState, LossWatch, Watched};
 
 /// Upstream logs "Still connecting" this often while the socket does not accept.
 pub const CONNECT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Pause between dial attempts during the initial connect (gRPC's backoff capped at 1 s).
 pub const REDIAL_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Called when the connection to the driver is lost; see [`ConnectOptions::on_connection_lost`].
-pub type ConnectionLostCallback = Arc<dyn Fn() + Send + Sync>;
 
 /// How to connect to the driver and how to make calls.
 #[derive(Clone)]
@@ -86,31 +83,6 @@ pub enum ConnectError {
         /// The last dial error.
         last_error: String,
     },
-}
-
-/// Connection-loss bookkeeping, as in csi-lib-utils' custom dialer: a dial after a successful
-/// one means the connection was lost. Reported once per loss, until a dial succeeds again.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DialState {
-    have_connected: bool,
-    lost: bool,
-}
-
-impl DialState {
-    /// Called before every dial; `true` means "report the loss now".
-    pub(crate) fn before_dial(&mut self) -> bool {
-        let report = self.have_connected && !self.lost;
-        if report {
-            self.lost = true;
-        }
-        report
-    }
-
-    /// Called after a dial succeeded.
-    pub(crate) fn dialed(&mut self) {
-        self.have_connected = true;
-        self.lost = false;
-    }
 }
 
 /// Dials the socket until it accepts, then returns a channel whose every later re-dial goes

@@ -21,10 +21,11 @@ mod watched;
 pub use address::AddressError;
 pub use capabilities::{DriverCapabilities, fold_capabilities};
 pub use client::{Client, methods};
-pub use connection::{ConnectError, ConnectOptions, ConnectionLostCallback};
+pub use connection::{ConnectError, ConnectOptions};
 pub use metrics::CallMetrics;
 pub use probe::{ProbeOutcome, probe_outcome};
 pub use sanitize::sanitize;
+pub use watched::ConnectionLostCallback;
 
 /// Encoded `FileDescriptorSet` of `csi.proto`, used to find fields marked `csi_secret`.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!("gen/csi_descriptor.bin");

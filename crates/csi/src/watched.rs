@@ -13,7 +13,33 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::connection::{ConnectionLostCallback, DialState};
+/// Called when the connection to the driver is lost; see [`ConnectOptions::on_connection_lost`].
+pub type ConnectionLostCallback = Arc<dyn Fn() + Send + Sync>;
+
+/// Connection-loss bookkeeping, as in csi-lib-utils' custom dialer: a dial after a successful
+/// one means the connection was lost. Reported once per loss, until a dial succeeds again.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DialState {
+    have_connected: bool,
+    lost: bool,
+}
+
+impl DialState {
+    /// Called before every dial; `true` means "report the loss now".
+    pub(crate) fn before_dial(&mut self) -> bool {
+        let report = self.have_connected && !self.lost;
+        if report {
+            self.lost = true;
+        }
+        report
+    }
+
+    /// Called after a dial succeeded.
+    pub(crate) fn dialed(&mut self) {
+        self.have_connected = true;
+        self.lost = false;
+    }
+}
 
 /// Shared by every stream of one client: who to tell, and whether telling makes sense yet.
 #[derive(Clone)]

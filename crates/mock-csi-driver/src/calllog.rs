@@ -222,4 +222,19 @@ mod tests {
         assert_eq!(lines[1], render(&record));
         assert_eq!(lines[2], lines[1]);
     }
+
+    /// The hand-written node clean-up messages are in the codec's descriptor pool.
+    #[test]
+    fn node_cleanup_messages_are_encoded_with_their_field_names() {
+        let codec = JsonCodec::new().unwrap();
+        let req = crate::node_cleanup::NodeUnpublishVolumeRequest {
+            volume_id: "mock-vol-0".into(),
+            target_path: "/t".into(),
+        };
+        let got = codec.to_json("csi.v1.NodeUnpublishVolumeRequest", &req);
+        assert_eq!(
+            got,
+            serde_json::json!({"volume_id": "mock-vol-0", "target_path": "/t"})
+        );
+    }
 }

@@ -11,59 +11,12 @@ use leader_election::{LeaderElectionConfig, LeaderElector, Outcome};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+use crate::base::Base;
 use crate::capacity_controller::CapacityMetrics;
-use crate::driver::{self, Driver};
+use crate::driver;
 use crate::metrics::{ControllerMetrics, register_process_metrics};
+pub use crate::stopped::AppError;
 use crate::{VERSION, http, kubeconfig};
-
-/// Why the provisioner stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum AppError {
-    #[error(transparent)]
-    Kubeconfig(#[from] kubeconfig::KubeconfigError),
-    #[error(transparent)]
-    Client(#[from] controller_kit::client::ClientError),
-    #[error(transparent)]
-    Driver(#[from] driver::DriverError),
-    #[error(transparent)]
-    Http(#[from] http::HttpError),
-    #[error(transparent)]
-    Caches(#[from] controller_kit::reflect::ReflectError),
-    #[error("invalid leader election settings: {0}")]
-    LeaderElection(#[from] leader_election::ConfigError),
-    #[error("leaderelection lost")]
-    LostLease,
-    /// Upstream's `ExitOnConnectionLoss`: a sidecar whose driver went away cannot do anything
-    /// useful, and restarting the container is the recovery Kubernetes offers.
-    #[error("Lost connection to CSI driver, exiting")]
-    DriverLost,
-    #[error("controller task {task} stopped: {reason}")]
-    TaskFailed { task: &'static str, reason: String },
-    #[error("{0}")]
-    Unsupported(String),
-    #[error(
-        "cannot look up the owner for CSIStorageCapacity objects (POD_NAME {pod:?} in NAMESPACE {namespace:?}): {source}"
-    )]
-    Owner {
-        pod: String,
-        namespace: String,
-        source: kube::Error,
-    },
-}
-
-/// Everything set up before leader election.
-pub(crate) struct Base {
-    pub(crate) opts: Arc<cli::Options>,
-    pub(crate) client: Client,
-    pub(crate) background_client: Client,
-    pub(crate) capacity_client: Client,
-    pub(crate) driver: Driver,
-    pub(crate) identity: String,
-    pub(crate) volume_attributes_class: bool,
-    pub(crate) queue_metrics: WorkQueueMetrics,
-    pub(crate) controller_metrics: ControllerMetrics,
-    pub(crate) capacity_metrics: CapacityMetrics,
-}
 
 pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     warn_about_flags(&opts);

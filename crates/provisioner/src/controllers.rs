@@ -13,11 +13,12 @@ use futures::stream::BoxStream;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::{AppError, Base};
+use crate::base::Base;
 use crate::caches::{CacheOptions, Caches, Changes};
 use crate::capacity_controller::{self as cap, CapacityChanges, CapacityController};
 use crate::claims::ClaimsController;
 use crate::context::Context;
+use crate::stopped::AppError;
 use crate::volumes::VolumesController;
 
 /// How long to wait for the first list of every cache before giving up (upstream blocks; a

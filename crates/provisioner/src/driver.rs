@@ -17,7 +17,7 @@ pub struct Driver {
     pub name: String,
     pub capabilities: DriverCapabilities,
     /// Cancelled when the connection to the driver is lost outside a shutdown; `app::run`
-    /// then ends with [`crate::app::AppError::DriverLost`] and `main` exits 1.
+    /// then ends with [`crate::stopped::AppError::DriverLost`] and `main` exits 1.
     pub lost: CancellationToken,
 }
 

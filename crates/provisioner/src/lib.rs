@@ -5,6 +5,7 @@
 //! controllers ([`claims`], [`volumes`], [`capacity_controller`]) under leader election.
 
 pub mod app;
+mod base;
 pub mod caches;
 pub mod capacity_controller;
 pub mod claims;
@@ -15,6 +16,7 @@ pub mod http;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod secrets;
+pub mod stopped;
 pub mod volumes;
 
 /// Version reported by `--version` and in the user agent.

@@ -13,14 +13,6 @@ use crate::process::{Process, spawn_detached, try_spawn};
 use crate::setup::{absolute, free_ports, insecure_client, prepare_dir, write_credentials};
 use crate::{Error, detached, paths, registry};
 
-/// Components in start order; teardown goes in reverse.
-pub const COMPONENTS: &[&str] = &[
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-];
-
 /// How to start a [`ControlPlane`].
 #[derive(Debug, Clone)]
 pub struct ControlPlaneOptions {

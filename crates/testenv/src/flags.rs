@@ -2,6 +2,14 @@
 
 use std::path::{Path, PathBuf};
 
+/// Components in start order; teardown goes in reverse.
+pub const COMPONENTS: &[&str] = &[
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
 /// Controllers the fake cluster needs: PV binding and protection (deletes hang without them),
 /// expansion, ephemeral volumes, garbage collection, namespaces and default service accounts.
 /// Node lifecycle is left out on purpose: it would taint the kubelet-less fake nodes.

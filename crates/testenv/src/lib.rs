@@ -35,9 +35,10 @@ pub use cluster::{
     FakeNode, WAIT_TIMEOUT, create_csi_driver, create_fake_nodes, create_namespace,
     try_create_bare_nodes, try_create_csi_driver, try_create_fake_nodes, wait_for,
 };
-pub use control_plane::{COMPONENTS, ControlPlane, ControlPlaneOptions};
+pub use control_plane::{ControlPlane, ControlPlaneOptions};
 pub use detached::{is_running as detached_is_running, record_detached, stop_detached};
 pub use error::Error;
+pub use flags::COMPONENTS;
 pub use hostpath::{HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, HostpathVolume};
 pub use mock_driver::MockDriver;
 pub use paths::{

@@ -7,8 +7,8 @@ use std::sync::{Mutex, Once};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::Error;
-use crate::control_plane::COMPONENTS;
 use crate::error::IoContext;
+use crate::flags::COMPONENTS;
 
 /// How many old run directories (logs) to keep under `<target>/testenv-runs`.
 const KEEP_RUNS: usize = 20;

@@ -300,11 +300,11 @@ fn kinds_have_consistent_keys() {
     );
     for kind in SecretKind::ALL {
         assert!(
-            crate::parameters::RESERVED_PARAMETER_KEYS.contains(&kind.name_key()),
+            crate::names::RESERVED_PARAMETER_KEYS.contains(&kind.name_key()),
             "{kind:?}"
         );
         assert!(
-            crate::parameters::RESERVED_PARAMETER_KEYS.contains(&kind.namespace_key()),
+            crate::names::RESERVED_PARAMETER_KEYS.contains(&kind.namespace_key()),
             "{kind:?}"
         );
         assert_eq!(
