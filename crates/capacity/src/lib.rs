@@ -17,7 +17,6 @@
 //! | Does a changed StorageClass need a resync? | [`resync::class_matters`] |
 //! | What must a resync refresh, and which keys left? | [`resync::diff`] |
 //! | How long does a key wait after failed GetCapacity calls? | [`resync::backoff`] |
-//! | Which version of an object does the next write build on, given our unconfirmed write? | [`written::base_for_write`], [`written::objects_for_key`] |
 //! | Why can a waiting claim not be placed anywhere? | [`explain::explain_exhaustion`] |
 
 // A decision crate: every public item says what it decides (denied in CI by clippy -D warnings).
@@ -33,7 +32,6 @@ pub mod refresh;
 pub mod resync;
 pub mod segment;
 pub mod value;
-pub mod written;
 
 pub use desired::Key;
 pub use segment::Segment;

@@ -7,9 +7,12 @@
 //! - [`events`]: a core/v1 Event recorder with client-go's correlation, aggregation and spam
 //!   filtering (the stock RBAC grants core `events` only).
 //! - [`reflect`]: informer caches over kube-runtime's watcher and reflector.
+//! - [`fresh`]: read-your-writes over those caches: our own writes shown until the cache
+//!   catches up.
 
 pub mod client;
 pub mod events;
+pub mod fresh;
 pub mod reflect;
 pub mod workqueue;
 

@@ -1,10 +1,17 @@
 //! The informer caches the controllers read. Each holds only what the controllers use:
 //! managedFields and the kubectl last-applied annotation are always dropped, Nodes are watched
 //! as metadata only, and CSIStorageCapacities only in our namespace with our labels.
+//!
+//! The three kinds we write (claims, PVs, CSIStorageCapacities) are read through
+//! [`Fresh`]: our own writes show until the watch delivers them, the one read-your-writes rule
+//! of every controller (`controller_kit::fresh`). Each change stream confirms pending writes as
+//! it passes.
 
 use std::time::Duration;
 
+use controller_kit::fresh::Fresh;
 use controller_kit::reflect::{Change, InitialList, ReflectError, informer, wait_until_ready};
+use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment};
@@ -15,15 +22,15 @@ use kube::{Api, Client};
 /// Read-only views of the cluster, shared by all controllers.
 #[derive(Clone)]
 pub struct Caches {
-    pub claims: Store<PersistentVolumeClaim>,
-    pub volumes: Store<PersistentVolume>,
+    pub claims: Fresh<PersistentVolumeClaim>,
+    pub volumes: Fresh<PersistentVolume>,
     pub classes: Store<StorageClass>,
     pub csi_nodes: Store<CSINode>,
     pub nodes: Store<PartialObjectMeta<Node>>,
     /// Only when the driver publishes volumes (PUBLISH_UNPUBLISH_VOLUME), as upstream.
     pub attachments: Option<Store<VolumeAttachment>>,
     /// Only with `--enable-capacity`.
-    pub capacities: Option<Store<CSIStorageCapacity>>,
+    pub capacities: Option<Fresh<CSIStorageCapacity>>,
 }
 
 /// The change streams that feed the work queues. Each must be polled: a cache only fills
@@ -55,8 +62,8 @@ impl Caches {
         opts: &CacheOptions,
     ) -> (Caches, Changes) {
         let cfg = || opts.initial_list.watcher_config();
-        let (claims, claim_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
-        let (volumes, volume_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
+        let (claims, claim_changes) = fresh(informer(Api::all(client.clone()), cfg(), |_| {}));
+        let (volumes, volume_changes) = fresh(informer(Api::all(client.clone()), cfg(), |_| {}));
         let (classes, class_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
         let (csi_nodes, csi_node_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
         let (nodes, node_changes) = informer(
@@ -75,11 +82,11 @@ impl Caches {
                 // A consistent read (not the watch cache's possibly older view): adopting our
                 // objects after a restart must see every one, or it would create a duplicate.
                 // The set is small, so paging costs little.
-                let (s, c) = informer(
+                let (s, c) = fresh(informer(
                     Api::namespaced(capacity_client.clone(), namespace),
                     kube::runtime::watcher::Config::default().labels(selector),
                     |_| {},
-                );
+                ));
                 (Some(s), Some(c))
             }
             None => (None, None),
@@ -108,8 +115,8 @@ impl Caches {
 
     /// Waits for every cache's first list, like client-go's WaitForCacheSync.
     pub async fn wait_until_ready(&self, timeout: Duration) -> Result<(), ReflectError> {
-        wait_until_ready(&self.claims, timeout).await?;
-        wait_until_ready(&self.volumes, timeout).await?;
+        wait_until_ready(self.claims.store(), timeout).await?;
+        wait_until_ready(self.volumes.store(), timeout).await?;
         wait_until_ready(&self.classes, timeout).await?;
         wait_until_ready(&self.csi_nodes, timeout).await?;
         wait_until_ready(&self.nodes, timeout).await?;
@@ -117,10 +124,27 @@ impl Caches {
             wait_until_ready(s, timeout).await?;
         }
         if let Some(s) = &self.capacities {
-            wait_until_ready(s, timeout).await?;
+            wait_until_ready(s.store(), timeout).await?;
         }
         Ok(())
     }
+}
+
+/// Reads a cache through our pending writes, confirming them as its changes pass.
+fn fresh<K>(
+    (store, changes): (Store<K>, BoxStream<'static, Change<K>>),
+) -> (Fresh<K>, BoxStream<'static, Change<K>>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let fresh = Fresh::new(store);
+    let confirm = fresh.clone();
+    let changes = changes
+        .inspect(move |change| {
+            confirm.observe(change);
+        })
+        .boxed();
+    (fresh, changes)
 }
 
 /// Node annotations (often kilobytes per node) are never read; only labels are.

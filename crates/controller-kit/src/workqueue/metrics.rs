@@ -30,6 +30,15 @@ pub struct QueueLabel {
     pub name: String,
 }
 
+/// Labels of `csi_provisioner_sync_errors_total`: the queue and the kind of error.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// The handler's error kind ([`super::Failure::kind`]).
+    pub kind: String,
+    /// The queue's name.
+    pub name: String,
+}
+
 type HistogramFamily = Family<QueueLabel, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
@@ -53,6 +62,7 @@ pub struct WorkQueueMetrics {
     queue_duration: HistogramFamily,
     work_duration: HistogramFamily,
     retries: Family<QueueLabel, Counter>,
+    errors: Family<ErrorLabels, Counter>,
     in_flight: Arc<InFlightCollector>,
 }
 
@@ -71,12 +81,13 @@ impl WorkQueueMetrics {
             queue_duration: Family::new_with_constructor(duration_histogram),
             work_duration: Family::new_with_constructor(duration_histogram),
             retries: Family::default(),
+            errors: Family::default(),
             in_flight: Arc::new(InFlightCollector::default()),
         }
     }
 
-    /// Registers all seven families. Help texts are component-base's (the registry adds
-    /// the final full stop).
+    /// Registers component-base's seven families (their help texts; the registry adds the
+    /// final full stop) and ours, `csi_provisioner_sync_errors_total`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "workqueue_depth",
@@ -104,6 +115,11 @@ impl WorkQueueMetrics {
             self.retries.clone(),
         );
         registry.register_collector(Box::new(self.in_flight.clone()));
+        registry.register(
+            "csi_provisioner_sync_errors",
+            "Failed syncs that will be retried, by work queue and kind of error",
+            self.errors.clone(),
+        );
     }
 
     /// The handles of one queue: label lookups happen once, not per operation.
@@ -117,6 +133,7 @@ impl WorkQueueMetrics {
             queue_duration: self.queue_duration.get_or_create_owned(&label),
             work_duration: self.work_duration.get_or_create_owned(&label),
             retries: self.retries.get_or_create_owned(&label),
+            errors: Some((self.errors.clone(), label.name)),
         }
     }
 
@@ -134,6 +151,21 @@ pub(crate) struct QueueMetrics {
     pub queue_duration: Histogram,
     pub work_duration: Histogram,
     pub retries: Counter,
+    /// The shared errors family and this queue's name (`None`: not exported).
+    pub errors: Option<(Family<ErrorLabels, Counter>, String)>,
+}
+
+impl QueueMetrics {
+    /// Counts a failed sync of `kind`.
+    pub fn error(&self, kind: &str) {
+        if let Some((family, name)) = &self.errors {
+            let labels = ErrorLabels {
+                kind: kind.to_string(),
+                name: name.clone(),
+            };
+            family.get_or_create(&labels).inc();
+        }
+    }
 }
 
 impl Default for QueueMetrics {
@@ -144,6 +176,7 @@ impl Default for QueueMetrics {
             queue_duration: duration_histogram(),
             work_duration: duration_histogram(),
             retries: Counter::default(),
+            errors: None,
         }
     }
 }

@@ -33,9 +33,9 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-pub use metrics::{DURATION_BUCKETS, QueueLabel, WorkQueueMetrics};
+pub use metrics::{DURATION_BUCKETS, ErrorLabels, QueueLabel, WorkQueueMetrics};
 pub use rate_limiter::RateLimiter;
-pub use workers::{Outcome, WorkerPanic, panic_message, run_workers};
+pub use workers::{Failure, Outcome, WorkerPanic, panic_message, run_workers};
 
 use metrics::InFlight;
 use state::{State, Wake};
@@ -174,6 +174,11 @@ impl<K: QueueKey> WorkQueue<K> {
     /// the next failure waits longer than it should.
     pub fn forget(&self, key: &K) {
         self.inner.state.lock().limiter.forget(key);
+    }
+
+    /// Counts a failed sync of `kind` in `csi_provisioner_sync_errors_total`.
+    pub fn count_error(&self, kind: &str) {
+        self.inner.state.lock().metrics.error(kind);
     }
 
     /// How many times `key` was re-queued with backoff since it was last forgotten.

@@ -39,7 +39,7 @@ pub(crate) struct State<K> {
     seq: u64,
     shutting_down: bool,
     pub(crate) limiter: RateLimiter<K>,
-    metrics: QueueMetrics,
+    pub(super) metrics: QueueMetrics,
     add_times: HashMap<K, Instant>,
     processing_start: HashMap<K, Instant>,
 }

@@ -11,15 +11,29 @@ use tokio_util::sync::CancellationToken;
 
 use super::{QueueKey, WorkQueue};
 
+/// A failed sync: its message says what failed on which object, and [`kind`](Self::kind) is a
+/// stable, low-cardinality label for the log line and `csi_provisioner_sync_errors_total`.
+pub trait Failure: std::fmt::Display + std::fmt::Debug + Send + Sync + 'static {
+    /// E.g. `claim_write`, `create_volume`, `pv_delete`.
+    fn kind(&self) -> &'static str;
+}
+
 /// What a handler wants done with the key it processed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Outcome {
     /// Done: forget the key's failure count.
     Done,
-    /// Failed: retry with the key's exponential backoff (the reason is logged at v2).
-    Retry(String),
+    /// Failed: retry with the key's exponential backoff (logged at v2 with its kind).
+    Retry(Box<dyn Failure>),
     /// Retry no sooner than this.
     RetryAfter(Duration),
+}
+
+impl Outcome {
+    /// Retry after `failure`, with the key's backoff.
+    pub fn retry(failure: impl Failure) -> Outcome {
+        Outcome::Retry(Box::new(failure))
+    }
 }
 
 /// A handler panicked: the queue, the key it was processing and the panic's message.
@@ -136,8 +150,9 @@ where
         })?;
         match outcome {
             Outcome::Done => queue.forget(&key),
-            Outcome::Retry(reason) => {
-                klog::v!(2, queue = queue.name(), key = ?key, err = %reason, "Will retry");
+            Outcome::Retry(failure) => {
+                queue.count_error(failure.kind());
+                klog::v!(2, queue = queue.name(), key = ?key, kind = failure.kind(), err = %failure, "Will retry");
                 queue.add_rate_limited(key.clone());
             }
             Outcome::RetryAfter(delay) => queue.add_after(key.clone(), delay),
@@ -175,6 +190,21 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    #[derive(Debug)]
+    struct NotYet;
+
+    impl std::fmt::Display for NotYet {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("not yet")
+        }
+    }
+
+    impl Failure for NotYet {
+        fn kind(&self) -> &'static str {
+            "not_yet"
+        }
+    }
+
     fn test_queue(name: &str) -> WorkQueue<&'static str> {
         WorkQueue::new(
             name,
@@ -198,7 +228,7 @@ mod tests {
                 let c = c.clone();
                 async move {
                     if c.fetch_add(1, Ordering::SeqCst) < 2 {
-                        Outcome::Retry("not yet".into())
+                        Outcome::retry(NotYet)
                     } else {
                         Outcome::Done
                     }

@@ -20,7 +20,6 @@ use capacity::published::Published;
 
 use super::{CapacityChanges, DEBOUNCE, Item, Shared};
 use capacity::resync::{class_matters, node_segment};
-use capacity::written::base_for_write;
 
 enum Event {
     Class(Change<StorageClass>),
@@ -131,13 +130,6 @@ impl Shared {
             Event::Capacity(Change::Applied(obj)) => {
                 state.index.apply(&obj);
                 let published = Published::from_object(&obj);
-                if let Some(key) = &published.key
-                    && let Some(w) = state.written.get(key)
-                    && w.name() == published.name
-                    && !base_for_write(Some(&Arc::new(obj)), w).1
-                {
-                    state.written.remove(key);
-                }
                 // A new object may be obsolete, or make itself or another one a duplicate.
                 let doomed = match &published.key {
                     Some(key) if state.desired.contains(key) => state.index.duplicates(key),
@@ -155,17 +147,10 @@ impl Shared {
                 let published = Published::from_object(&obj);
                 state.index.remove(&published.name);
                 if let Some(key) = &published.key {
-                    if state
-                        .written
-                        .get(key)
-                        .is_some_and(|w| w.name() == published.name)
-                    {
-                        state.written.remove(key);
-                    }
                     // Someone deleted (or unlabelled) a needed object: publish it again.
                     let needed = state.desired.contains(key)
                         && !state.index.has_live(key)
-                        && !state.written.contains_key(key);
+                        && !self.pending_for(key);
                     if needed {
                         self.queue.add_urgent(Item::Refresh(key.clone()));
                     }

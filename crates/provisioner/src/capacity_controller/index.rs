@@ -1,5 +1,6 @@
 //! Our published objects by name and by key, kept from the capacity change stream. The objects
-//! we wrote that the cache may not show yet are `capacity::written`.
+//! we wrote that the cache may not show yet are in the cache's read-your-writes view
+//! (`controller_kit::fresh`), not here.
 
 use std::collections::{BTreeSet, HashMap};
 

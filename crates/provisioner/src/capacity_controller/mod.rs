@@ -16,6 +16,7 @@
 //! GetCapacity.
 
 mod dispatch;
+mod error;
 mod index;
 mod metrics;
 mod owner;
@@ -46,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::caches::Caches;
 
+pub use error::CapacityError;
 pub use metrics::CapacityMetrics;
 pub use owner::OwnerError;
 
@@ -105,7 +107,6 @@ struct State {
     /// The segment each node with our driver contributed at the last resync.
     node_segments: HashMap<String, Segment>,
     index: index::Index,
-    written: HashMap<Key, capacity::written::Written>,
     staleness: staleness::Staleness,
     /// Desired keys whose capacity was never asked for (or not since their class changed).
     unattempted: HashSet<Key>,

@@ -1,6 +1,6 @@
 //! The impure steps: a resync from the caches, and the processing of one queue item.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use capacity::class::eligible;
@@ -18,9 +18,9 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::time::Instant;
 use tonic::Code;
 
+use super::error::CapacityError;
 use super::{Item, Shared};
 use capacity::resync::{backoff, diff, node_driver};
-use capacity::written::{Written, objects_for_key};
 
 impl Shared {
     /// Recomputes the desired keys from the caches and queues what changed: new keys (and
@@ -59,7 +59,6 @@ impl Shared {
                     .rebuild(store.state().iter().map(|o| o.as_ref()));
             }
             state.staleness.retain(&desired, Instant::now());
-            state.written.retain(|k, _| desired.contains(k));
             state.unattempted.retain(|k| desired.contains(k));
             state.unattempted.extend(plan.refresh.iter().cloned());
             state
@@ -67,7 +66,7 @@ impl Shared {
                 .retain(|c| classes.contains_key(c));
             let missing: Vec<Key> = desired
                 .iter()
-                .filter(|k| !state.index.has_live(k) && !state.written.contains_key(k))
+                .filter(|k| !state.index.has_live(k) && !self.pending_for(k))
                 .filter(|k| !plan.refresh.contains(k))
                 .cloned()
                 .collect();
@@ -167,22 +166,39 @@ impl Shared {
         ))
     }
 
-    /// The objects representing `key` as the next write must see them.
+    /// The objects representing `key` as the next write must see them: the cache's, read
+    /// through our own writes, and objects we created that the cache does not show yet.
     fn objects_of(&self, key: &Key) -> Vec<Arc<CSIStorageCapacity>> {
-        let mut state = self.state.lock();
-        let cached = match &self.caches.capacities {
-            Some(store) => state
-                .index
-                .names(key)
-                .filter_map(|n| store.get(&ObjectRef::new(n).within(&self.config.namespace)))
-                .collect(),
-            None => Vec::new(),
+        let Some(fresh) = &self.caches.capacities else {
+            return Vec::new();
         };
-        let (objects, keep) = objects_for_key(cached, state.written.get(key));
-        if !keep {
-            state.written.remove(key);
-        }
-        objects
+        let mut names: BTreeSet<String> = {
+            let state = self.state.lock();
+            state.index.names(key).map(String::from).collect()
+        };
+        names.extend(
+            fresh
+                .pending_objects()
+                .iter()
+                .map(|o| Published::from_object(o))
+                .filter(|p| p.key.as_ref() == Some(key))
+                .map(|p| p.name),
+        );
+        names
+            .iter()
+            .filter_map(|n| fresh.get(&ObjectRef::new(n).within(&self.config.namespace)))
+            .collect()
+    }
+
+    /// Whether an object of ours for `key` that is not being deleted is only in our pending
+    /// writes (created or updated, not shown by the cache yet).
+    pub(super) fn pending_for(&self, key: &Key) -> bool {
+        self.caches.capacities.as_ref().is_some_and(|fresh| {
+            fresh.pending_objects().iter().any(|o| {
+                let p = Published::from_object(o);
+                p.key.as_ref() == Some(key) && !p.deleting
+            })
+        })
     }
 
     async fn write(&self, key: &Key, reading: Capacity) -> Outcome {
@@ -203,13 +219,13 @@ impl Shared {
                     Ok(created) => {
                         klog::v!(3, name = created.metadata.name.as_deref().unwrap_or_default(), key = %what(), capacity = reading.available,
                             "Created CSIStorageCapacity");
-                        self.remember(key, None, created);
+                        self.remember(None, created);
                     }
-                    Err(e) => {
-                        return Outcome::Retry(format!(
-                            "cannot create CSIStorageCapacity for {}: {e}",
-                            what()
-                        ));
+                    Err(source) => {
+                        return Outcome::retry(CapacityError::Create {
+                            key: what(),
+                            source,
+                        });
                     }
                 }
             }
@@ -218,16 +234,16 @@ impl Shared {
                     .iter()
                     .find(|o| o.metadata.name.as_deref() == Some(&name))
                 else {
-                    return Outcome::Retry(format!("CSIStorageCapacity {name} vanished"));
+                    return Outcome::retry(CapacityError::Vanished { name });
                 };
-                if let Err(reason) = self.update(key, base.clone(), reading).await {
-                    return Outcome::Retry(reason);
+                if let Err(e) = self.update(base.clone(), reading).await {
+                    return Outcome::retry(e);
                 }
             }
         }
         for name in plan.delete_duplicates {
             if let Err(e) = self.delete(&name).await {
-                return Outcome::Retry(e);
+                return Outcome::retry(e);
             }
         }
         Outcome::Done
@@ -237,43 +253,44 @@ impl Shared {
     /// it once and tries again.
     async fn update(
         &self,
-        key: &Key,
         mut base: Arc<CSIStorageCapacity>,
         reading: Capacity,
-    ) -> Result<(), String> {
+    ) -> Result<(), CapacityError> {
         let name = base.metadata.name.clone().unwrap_or_default();
+        // The cache may show the version we started from even after a conflict's re-read.
+        let first = base.metadata.resource_version.clone();
         for attempt in 0..2 {
             let obj = updated_object(&base, reading, self.config.owner.as_ref());
             match self.api.replace(&name, &PostParams::default(), &obj).await {
                 Ok(updated) => {
                     klog::v!(3, name = %name, capacity = reading.available, "Updated CSIStorageCapacity");
-                    self.remember(key, base.metadata.resource_version.clone(), updated);
+                    let replaced = [first.as_deref(), base.metadata.resource_version.as_deref()];
+                    self.remember(Some(replaced.into_iter().flatten().collect()), updated);
                     return Ok(());
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => {
-                    base = Arc::new(self.api.get(&name).await.map_err(|e| {
-                        format!("cannot read CSIStorageCapacity {name} after a conflict: {e}")
+                    base = Arc::new(self.api.get(&name).await.map_err(|source| {
+                        CapacityError::Update {
+                            name: name.clone(),
+                            source,
+                        }
                     })?);
                 }
-                Err(e) => {
-                    if matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                        self.state.lock().written.remove(key);
-                    }
-                    return Err(format!("cannot update CSIStorageCapacity {name}: {e}"));
-                }
+                Err(source) => return Err(CapacityError::Update { name, source }),
             }
         }
-        Err(format!(
-            "cannot update CSIStorageCapacity {name}: conflict after re-reading"
-        ))
+        Err(CapacityError::Conflict { name })
     }
 
-    fn remember(&self, key: &Key, base: Option<String>, object: CSIStorageCapacity) {
-        let written = Written {
-            base,
-            object: Arc::new(object),
-        };
-        self.state.lock().written.insert(key.clone(), written);
+    /// Records our write (`replaced`: the versions it replaced; `None` for a create), so the
+    /// next write of the key builds on it even before the cache shows it.
+    fn remember(&self, replaced: Option<Vec<&str>>, object: CSIStorageCapacity) {
+        if let Some(fresh) = &self.caches.capacities {
+            match replaced {
+                Some(rvs) => fresh.updated(rvs, object),
+                None => fresh.created(object),
+            }
+        }
         self.bump();
     }
 
@@ -288,19 +305,34 @@ impl Shared {
         }
         match self.delete(name).await {
             Ok(()) => Outcome::Done,
-            Err(e) => Outcome::Retry(e),
+            Err(e) => Outcome::retry(e),
         }
     }
 
-    async fn delete(&self, name: &str) -> Result<(), String> {
-        match self.api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {
+    async fn delete(&self, name: &str) -> Result<(), CapacityError> {
+        let namespace = self.config.namespace.as_str();
+        let base = self.caches.capacities.as_ref().and_then(|fresh| {
+            fresh
+                .get(&ObjectRef::new(name).within(namespace))
+                .and_then(|o| o.metadata.resource_version.clone())
+        });
+        let remains = match self.api.delete(name, &DeleteParams::default()).await {
+            Ok(deleted) => {
                 klog::v!(3, name = %name, "Deleted CSIStorageCapacity");
                 self.bump();
-                Ok(())
+                deleted.left()
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(format!("cannot delete CSIStorageCapacity {name}: {e}")),
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(source) => {
+                return Err(CapacityError::Delete {
+                    name: name.to_string(),
+                    source,
+                });
+            }
+        };
+        if let (Some(fresh), Some(base)) = (&self.caches.capacities, base) {
+            fresh.deleted(Some(namespace), name, &base, remains);
         }
+        Ok(())
     }
 }

@@ -8,12 +8,12 @@ use controller_kit::events::EventType;
 use csi::v1::CreateVolumeRequest;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::reflector::ObjectRef;
-use provisioning::attempt::{Cleanup, VolumeState, after_probe, cleanup};
+use provisioning::attempt::{Cleanup, after_probe, cleanup};
 use provisioning::errors::{ProvisioningState, classify_create_volume_error};
 use provisioning::lifecycle::has_finalizer;
 use provisioning::prepare::Prepared;
 
-use super::{ClaimsController, SyncError, update};
+use super::{ClaimError, ClaimsController, SyncError, update};
 
 /// Event reason when cleanup is stuck (upstream's library uses it for failed cleanups too).
 pub const CLEANUP_FAILED: &str = "ProvisioningCleanupFailed";
@@ -51,18 +51,15 @@ impl ClaimsController {
                 }
             }
         }
-        update::remove_finalizer(&self.ctx.client, claim)
+        update::remove_finalizer(&self.ctx.client, &self.ctx.caches.claims, claim)
             .await
-            .map_err(|e| {
-                SyncError::retry(format!(
-                    "cannot remove finalizer from {}: {e}",
-                    claim_name(claim)
-                ))
+            .map_err(|source| ClaimError::ClaimWrite {
+                claim: claim_name(claim),
+                what: "remove the finalizer from",
+                source,
             })?;
-        // Remembered, not forgotten: until the cache shows the claim gone, a queued sync still
-        // sees our finalizer on it, and must find nothing left to do rather than an unknown past
-        // to probe. The deletion event prunes the entry.
-        self.memory.set_volume_state(&uid, VolumeState::None, None);
+        // A queued sync reads the claim through this write: no finalizer, nothing to clean.
+        self.memory.forget(&uid);
         Ok(())
     }
 
@@ -113,9 +110,11 @@ impl ClaimsController {
                 ),
             )),
             Err(status) => match classify_create_volume_error(status.code(), false) {
-                ProvisioningState::Background => {
-                    Err(SyncError::retry(csi::status::go_error_string(&status)))
+                ProvisioningState::Background => Err(ClaimError::Probe {
+                    claim: claim_name(claim),
+                    message: csi::status::go_error_string(&status),
                 }
+                .into()),
                 _ => Ok(Cleanup::Release),
             },
         }
@@ -181,9 +180,6 @@ impl ClaimsController {
         let Ok(name) = self.volume_name(uid) else {
             return false;
         };
-        if self.memory.pv_created_by_other(uid, &name) {
-            return true;
-        }
         self.ctx
             .caches
             .volumes
@@ -212,7 +208,11 @@ impl ClaimsController {
             CLEANUP_FAILED,
             message.clone(),
         );
-        SyncError::retry(message)
+        ClaimError::CleanUp {
+            claim: claim_name(claim),
+            message,
+        }
+        .into()
     }
 
     fn refresh_capacity(&self, claim: &PersistentVolumeClaim) {

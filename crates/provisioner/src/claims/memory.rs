@@ -47,8 +47,6 @@ struct ClaimMemory {
     /// A PV built for a created volume whose save failed: saved again on every sync until it
     /// lands, whatever happens to the StorageClass (upstream's unsaved-PV queue).
     unsaved_pv: Option<PersistentVolume>,
-    /// A PV we created that the cache may not show yet.
-    pv_created: Option<String>,
     /// Topology computed on the first attempt for this selected node, reused on retries so a
     /// retried CreateVolume asks for the same placement (upstream's fix for leaked volumes).
     topology: Option<(Option<String>, Option<TopologyRequirement>)>,
@@ -174,14 +172,6 @@ impl Memory {
         })
     }
 
-    /// Records that no volume of the claim exists without a PV, if the claim has an entry
-    /// (never creates one: its deletion event may already have pruned it).
-    pub fn settle(&self, uid: &str) {
-        if let Some(m) = self.claims.lock().get_mut(uid) {
-            m.record(VolumeState::None, None);
-        }
-    }
-
     /// The request a clean-up probe repeats, and whose secrets DeleteVolume uses.
     pub fn last_request(&self, uid: &str) -> Option<CreateVolumeRequest> {
         self.claims
@@ -211,25 +201,6 @@ impl Memory {
             return;
         }
         self.with(uid, |m| m.hold = hold);
-    }
-
-    pub fn pv_created(&self, uid: &str, pv: &str) {
-        self.with(uid, |m| m.pv_created = Some(pv.to_string()));
-    }
-
-    /// Whether this process just created PV `name` for a claim other than `uid`.
-    pub fn pv_created_by_other(&self, uid: &str, name: &str) -> bool {
-        self.claims
-            .lock()
-            .iter()
-            .any(|(other, m)| other != uid && m.pv_created.as_deref() == Some(name))
-    }
-
-    pub fn created_pv(&self, uid: &str) -> Option<String> {
-        self.claims
-            .lock()
-            .get(uid)
-            .and_then(|m| m.pv_created.clone())
     }
 
     /// The cached topology for this selected node, if any.
@@ -361,12 +332,10 @@ mod tests {
     fn forget_drops_everything() {
         let m = Memory::default();
         m.set_volume_state("u", VolumeState::Created("vol-1".into()), None);
-        m.pv_created("u", "pvc-u");
         assert_eq!(m.len(), 1);
         m.forget("u");
         assert_eq!(m.volume_state("u", true), VolumeState::Unknown);
         assert_eq!(m.volume_state("u", false), VolumeState::None);
-        assert_eq!(m.created_pv("u"), None);
         assert_eq!(m.len(), 0);
         // Clearing a hold never creates an entry.
         m.set_hold("u", None);
@@ -396,16 +365,6 @@ mod tests {
         assert!(m.unsaved_pv("u").is_some());
         m.set_volume_state("u", VolumeState::Collision, None);
         assert!(m.unsaved_pv("u").is_none());
-    }
-
-    #[test]
-    fn settling_never_creates_an_entry() {
-        let m = Memory::default();
-        m.settle("u");
-        assert_eq!(m.len(), 0);
-        m.set_volume_state("u", VolumeState::Unknown, None);
-        m.settle("u");
-        assert_eq!(m.volume_state("u", true), VolumeState::None);
     }
 
     #[test]

@@ -5,16 +5,16 @@
 //! `cleanup` (claims deleted while a volume may exist without a PV), `update` (PVC writes).
 
 mod cleanup;
+mod error;
 mod facts;
 mod memory;
 mod provision;
 mod update;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use controller_kit::events::EventType;
-use controller_kit::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
+use controller_kit::workqueue::{RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::ObjectRef;
@@ -24,6 +24,8 @@ use provisioning::prepare::ProvisionerConfig;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
+use error::outcome;
+pub use error::{ClaimError, SyncError};
 use memory::{Lane, Memory};
 
 /// A claim's identity in the work queue.
@@ -45,29 +47,6 @@ impl ClaimKey {
             namespace: claim.metadata.namespace.clone().unwrap_or_default(),
             name: claim.metadata.name.clone().unwrap_or_default(),
         }
-    }
-}
-
-/// Why a sync must run again.
-#[derive(Debug)]
-pub enum SyncError {
-    /// With the claim's exponential backoff (`--retry-interval-start` .. `--retry-interval-max`).
-    Retry(String),
-    /// Not before this delay.
-    RetryAfter(Duration),
-}
-
-impl SyncError {
-    pub fn retry(message: impl Into<String>) -> SyncError {
-        SyncError::Retry(message.into())
-    }
-}
-
-fn outcome(result: Result<(), SyncError>) -> Outcome {
-    match result {
-        Ok(()) => Outcome::Done,
-        Err(SyncError::Retry(reason)) => Outcome::Retry(reason),
-        Err(SyncError::RetryAfter(delay)) => Outcome::RetryAfter(delay),
     }
 }
 
@@ -196,10 +175,12 @@ impl ClaimsController {
                 }
                 Ok(())
             }
-            Step::ClassMissing => Err(SyncError::retry(format!(
-                "storageclass.storage.k8s.io {:?} not found",
-                provisioning::claim::class_name(&claim).unwrap_or_default()
-            ))),
+            Step::ClassMissing => Err(ClaimError::ClassMissing {
+                class: provisioning::claim::class_name(&claim)
+                    .unwrap_or_default()
+                    .to_string(),
+            }
+            .into()),
             Step::ReleaseFinalizer => {
                 self.release_later(&claim);
                 Ok(())
@@ -232,13 +213,10 @@ impl ClaimsController {
             return;
         }
         let (memory, claim, task_uid) = (self.memory.clone(), claim.clone(), uid.clone());
-        let deleted = claim.metadata.deletion_timestamp.is_some();
+        let claims = self.ctx.caches.claims.clone();
         let task = tokio::spawn(async move {
-            match update::remove_finalizer(&client, &claim).await {
-                // The PV owns the volume now. A deleted claim may still show our finalizer in
-                // the cache for a moment: remember that nothing of ours is left (its deletion
-                // event prunes the entry) rather than leave a later sync an unknown past.
-                Ok(_) if deleted => memory.settle(&task_uid),
+            match update::remove_finalizer(&client, &claims, &claim).await {
+                // The PV owns the volume now; later syncs read the claim through our write.
                 Ok(_) => memory.forget(&task_uid),
                 Err(e) => {
                     tracing::warn!(claim = %ClaimKey::of(&claim).to_string(), err = %e, "Cannot remove the creating-volume finalizer; will retry");
@@ -258,38 +236,30 @@ impl ClaimsController {
     }
 
     /// Nothing is pending for the claim: it is bound (or another driver's) and holds no finalizer
-    /// of ours, and no PV of ours waits to be saved or seen.
+    /// of ours, and no PV of ours waits to be saved.
     fn settled(&self, claim: &PersistentVolumeClaim) -> bool {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         if has_finalizer(claim) || self.memory.unsaved_pv(uid).is_some() {
             return false;
         }
-        let bound = claim
+        claim
             .spec
             .as_ref()
             .and_then(|s| s.volume_name.as_deref())
-            .is_some_and(|v| !v.is_empty());
-        let shown = self
-            .memory
-            .created_pv(uid)
-            .is_none_or(|pv| self.ctx.caches.volumes.get(&ObjectRef::new(&pv)).is_some());
-        bound && shown
+            .is_some_and(|v| !v.is_empty())
     }
 
     fn metrics_remembered(&self) {
         self.ctx.metrics.set_remembered_claims(self.memory.len());
     }
 
-    /// Whether a PV for this claim exists: the PV named for it and bound to its UID, or one we
-    /// just created that the cache has not shown yet.
+    /// Whether a PV for this claim exists: the PV named for it and bound to its UID (read
+    /// through our own writes, so one we just created counts).
     fn pv_exists(&self, claim: &PersistentVolumeClaim) -> bool {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         let Ok(name) = self.volume_name(uid) else {
             return false;
         };
-        if self.memory.created_pv(uid).as_deref() == Some(name.as_str()) {
-            return true;
-        }
         self.ctx
             .caches
             .volumes

@@ -27,7 +27,7 @@ use provisioning::retry;
 
 use super::cleanup::claim_name;
 use super::facts::TopologySnapshot;
-use super::{ClaimKey, ClaimsController, SyncError, update};
+use super::{ClaimError, ClaimKey, ClaimsController, SyncError, update};
 use crate::secrets;
 
 impl ClaimsController {
@@ -134,7 +134,7 @@ impl ClaimsController {
             && let Some(wait) = retry::wait(&hold, Instant::now(), class.metadata.uid.as_deref())
         {
             klog::v!(4, claim = %claim_name(claim), wait = ?wait, "Claim changed during the backoff of its last failed attempt; waiting");
-            return Err(SyncError::RetryAfter(wait));
+            return Err(SyncError::Hold(wait));
         }
         let started = self.memory.started(&uid);
         let reference = provisioning::pv::claim_reference(claim);
@@ -195,13 +195,16 @@ impl ClaimsController {
             .memory
             .volume_state_recorded(&uid, has_finalizer(claim));
         // From here a volume may exist: the claim must not disappear without us knowing.
-        let claim = match update::add_finalizer(&ctx.client, claim).await {
+        let claim = match update::add_finalizer(&ctx.client, &ctx.caches.claims, claim).await {
             Ok(Some(c)) => c,
             Ok(None) => return Ok(()),
-            Err(e) => {
-                return Err(SyncError::retry(format!(
-                    "cannot add finalizer to claim {namespace}/{name}: {e}"
-                )));
+            Err(source) => {
+                return Err(ClaimError::ClaimWrite {
+                    claim: format!("{namespace}/{name}"),
+                    what: "add the finalizer to",
+                    source,
+                }
+                .into());
             }
         };
         let volume = match ctx.driver.client.create_volume(request.clone()).await {
@@ -310,21 +313,28 @@ impl ClaimsController {
             .to_string();
         let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
         let name = pv.metadata.name.clone().unwrap_or_default();
+        // What was stored is recorded as our write: the next sync sees the PV before the cache
+        // does, and does not provision again.
         let saved = match api.create(&PostParams::default(), &pv).await {
-            Ok(_) => Ok(true),
+            Ok(stored) => {
+                ctx.caches.volumes.created(stored);
+                Ok(true)
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => api
                 .get(&name)
                 .await
                 .map(|existing| {
-                    existing
+                    let ours = existing
                         .spec
                         .as_ref()
                         .and_then(|s| s.claim_ref.as_ref())
                         .and_then(|r| r.uid.as_deref())
-                        == Some(uid.as_str())
+                        == Some(uid.as_str());
+                    ctx.caches.volumes.created(existing);
+                    ours
                 })
-                .map_err(|e| format!("cannot read PV {name}: {e}")),
-            Err(e) => Err(format!("cannot create PV {name}: {e}")),
+                .map_err(|e| format!("cannot read the existing PV: {e}")),
+            Err(e) => Err(e.to_string()),
         };
         match saved {
             Ok(true) => {}
@@ -341,11 +351,15 @@ impl ClaimsController {
             Err(message) => {
                 tracing::error!(pv = %name, err = %message, "Failed to save PersistentVolume; will retry");
                 self.memory.keep_unsaved_pv(&uid, pv);
-                return Err(SyncError::retry(message));
+                return Err(ClaimError::SavePv {
+                    claim: claim_name(claim),
+                    pv: name,
+                    message,
+                }
+                .into());
             }
         }
         self.memory.forget(&uid);
-        self.memory.pv_created(&uid, &name);
         let reference = provisioning::pv::claim_reference(claim);
         ctx.recorder.event(
             &reference,
@@ -412,9 +426,13 @@ impl ClaimsController {
             provisioning::claim::selected_node(claim).is_some(),
         );
         if writes.reschedule || writes.release {
-            update::after_failure(&ctx.client, claim, writes)
+            update::after_failure(&ctx.client, &ctx.caches.claims, claim, writes)
                 .await
-                .map_err(|e| SyncError::retry(format!("cannot update claim: {e}")))?;
+                .map_err(|source| ClaimError::ClaimWrite {
+                    claim: claim_name(claim),
+                    what: "reschedule or release",
+                    source,
+                })?;
         }
         if writes.reschedule {
             self.memory.set_hold(&uid, None);
@@ -431,7 +449,7 @@ impl ClaimsController {
         let wait = hold.until - now;
         self.memory.set_hold(&uid, Some(hold));
         klog::v!(2, claim = %claim_name(claim), err = %err.message, retry_in = ?wait, "Provisioning failed");
-        Err(SyncError::RetryAfter(wait))
+        Err(SyncError::Hold(wait))
     }
 
     /// Best-effort DeleteVolume for a volume we will not keep (too small); whether it is gone.

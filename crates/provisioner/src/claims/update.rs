@@ -1,6 +1,8 @@
 //! Writes to claims. The stock RBAC grants `update` on PVCs but not `patch`, so every change
-//! is a GET-modify-PUT guarded by resourceVersion; a conflict re-reads and re-applies.
+//! is a GET-modify-PUT guarded by resourceVersion; a conflict re-reads and re-applies. Every
+//! write is recorded in the claim cache's read-your-writes view, so the next sync sees it.
 
+use controller_kit::fresh::Fresh;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::PostParams;
 use kube::{Api, Client};
@@ -13,6 +15,7 @@ const CONFLICT_RETRIES: usize = 3;
 /// claim as stored (or as read when nothing changed); `Ok(None)` if the claim is gone.
 pub async fn modify_claim(
     client: &Client,
+    claims: &Fresh<PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
     mut change: impl FnMut(&mut PersistentVolumeClaim) -> bool,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
@@ -20,6 +23,8 @@ pub async fn modify_claim(
     let name = claim.metadata.name.as_deref().unwrap_or_default();
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
     let mut current = claim.clone();
+    // Every version this write replaces: the cache may still show any of them.
+    let mut replaced: Vec<String> = claim.metadata.resource_version.iter().cloned().collect();
     for attempt in 0..=CONFLICT_RETRIES {
         if current.metadata.uid != claim.metadata.uid {
             // Deleted and re-created under the same name: not our claim any more.
@@ -29,10 +34,16 @@ pub async fn modify_claim(
             return Ok(Some(current));
         }
         match api.replace(name, &PostParams::default(), &current).await {
-            Ok(stored) => return Ok(Some(stored)),
+            Ok(stored) => {
+                claims.updated(replaced.iter().map(String::as_str), stored.clone());
+                return Ok(Some(stored));
+            }
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < CONFLICT_RETRIES => {
                 match api.get_opt(name).await? {
-                    Some(fresh) => current = fresh,
+                    Some(fresh) => {
+                        replaced.extend(fresh.metadata.resource_version.clone());
+                        current = fresh;
+                    }
                     None => return Ok(None),
                 }
             }
@@ -46,26 +57,41 @@ pub async fn modify_claim(
 /// Adds the creating-volume finalizer.
 pub async fn add_finalizer(
     client: &Client,
+    claims: &Fresh<PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-    set_finalizers(client, claim, provisioning::lifecycle::with_finalizer).await
+    set_finalizers(
+        client,
+        claims,
+        claim,
+        provisioning::lifecycle::with_finalizer,
+    )
+    .await
 }
 
 /// Removes the creating-volume finalizer.
 pub async fn remove_finalizer(
     client: &Client,
+    claims: &Fresh<PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-    set_finalizers(client, claim, provisioning::lifecycle::without_finalizer).await
+    set_finalizers(
+        client,
+        claims,
+        claim,
+        provisioning::lifecycle::without_finalizer,
+    )
+    .await
 }
 
 /// Writes the finalizer list `edit` computes from the current claim (`None`: already right).
 async fn set_finalizers(
     client: &Client,
+    claims: &Fresh<PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
     edit: fn(&PersistentVolumeClaim) -> Option<Vec<String>>,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-    modify_claim(client, claim, |c| match edit(c) {
+    modify_claim(client, claims, claim, |c| match edit(c) {
         Some(f) => {
             c.metadata.finalizers = Some(f);
             true
@@ -80,10 +106,11 @@ async fn set_finalizers(
 /// finalizer when nothing of ours can exist.
 pub async fn after_failure(
     client: &Client,
+    claims: &Fresh<PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
     writes: provisioning::attempt::FailureWrites,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-    modify_claim(client, claim, |c| {
+    modify_claim(client, claims, claim, |c| {
         let mut changed = false;
         if writes.reschedule {
             changed |= c

@@ -1,8 +1,10 @@
 //! The volume controller: finalizers on our PVs and deletion of released ones (work queue
 //! "volumes"). The pure [`provisioning::volume::decide::decide`] picks the action and
 //! [`provisioning::volume::steps::remaining`] the deletion's steps; this file carries them out.
+//! PVs are read through our own writes (`caches.volumes` is a `Fresh` view), so a sync that
+//! repeats before the watch catches up sees our finalizer drop and our delete.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -20,17 +22,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::secrets;
+pub use error::VolumeError;
+
+mod error;
 use provisioning::volume::decide::{self, Action, DeletionSecret};
-use provisioning::volume::steps::{self, Stage};
+use provisioning::volume::steps;
 
 /// The volume controller.
 #[derive(Clone)]
 pub struct VolumesController {
     ctx: Context,
     queue: WorkQueue<String>,
-    /// PVs (by UID) whose volume is already deleted while the PV object still shows in the
-    /// cache: later syncs only finish deleting the object (no second DeleteVolume).
-    deleted: Arc<Mutex<HashMap<String, Stage>>>,
+    /// PVs (by UID) whose DeleteVolume succeeded while the PV object still exists: later syncs
+    /// only finish the object (no second DeleteVolume). No object records this, so we do.
+    volume_deleted: Arc<Mutex<HashSet<String>>>,
     /// A migrated in-tree PV was left alone and said so (logged once per process).
     migration_logged: Arc<AtomicBool>,
 }
@@ -41,7 +46,7 @@ impl VolumesController {
         VolumesController {
             queue: WorkQueue::new("volumes", limiter, Some(metrics)),
             ctx,
-            deleted: Arc::default(),
+            volume_deleted: Arc::default(),
             migration_logged: Arc::default(),
         }
     }
@@ -49,7 +54,7 @@ impl VolumesController {
     /// The PV object is gone: nothing left to remember about it.
     pub fn forget(&self, pv: &PersistentVolume) {
         if let Some(uid) = &pv.metadata.uid {
-            self.deleted.lock().remove(uid);
+            self.volume_deleted.lock().remove(uid);
         }
     }
 
@@ -97,12 +102,12 @@ impl VolumesController {
         };
         match result {
             Ok(()) => Outcome::Done,
-            Err(reason) => Outcome::Retry(reason),
+            Err(e) => Outcome::retry(e),
         }
     }
 
     /// DeleteVolume, then drop our finalizer and delete the PV object.
-    async fn delete(&self, pv: &PersistentVolume) -> Result<(), String> {
+    async fn delete(&self, pv: &PersistentVolume) -> Result<(), VolumeError> {
         let started = Instant::now();
         let name = pv.name_any();
         let class = pv
@@ -111,25 +116,25 @@ impl VolumesController {
             .and_then(|s| s.storage_class_name.clone())
             .unwrap_or_default();
         let uid = pv.metadata.uid.clone().unwrap_or_default();
-        let stage = self.deleted.lock().get(&uid).copied();
+        let volume_deleted = self.volume_deleted.lock().contains(&uid);
         let steps = steps::remaining(
-            stage,
+            volume_deleted,
             decide::has_finalizer(pv),
             pv.metadata.deletion_timestamp.is_some(),
         );
         if steps.delete_volume {
-            if let Err(message) = self.delete_volume(pv, &class).await {
+            if let Err(e) = self.delete_volume(pv, &class).await {
                 let reference = object_reference(pv);
                 self.ctx.recorder.event(
                     &reference,
                     EventType::Warning,
                     EVENT_VOLUME_FAILED_DELETE,
-                    message.clone(),
+                    e.to_string(),
                 );
                 self.ctx.metrics.delete_failed(&class);
-                return Err(message);
+                return Err(e);
             }
-            self.deleted.lock().insert(uid.clone(), Stage::VolumeGone);
+            self.volume_deleted.lock().insert(uid.clone());
             self.ctx
                 .metrics
                 .delete_succeeded(&class, started.elapsed().as_secs_f64());
@@ -149,25 +154,37 @@ impl VolumesController {
         }
         if steps.delete_object {
             let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(format!("cannot delete PersistentVolume {name}: {e}")),
-            }
-            self.deleted.lock().insert(uid, Stage::ObjectDeleted);
+            // Read through our finalizer drop: the version the delete replaces.
+            let base = self
+                .ctx
+                .caches
+                .volumes
+                .get(&ObjectRef::new(&name))
+                .and_then(|pv| pv.metadata.resource_version.clone())
+                .unwrap_or_default();
+            let remains = match api.delete(&name, &DeleteParams::default()).await {
+                Ok(deleted) => deleted.left(),
+                Err(kube::Error::Api(e)) if e.code == 404 => None,
+                Err(source) => {
+                    return Err(VolumeError::PvWrite {
+                        pv: name,
+                        what: "delete",
+                        source,
+                    });
+                }
+            };
+            self.ctx.caches.volumes.deleted(None, &name, &base, remains);
         }
         Ok(())
     }
 
-    async fn delete_volume(&self, pv: &PersistentVolume, class: &str) -> Result<(), String> {
+    async fn delete_volume(&self, pv: &PersistentVolume, class: &str) -> Result<(), VolumeError> {
         let name = pv.name_any();
         let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
-            return Err(format!("invalid CSI PV {name}: it has no spec.csi"));
+            return Err(VolumeError::NoCsiSource { pv: name });
         };
         if let Some(node) = self.attached_node(&name) {
-            return Err(format!(
-                "persistentvolume {name} is still attached to node {node}"
-            ));
+            return Err(VolumeError::StillAttached { pv: name, node });
         }
         let class_obj = self.ctx.caches.classes.get(&ObjectRef::new(class));
         let secret_data = match decide::deletion_secret(pv, class_obj.as_deref()) {
@@ -182,8 +199,17 @@ impl VolumesController {
             },
             Ok(DeletionSecret::FromClass(r)) => secrets::fetch(&self.ctx.client, &r)
                 .await
-                .map_err(|e| format!("failed to get secret {}/{}: {e}", r.namespace, r.name))?,
-            Err(e) => return Err(e.to_string()),
+                .map_err(|e| VolumeError::SecretFetch {
+                    pv: name.clone(),
+                    secret: format!("{}/{}", r.namespace, r.name),
+                    message: e.to_string(),
+                })?,
+            Err(e) => {
+                return Err(VolumeError::SecretReference {
+                    pv: name,
+                    message: e.to_string(),
+                });
+            }
         };
         let request = csi::v1::DeleteVolumeRequest {
             volume_id: csi.volume_handle.clone(),
@@ -195,7 +221,10 @@ impl VolumesController {
             .delete_volume(request)
             .await
             .map(|_| ())
-            .map_err(|s| csi::status::go_error_string(&s))
+            .map_err(|s| VolumeError::DeleteVolume {
+                pv: name,
+                message: csi::status::go_error_string(&s),
+            })
     }
 
     /// A VolumeAttachment still referencing the PV (only watched for drivers that attach).
@@ -218,7 +247,7 @@ impl VolumesController {
         &self,
         pv: &PersistentVolume,
         finalizers: fn(&PersistentVolume) -> Vec<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), VolumeError> {
         let name = pv.name_any();
         let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
         let mut current = pv.clone();
@@ -229,23 +258,36 @@ impl VolumesController {
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
-                Ok(_) => return Ok(()),
+                Ok(patched) => {
+                    // The cache may still show the version we started from, or the one a
+                    // conflict made us read.
+                    let (first, last) = (pv.resource_version(), current.resource_version());
+                    let replaced = [first.as_deref(), last.as_deref()].into_iter().flatten();
+                    self.ctx.caches.volumes.updated(replaced, patched);
+                    return Ok(());
+                }
                 Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
                 Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&name).await {
                     Ok(Some(fresh)) => current = fresh,
                     Ok(None) => return Ok(()),
-                    Err(e) => return Err(format!("cannot read PersistentVolume {name}: {e}")),
+                    Err(source) => {
+                        return Err(VolumeError::PvWrite {
+                            pv: name,
+                            what: "read",
+                            source,
+                        });
+                    }
                 },
-                Err(e) => {
-                    return Err(format!(
-                        "cannot update finalizers of PersistentVolume {name}: {e}"
-                    ));
+                Err(source) => {
+                    return Err(VolumeError::PvWrite {
+                        pv: name,
+                        what: "update finalizers of",
+                        source,
+                    });
                 }
             }
         }
-        Err(format!(
-            "cannot update finalizers of PersistentVolume {name}: it keeps changing"
-        ))
+        Err(VolumeError::KeepsChanging { pv: name })
     }
 }
 

@@ -1,0 +1,314 @@
+//! Read-your-writes over an informer cache: the one rule every controller follows.
+//!
+//! A controller that writes an object and reads it back before the watch has delivered the
+//! write would act on the old version: create a second PV, delete a volume twice, publish a
+//! duplicate CSIStorageCapacity, or take a claim whose finalizer it just removed for one that
+//! still holds it. So every write of ours is recorded here ([`Fresh::created`],
+//! [`Fresh::updated`], [`Fresh::deleted`]) and every read goes through [`Fresh::get`] or
+//! [`Fresh::state`], which show our last write until the cache has caught up with it.
+//!
+//! Whether it has is decided by [`compare`] alone, from resourceVersions compared for
+//! equality (they are opaque): the cache showing a version our writes replaced lags behind;
+//! showing our version, or any other, means it caught up or someone wrote after us, and the
+//! cache is the truth again. A pending write is dropped then, when the watch delivers the
+//! object or its deletion, and at the latest after [`MAX_PENDING`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use parking_lot::Mutex;
+
+use crate::reflect::Change;
+
+/// How long a write may stay unconfirmed. A watch that lags this long has broken and relisted
+/// meanwhile, so the cache is the better source; the bound also keeps the map small if an
+/// object we created is deleted while the watch is down.
+pub const MAX_PENDING: Duration = Duration::from_secs(120);
+
+/// One object's writes of ours that the cache may not show yet.
+#[derive(Debug)]
+pub struct Pending<K> {
+    /// resourceVersions our writes replaced, oldest first; empty after a create.
+    pub replaced: Vec<String>,
+    /// The object as our last write left it; `None` once we deleted it.
+    pub after: Option<Arc<K>>,
+    /// When the last write was recorded.
+    pub at: Instant,
+}
+
+// Not derived: that would require `K: Clone`.
+impl<K> Clone for Pending<K> {
+    fn clone(&self) -> Self {
+        Pending {
+            replaced: self.replaced.clone(),
+            after: self.after.clone(),
+            at: self.at,
+        }
+    }
+}
+
+/// What the cache shows of an object, measured against our pending write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// A version our writes replaced, or nothing yet after our create: show our write.
+    Lagging,
+    /// Our write, its deletion, or a version someone wrote after us: the cache is the truth.
+    CaughtUp,
+}
+
+/// Compares the cached object (`None`: not cached) with our pending write. Pure.
+pub fn compare<K: Resource>(cached: Option<&K>, pending: &Pending<K>, now: Instant) -> Seen {
+    if now.duration_since(pending.at) > MAX_PENDING {
+        return Seen::CaughtUp;
+    }
+    match cached.map(|c| c.meta().resource_version.as_deref()) {
+        // Not cached: our create has not arrived yet; after an update or delete, it is gone.
+        None if pending.replaced.is_empty() && pending.after.is_some() => Seen::Lagging,
+        None => Seen::CaughtUp,
+        Some(Some(rv)) if pending.replaced.iter().any(|r| r == rv) => Seen::Lagging,
+        Some(_) => Seen::CaughtUp,
+    }
+}
+
+/// The object a reader should see, and whether the write stays pending. Pure.
+pub fn view<K: Resource>(
+    cached: Option<Arc<K>>,
+    pending: &Pending<K>,
+    now: Instant,
+) -> (Option<Arc<K>>, bool) {
+    match compare(cached.as_deref(), pending, now) {
+        Seen::Lagging => (pending.after.clone(), true),
+        Seen::CaughtUp => (cached, false),
+    }
+}
+
+/// Name of an object within its kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Name {
+    namespace: Option<String>,
+    name: String,
+}
+
+impl Name {
+    fn of<K: Resource>(obj: &K) -> Name {
+        Name {
+            namespace: obj.meta().namespace.clone(),
+            name: obj.meta().name.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// An informer cache seen through our own pending writes. Cheap to clone; clones share both.
+pub struct Fresh<K: Resource<DynamicType = ()> + 'static> {
+    store: Store<K>,
+    pending: Arc<Mutex<HashMap<Name, Pending<K>>>>,
+}
+
+impl<K: Resource<DynamicType = ()> + 'static> Clone for Fresh<K> {
+    fn clone(&self) -> Self {
+        Fresh {
+            store: self.store.clone(),
+            pending: self.pending.clone(),
+        }
+    }
+}
+
+impl<K> Fresh<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// Reads `store` through the writes recorded here.
+    pub fn new(store: Store<K>) -> Fresh<K> {
+        Fresh {
+            store,
+            pending: Arc::default(),
+        }
+    }
+
+    /// The cache alone (for waiting until it is ready).
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// The object as we last know it: the cache's, or our write the cache does not show yet.
+    pub fn get(&self, reference: &ObjectRef<K>) -> Option<Arc<K>> {
+        let cached = self.store.get(reference);
+        let name = Name {
+            namespace: reference.namespace.clone(),
+            name: reference.name.clone(),
+        };
+        let mut pending = self.pending.lock();
+        let Some(p) = pending.get(&name) else {
+            return cached;
+        };
+        let (shown, keep) = view(cached, p, Instant::now());
+        if !keep {
+            pending.remove(&name);
+        }
+        shown
+    }
+
+    /// Every object as we last know it: the cache's, with our pending writes applied (objects
+    /// we deleted left out, objects we created added).
+    pub fn state(&self) -> Vec<Arc<K>> {
+        let cached = self.store.state();
+        let mut pending = self.pending.lock();
+        if pending.is_empty() {
+            return cached;
+        }
+        let now = Instant::now();
+        let mut out = Vec::with_capacity(cached.len());
+        let mut seen = std::collections::HashSet::new();
+        for obj in cached {
+            let name = Name::of(obj.as_ref());
+            match pending.get(&name) {
+                Some(p) => {
+                    let (shown, keep) = view(Some(obj), p, now);
+                    if !keep {
+                        pending.remove(&name);
+                    }
+                    out.extend(shown);
+                }
+                None => out.push(obj),
+            }
+            seen.insert(name);
+        }
+        pending.retain(|name, p| {
+            if seen.contains(name) {
+                return true;
+            }
+            let (shown, keep) = view(None, p, now);
+            out.extend(shown);
+            keep
+        });
+        out
+    }
+
+    /// The objects our pending writes left (creates and updates the cache may not show yet).
+    pub fn pending_objects(&self) -> Vec<Arc<K>> {
+        self.pending
+            .lock()
+            .values()
+            .filter_map(|p| p.after.clone())
+            .collect()
+    }
+
+    /// How many objects have a pending write.
+    pub fn pending_len(&self) -> usize {
+        self.pending.lock().len()
+    }
+
+    /// We created `obj` (as the API server returned it).
+    pub fn created(&self, obj: K) {
+        let name = Name::of(&obj);
+        self.pending.lock().insert(
+            name,
+            Pending {
+                replaced: Vec::new(),
+                after: Some(Arc::new(obj)),
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// We replaced the versions `replaced` (the one our write was based on, and any we read
+    /// on the way) with `obj`, as the API server returned it.
+    pub fn updated<'a>(&self, replaced: impl IntoIterator<Item = &'a str>, obj: K) {
+        let name = Name::of(&obj);
+        self.record(name, replaced, Some(Arc::new(obj)));
+    }
+
+    /// We deleted version `replaced` of the object `name` in `namespace`. `result` is what the
+    /// API server returned when the object stays for its finalizers, `None` when it is gone.
+    pub fn deleted(&self, namespace: Option<&str>, name: &str, replaced: &str, result: Option<K>) {
+        let name = Name {
+            namespace: namespace.map(String::from),
+            name: name.to_string(),
+        };
+        self.record(name, [replaced], result.map(Arc::new));
+    }
+
+    /// A later write of ours continues the chain of an earlier pending one, so the cache showing
+    /// any version we replaced still counts as lagging.
+    fn record<'a>(
+        &self,
+        name: Name,
+        replaced: impl IntoIterator<Item = &'a str>,
+        after: Option<Arc<K>>,
+    ) {
+        let mut pending = self.pending.lock();
+        let mut chain = pending
+            .remove(&name)
+            .map(|p| p.replaced)
+            .unwrap_or_default();
+        for rv in replaced {
+            if !rv.is_empty() && !chain.iter().any(|r| r == rv) {
+                chain.push(rv.to_string());
+            }
+        }
+        pending.insert(
+            name,
+            Pending {
+                replaced: chain,
+                after,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// Called for every change the cache delivers: drops the writes it confirms (or overtakes),
+    /// so the map holds only what is still in flight. Returns whether the change is exactly our
+    /// own write coming back.
+    pub fn observe(&self, change: &Change<K>) -> bool {
+        let mut pending = self.pending.lock();
+        if pending.is_empty() {
+            return false;
+        }
+        match change {
+            Change::Applied(obj) => {
+                let name = Name::of(obj);
+                let Some(p) = pending.get(&name) else {
+                    return false;
+                };
+                let own = p.after.as_ref().is_some_and(|a| {
+                    a.meta().resource_version.is_some()
+                        && a.meta().resource_version == obj.meta().resource_version
+                });
+                if compare(Some(obj), p, Instant::now()) == Seen::CaughtUp {
+                    pending.remove(&name);
+                }
+                own
+            }
+            Change::Deleted(obj) => {
+                let name = Name::of(obj);
+                // An older incarnation's deletion says nothing about the object we created.
+                let other_incarnation = pending
+                    .get(&name)
+                    .and_then(|p| p.after.as_ref())
+                    .is_some_and(|a| a.meta().uid.is_some() && a.meta().uid != obj.meta().uid);
+                if !other_incarnation {
+                    pending.remove(&name);
+                }
+                false
+            }
+            Change::Relisted => {
+                let now = Instant::now();
+                pending.retain(|name, p| {
+                    let mut reference = ObjectRef::new(&name.name);
+                    if let Some(ns) = &name.namespace {
+                        reference = reference.within(ns);
+                    }
+                    let cached = self.store.get(&reference);
+                    compare(cached.as_deref(), p, now) == Seen::Lagging
+                });
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,187 @@
+use super::*;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::reflector::store;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::Event;
+
+fn cm(name: &str, rv: &str, data: &str) -> ConfigMap {
+    let mut c = ConfigMap::default();
+    c.metadata.name = Some(name.into());
+    c.metadata.namespace = Some("ns".into());
+    c.metadata.uid = Some(format!("uid-{name}"));
+    c.metadata.resource_version = Some(rv.into());
+    c.data = Some([("v".to_string(), data.to_string())].into());
+    c
+}
+
+fn data(c: Option<Arc<ConfigMap>>) -> Option<String> {
+    c.map(|c| c.data.as_ref().unwrap()["v"].clone())
+}
+
+fn pending(replaced: &[&str], after: Option<ConfigMap>) -> Pending<ConfigMap> {
+    Pending {
+        replaced: replaced.iter().map(|s| s.to_string()).collect(),
+        after: after.map(Arc::new),
+        at: Instant::now(),
+    }
+}
+
+#[test]
+fn compare_table() {
+    use Seen::*;
+    let now = Instant::now();
+    let created = pending(&[], Some(cm("a", "5", "ours")));
+    let updated = pending(&["3", "4"], Some(cm("a", "5", "ours")));
+    let deleted = pending(&["4"], None);
+    let deleting = pending(&["4"], Some(cm("a", "5", "deleting")));
+    let cases: [(&str, Option<ConfigMap>, &Pending<ConfigMap>, Seen); 12] = [
+        ("create not shown yet", None, &created, Lagging),
+        ("create shown", Some(cm("a", "5", "x")), &created, CaughtUp),
+        (
+            "create overtaken",
+            Some(cm("a", "6", "x")),
+            &created,
+            CaughtUp,
+        ),
+        (
+            "update, cache at the base",
+            Some(cm("a", "4", "x")),
+            &updated,
+            Lagging,
+        ),
+        (
+            "update, cache older in our chain",
+            Some(cm("a", "3", "x")),
+            &updated,
+            Lagging,
+        ),
+        ("update shown", Some(cm("a", "5", "x")), &updated, CaughtUp),
+        (
+            "someone wrote after us",
+            Some(cm("a", "9", "x")),
+            &updated,
+            CaughtUp,
+        ),
+        ("updated object gone", None, &updated, CaughtUp),
+        (
+            "delete, cache still has it",
+            Some(cm("a", "4", "x")),
+            &deleted,
+            Lagging,
+        ),
+        ("delete shown", None, &deleted, CaughtUp),
+        (
+            "delete kept by finalizers, cache lags",
+            Some(cm("a", "4", "x")),
+            &deleting,
+            Lagging,
+        ),
+        (
+            "deletion timestamp shown",
+            Some(cm("a", "5", "x")),
+            &deleting,
+            CaughtUp,
+        ),
+    ];
+    for (what, cached, p, want) in cases {
+        assert_eq!(compare(cached.as_ref(), p, now), want, "{what}");
+    }
+    let old = Pending {
+        at: now - MAX_PENDING - Duration::from_secs(1),
+        ..created.clone()
+    };
+    assert_eq!(compare(None, &old, now), CaughtUp, "too old to trust");
+}
+
+#[test]
+fn view_shows_the_write_until_the_cache_catches_up() {
+    let now = Instant::now();
+    let p = pending(&["4"], Some(cm("a", "5", "ours")));
+    let (shown, keep) = view(Some(Arc::new(cm("a", "4", "old"))), &p, now);
+    assert_eq!((data(shown), keep), (Some("ours".into()), true));
+    let (shown, keep) = view(Some(Arc::new(cm("a", "5", "cached"))), &p, now);
+    assert_eq!((data(shown), keep), (Some("cached".into()), false));
+    let gone = pending(&["4"], None);
+    let (shown, keep) = view(Some(Arc::new(cm("a", "4", "old"))), &gone, now);
+    assert_eq!((data(shown), keep), (None, true));
+}
+
+fn fresh() -> (Fresh<ConfigMap>, Writer<ConfigMap>) {
+    let (reader, writer) = store();
+    (Fresh::new(reader), writer)
+}
+
+fn r(name: &str) -> ObjectRef<ConfigMap> {
+    ObjectRef::new(name).within("ns")
+}
+
+#[test]
+fn a_chain_of_writes_stays_visible_while_the_cache_shows_any_replaced_version() {
+    let (fresh, mut writer) = fresh();
+    writer.apply_watcher_event(&Event::Apply(cm("a", "1", "v1")));
+    fresh.updated(["1"], cm("a", "2", "v2"));
+    fresh.updated(["2"], cm("a", "3", "v3"));
+    assert_eq!(data(fresh.get(&r("a"))), Some("v3".into()));
+    // The watch delivers our first write: still behind the second.
+    writer.apply_watcher_event(&Event::Apply(cm("a", "2", "v2")));
+    assert!(!fresh.observe(&Change::Applied(cm("a", "2", "v2"))));
+    assert_eq!(data(fresh.get(&r("a"))), Some("v3".into()));
+    assert_eq!(fresh.pending_len(), 1);
+    // Our last write arrives: it is ours, and nothing is pending any more.
+    writer.apply_watcher_event(&Event::Apply(cm("a", "3", "v3")));
+    assert!(fresh.observe(&Change::Applied(cm("a", "3", "v3"))));
+    assert_eq!(fresh.pending_len(), 0);
+    assert_eq!(data(fresh.get(&r("a"))), Some("v3".into()));
+}
+
+#[test]
+fn state_applies_creates_updates_and_deletes() {
+    let (fresh, mut writer) = fresh();
+    for obj in [cm("a", "1", "a1"), cm("b", "1", "b1"), cm("c", "1", "c1")] {
+        writer.apply_watcher_event(&Event::Apply(obj));
+    }
+    fresh.updated(["1"], cm("a", "2", "a2"));
+    fresh.deleted(Some("ns"), "b", "1", None);
+    fresh.created(cm("d", "1", "d1"));
+    let mut got: Vec<(String, String)> = fresh
+        .state()
+        .into_iter()
+        .map(|c| (c.metadata.name.clone().unwrap(), data(Some(c)).unwrap()))
+        .collect();
+    got.sort();
+    let want = [("a", "a2"), ("c", "c1"), ("d", "d1")].map(|(n, d)| (n.to_string(), d.to_string()));
+    assert_eq!(got, want);
+    assert_eq!(
+        fresh.get(&r("b")),
+        None,
+        "deleted: hidden while the cache lags"
+    );
+    assert_eq!(fresh.pending_objects().len(), 2);
+}
+
+#[test]
+fn deletions_prune_unless_they_are_of_an_older_incarnation() {
+    let (fresh, _writer) = fresh();
+    fresh.created(cm("a", "7", "new"));
+    let mut older = cm("a", "3", "old");
+    older.metadata.uid = Some("uid-older".into());
+    fresh.observe(&Change::Deleted(older));
+    assert_eq!(data(fresh.get(&r("a"))), Some("new".into()));
+    fresh.observe(&Change::Deleted(cm("a", "8", "new")));
+    assert_eq!(fresh.pending_len(), 0);
+    assert_eq!(fresh.get(&r("a")), None);
+}
+
+#[test]
+fn a_relist_keeps_only_what_the_cache_still_lags_behind() {
+    let (fresh, mut writer) = fresh();
+    writer.apply_watcher_event(&Event::Apply(cm("a", "1", "a1")));
+    writer.apply_watcher_event(&Event::Apply(cm("b", "1", "b1")));
+    fresh.updated(["1"], cm("a", "2", "a2"));
+    fresh.updated(["1"], cm("b", "2", "b2"));
+    // The relist shows b's write but not a's.
+    writer.apply_watcher_event(&Event::Apply(cm("b", "2", "b2")));
+    fresh.observe(&Change::Relisted);
+    assert_eq!(fresh.pending_len(), 1);
+    assert_eq!(data(fresh.get(&r("a"))), Some("a2".into()));
+}

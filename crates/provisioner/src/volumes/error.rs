@@ -1,0 +1,56 @@
+//! Why a PV's sync runs again: one variant per failing step, naming the PV, each with a stable
+//! label for the log line and `csi_provisioner_sync_errors_total`. The messages of the
+//! DeleteVolume steps are also the `VolumeFailedDelete` event's.
+
+use controller_kit::workqueue::Failure;
+
+/// A failed step of a PV's sync.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    /// A PV of our driver without `spec.csi`: nothing to delete it with.
+    #[error("invalid CSI PV {pv}: it has no spec.csi")]
+    NoCsiSource { pv: String },
+    /// A VolumeAttachment still names the PV (upstream's wording).
+    #[error("persistentvolume {pv} is still attached to node {node}")]
+    StillAttached { pv: String, node: String },
+    /// The deletion secret's reference cannot be resolved.
+    #[error("{message}")]
+    SecretReference { pv: String, message: String },
+    /// The class's deletion secret cannot be read.
+    #[error("failed to get secret {secret}: {message}")]
+    SecretFetch {
+        pv: String,
+        /// `<namespace>/<name>`.
+        secret: String,
+        message: String,
+    },
+    /// The driver's DeleteVolume failed (the Go-style status string, as upstream).
+    #[error("{message}")]
+    DeleteVolume { pv: String, message: String },
+    /// Writing the PV (finalizers, delete) failed.
+    #[error("cannot {what} PersistentVolume {pv}: {source}")]
+    PvWrite {
+        pv: String,
+        /// E.g. "update finalizers of".
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    /// Someone kept writing the PV while we updated its finalizers.
+    #[error("cannot update finalizers of PersistentVolume {pv}: it keeps changing")]
+    KeepsChanging { pv: String },
+}
+
+impl Failure for VolumeError {
+    fn kind(&self) -> &'static str {
+        match self {
+            VolumeError::NoCsiSource { .. } => "invalid_pv",
+            VolumeError::StillAttached { .. } => "still_attached",
+            VolumeError::SecretReference { .. } | VolumeError::SecretFetch { .. } => {
+                "deletion_secret"
+            }
+            VolumeError::DeleteVolume { .. } => "delete_volume",
+            VolumeError::PvWrite { .. } | VolumeError::KeepsChanging { .. } => "pv_write",
+        }
+    }
+}
