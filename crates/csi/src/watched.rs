@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Called when the connection to the driver is lost; see [`ConnectOptions::on_connection_lost`].
+/// Called when the connection to the driver is lost; see [`ConnectOptions::on_connection_lost`](crate::ConnectOptions::on_connection_lost).
 pub type ConnectionLostCallback = Arc<dyn Fn() + Send + Sync>;
 
 /// Connection-loss bookkeeping, as in csi-lib-utils' custom dialer: a dial after a successful

@@ -86,6 +86,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     };
 
     let cancel = CancellationToken::new();
+    let mut http_server = None;
     if let Some(address) = opts.http_address() {
         let server = http::serve(
             http::HttpOptions {
@@ -98,7 +99,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
             cancel.clone(),
         )
         .await?;
-        tokio::spawn(server);
+        http_server = Some(tokio::spawn(server));
     }
     tokio::spawn(cancel_on_signal(
         cancel.clone(),
@@ -119,12 +120,37 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
         controller_metrics,
         capacity_metrics,
     });
+    let http_ended = until_ended_early(http_server, cancel.clone());
     tokio::select! {
         // Checked first: a loss reported while start-up was still running wins too.
         biased;
         () = lost.cancelled() => Err(AppError::DriverLost),
+        reason = http_ended => Err(AppError::TaskFailed { task: "HTTP server", reason }),
         result = run_elected(base, elector, cancel) => result,
     }
+}
+
+/// Resolves with why `task` ended if it ends before `cancel`; never otherwise (a server that
+/// stops on shutdown is no failure, and without a server there is nothing to watch).
+async fn until_ended_early(
+    task: Option<tokio::task::JoinHandle<()>>,
+    cancel: CancellationToken,
+) -> String {
+    let Some(task) = task else {
+        return std::future::pending().await;
+    };
+    let reason = match task.await {
+        Ok(()) => "ended unexpectedly".to_string(),
+        Err(e) if e.is_panic() => format!(
+            "panicked: {}",
+            controller_kit::workqueue::panic_message(e.into_panic().as_ref())
+        ),
+        Err(_) => "was aborted".to_string(),
+    };
+    if cancel.is_cancelled() {
+        std::future::pending::<()>().await;
+    }
+    reason
 }
 
 /// The controllers, under leader election when it is on.
@@ -273,4 +299,35 @@ fn warn_about_flags(opts: &cli::Options) {
 
 fn jiff_now_millis() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_millisecond()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_task_ending_before_cancel_is_reported_and_after_cancel_is_not() {
+        let cancel = CancellationToken::new();
+        let ended = tokio::spawn(async {});
+        assert_eq!(
+            until_ended_early(Some(ended), cancel.clone()).await,
+            "ended unexpectedly"
+        );
+        let panicked = tokio::spawn(async { panic!("bind lost") });
+        assert_eq!(
+            until_ended_early(Some(panicked), cancel.clone()).await,
+            "panicked: bind lost"
+        );
+        // Shutting down: a server that stops is no failure, and no server is nothing to watch.
+        cancel.cancel();
+        for task in [Some(tokio::spawn(async {})), None] {
+            let waited = tokio::time::timeout(
+                Duration::from_millis(50),
+                until_ended_early(task, cancel.clone()),
+            )
+            .await;
+            assert!(waited.is_err(), "must never resolve");
+        }
+    }
 }

@@ -59,16 +59,17 @@ pub(crate) async fn run_controllers(
             initial_list,
         },
     );
+    let mut tasks = Tasks::default();
     let (recorder, deliver) = EventRecorder::new(
         base.background_client.clone(),
         event_source(&base.driver.name),
     );
-    tokio::spawn(deliver);
+    tasks.spawn("event delivery", deliver);
     let (populator_recorder, deliver) = EventRecorder::new(
         base.background_client.clone(),
         "external-provisioner".to_string(),
     );
-    tokio::spawn(deliver);
+    tasks.spawn("populator event delivery", deliver);
 
     let capacity = if opts.enable_capacity {
         Some(capacity_controller(&base, &caches).await?)
@@ -90,7 +91,6 @@ pub(crate) async fn run_controllers(
     };
     let claims = ClaimsController::new(ctx.clone(), &base.queue_metrics);
     let volumes = VolumesController::new(ctx.clone(), &base.queue_metrics);
-    let mut tasks = Tasks::default();
     let Changes {
         claims: claim_changes,
         volumes: volume_changes,

@@ -174,27 +174,39 @@ impl std::fmt::Debug for RefreshHandle {
     }
 }
 
-impl RefreshHandle {
-    /// A volume of `class` was created or deleted: refresh the objects it affects now, ahead
-    /// of periodic work (bursts coalesce per object).
-    pub fn volume_changed(&self, class: &str, affinity: Option<&VolumeNodeAffinity>) {
-        let keys = {
-            let state = self.shared.state.lock();
-            keys_for_volume(affinity, class, &state.desired)
-        };
-        self.shared.enqueue_urgent(keys);
-    }
+/// Which published objects a provisioning controller's work may have made stale: the one
+/// request claims and volumes send to the capacity controller.
+#[derive(Debug, Clone, Copy)]
+pub enum Refresh<'a> {
+    /// A volume of `class` was created or deleted where `affinity` says (every class of the
+    /// volume's segments shares its pool).
+    Volume {
+        class: &'a str,
+        affinity: Option<&'a VolumeNodeAffinity>,
+    },
+    /// An attempt for `class` failed or was cleaned up: its objects anywhere.
+    Class(&'a str),
+}
 
-    /// Provisioning for `class` failed in a way that may have changed capacity.
-    pub fn class_changed(&self, class: &str) {
+impl RefreshHandle {
+    /// Refreshes the objects `what` names now, ahead of periodic work (bursts coalesce per
+    /// object).
+    pub fn refresh(&self, what: Refresh<'_>) {
         let keys: Vec<Key> = {
             let state = self.shared.state.lock();
-            state
-                .desired
-                .iter()
-                .filter(|k| k.class == class)
-                .cloned()
-                .collect()
+            match what {
+                Refresh::Volume { class, affinity } => {
+                    keys_for_volume(affinity, class, &state.desired)
+                        .into_iter()
+                        .collect()
+                }
+                Refresh::Class(class) => state
+                    .desired
+                    .iter()
+                    .filter(|k| k.class == class)
+                    .cloned()
+                    .collect(),
+            }
         };
         self.shared.enqueue_urgent(keys);
     }
@@ -343,6 +355,12 @@ impl CapacityController {
                 && e.is_panic()
             {
                 std::panic::resume_unwind(e.into_panic());
+            }
+            // Any part ending before cancel leaves capacity silently unpublished: end the whole
+            // controller, which the supervisor reports.
+            if !cancel.is_cancelled() {
+                tracing::error!("A capacity controller task ended before shutdown");
+                return;
             }
         }
     }
