@@ -16,6 +16,7 @@ const PROVISIONED: &str = "controller_persistentvolumeclaim_provision_total";
 const PROVISION_FAILED: &str = "controller_persistentvolumeclaim_provision_failed_total";
 const DELETED: &str = "controller_persistentvolume_delete_total";
 const MASTER: &str = "leader_election_master_status";
+const SYNC_ERRORS: &str = "csi_provisioner_sync_errors_total";
 
 /// Three claims provisioned, one failing, one deleted: the scrape counts exactly that.
 #[tokio::test]
@@ -37,6 +38,27 @@ async fn metrics_count_what_happened() {
         volumes.push(ops.wait_bound(name).await);
     }
     ops.claim("broken", &bad).await;
+    // Ours for the API server (kube-controller-manager names our driver on claims whose class
+    // it knows; here we do), but its class does not exist: a typed ClassMissing error.
+    let orphan = format!("{}-no-such-class", ops.ns);
+    let mut claimless = ops.claim_object("orphan", &orphan);
+    claimless.metadata.annotations = Some(
+        [(
+            "volume.kubernetes.io/storage-provisioner".to_string(),
+            ops.driver.clone(),
+        )]
+        .into(),
+    );
+    ops.claims()
+        .create(&kube::api::PostParams::default(), &claimless)
+        .await
+        .expect("orphan claim");
+    eventually("the missing class to be counted", 60, move || async move {
+        let m = scrape(port).await?;
+        let labels = [("kind", "class_missing"), ("name", "claims")];
+        (sample(&m, SYNC_ERRORS, &labels)? >= 1.0).then_some(())
+    })
+    .await;
     let bad_ref = bad.as_str();
     eventually(
         "the failed provisioning to be counted",
@@ -89,6 +111,24 @@ async fn metrics_count_what_happened() {
         "{m}"
     );
     assert_eq!(sample(&m, DELETED, &[("class", &fast)]), Some(1.0), "{m}");
+    // Only the orphan's failures were retried with an error: a failed CreateVolume holds the
+    // claim instead (an event and a hold, no error), and nothing else failed.
+    let errors: Vec<&str> = m.lines().filter(|l| l.starts_with(SYNC_ERRORS)).collect();
+    assert!(
+        !errors.is_empty()
+            && errors
+                .iter()
+                .all(|l| l.contains(r#"kind="class_missing""#) && l.contains(r#"name="claims""#)),
+        "{errors:#?}"
+    );
+    let log = std::fs::read_to_string(provisioner.log_path()).expect("provisioner log");
+    assert!(
+        log.lines().any(|l| l.contains("Will retry")
+            && l.contains("class_missing")
+            && l.contains(&orphan)),
+        "no 'Will retry' line with kind class_missing naming {orphan:?} in {}",
+        provisioner.log_path().display()
+    );
     for (name, labels) in [
         (
             "controller_persistentvolumeclaim_provision_duration_seconds_count",

@@ -111,6 +111,16 @@ impl ProvisionError {
             message: message.into(),
         }
     }
+
+    /// A PV of another claim already has this claim's volume name: final, and the volume
+    /// under that name (the other claim's) is never asked for nor deleted.
+    pub fn name_collision(volume_name: &str) -> Self {
+        ProvisionError::finished(format!(
+            "PersistentVolume {volume_name} already exists for another claim; volume names collide \
+             (is --volume-name-uuid-length too short?). The other claim's volume is left alone; \
+             delete this claim or lengthen --volume-name-uuid-length"
+        ))
+    }
 }
 
 #[cfg(test)]

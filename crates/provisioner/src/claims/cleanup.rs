@@ -13,7 +13,9 @@ use provisioning::errors::{ProvisioningState, classify_create_volume_error};
 use provisioning::lifecycle::has_finalizer;
 use provisioning::prepare::Prepared;
 
-use super::{ClaimError, ClaimsController, SyncError, update};
+use crate::capacity_controller::Refresh;
+
+use super::{ClaimError, ClaimsController, SyncError, claim_name, update};
 
 /// Event reason when cleanup is stuck (upstream's library uses it for failed cleanups too).
 pub const CLEANUP_FAILED: &str = "ProvisioningCleanupFailed";
@@ -219,7 +221,7 @@ impl ClaimsController {
         if let (Some(capacity), Some(class)) =
             (&self.ctx.capacity, provisioning::claim::class_name(claim))
         {
-            capacity.class_changed(class);
+            capacity.refresh(Refresh::Class(class));
         }
     }
 }
@@ -229,12 +231,4 @@ fn bound_uid(pv: &k8s_openapi::api::core::v1::PersistentVolume) -> Option<&str> 
         .as_ref()
         .and_then(|s| s.claim_ref.as_ref())
         .and_then(|r| r.uid.as_deref())
-}
-
-pub(super) fn claim_name(claim: &PersistentVolumeClaim) -> String {
-    format!(
-        "{}/{}",
-        claim.metadata.namespace.as_deref().unwrap_or_default(),
-        claim.metadata.name.as_deref().unwrap_or_default()
-    )
 }

@@ -1,128 +1,28 @@
-//! Provisioning one claim: prepare → secrets → finalizer → CreateVolume → PV → release.
+//! Step 3, provision: the provisioning event, prepare, the request, our finalizer, then
+//! CreateVolume; a created volume goes on to `save`, a failure to `fail`.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use controller_kit::events::EventType;
-use csi::v1::TopologyRequirement;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
-use kube::Api;
-use kube::api::PostParams;
-use provisioning::attempt::{CallResult, VolumeState, after_call, after_failure, failed_call};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+use provisioning::attempt::{CallResult, VolumeState, after_call, failed_call};
 use provisioning::errors::{
-    ProvisionError, ProvisioningState, classify_create_volume_error, is_infeasible, may_reschedule,
+    ProvisionError, classify_create_volume_error, is_infeasible, may_reschedule,
 };
 use provisioning::lifecycle::has_finalizer;
 use provisioning::names;
-use provisioning::prepare::{
-    PrepareInputs, Prepared, ProvisionPlan, TopologyFacts, check_volume_attributes_class,
-    secret_fetch_error,
-};
+use provisioning::prepare::Prepared;
 use provisioning::pv::{
     CapacityDecision, PersistentVolumeInputs, build_persistent_volume, capacity_decision,
     too_small_message,
 };
 use provisioning::retry;
 
-use super::cleanup::claim_name;
-use super::facts::TopologySnapshot;
-use super::{ClaimError, ClaimKey, ClaimsController, SyncError, update};
-use crate::secrets;
+use super::{ClaimError, ClaimsController, SyncError, claim_name, class_name, update};
+use crate::capacity_controller::Refresh;
 
 impl ClaimsController {
-    /// Runs upstream's `prepareProvision` over cached facts. `with_topology` is false when the
-    /// requirement cannot be rebuilt (a clean-up after a restart whose node is gone).
-    pub(super) fn prepare(
-        &self,
-        claim: &PersistentVolumeClaim,
-        class: &StorageClass,
-        with_topology: bool,
-    ) -> Result<Prepared, ProvisionError> {
-        self.prepare_with(claim, class, with_topology, None)
-    }
-
-    /// [`prepare`](Self::prepare) with the requirement an earlier attempt computed, if any:
-    /// then no topology facts are gathered at all.
-    pub(super) fn prepare_reusing(
-        &self,
-        claim: &PersistentVolumeClaim,
-        class: &StorageClass,
-        reused: Option<&Option<TopologyRequirement>>,
-    ) -> Result<Prepared, ProvisionError> {
-        self.prepare_with(claim, class, reused.is_none(), reused)
-    }
-
-    fn prepare_with(
-        &self,
-        claim: &PersistentVolumeClaim,
-        class: &StorageClass,
-        with_topology: bool,
-        reused_topology: Option<&Option<TopologyRequirement>>,
-    ) -> Result<Prepared, ProvisionError> {
-        let ctx = &self.ctx;
-        let driver = ctx.driver.name.as_str();
-        let config = self.provisioner_config();
-        let snapshot = (with_topology && ctx.supports_topology()).then(|| {
-            TopologySnapshot::take(
-                &ctx.caches,
-                driver,
-                provisioning::claim::selected_node(claim),
-            )
-        });
-        let csi_keys = snapshot
-            .as_ref()
-            .map(|s| s.csi_node_keys(driver))
-            .unwrap_or_default();
-        let node_labels = snapshot
-            .as_ref()
-            .map(|s| s.node_labels())
-            .unwrap_or_default();
-        let topology = snapshot.as_ref().map(|s| TopologyFacts {
-            strict_topology: ctx.opts.strict_topology,
-            immediate_topology: ctx.opts.immediate_topology,
-            selected_node_topology_keys: s.selected_keys.as_deref(),
-            selected_node_labels: s.selected_labels.as_ref(),
-            csi_node_topology_keys: &csi_keys,
-            node_labels: &node_labels,
-            random_hash: rand::random(),
-        });
-        provisioning::prepare::prepare(&PrepareInputs {
-            claim,
-            class: Some(class),
-            config: &config,
-            capabilities: ctx.driver.capabilities,
-            topology,
-            reused_topology: reused_topology.filter(|_| ctx.supports_topology()),
-        })
-    }
-
-    /// The provisioner secret's data and the VolumeAttributesClass parameters of a plan.
-    pub(super) async fn request_inputs(
-        &self,
-        plan: &ProvisionPlan,
-    ) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>), ProvisionError> {
-        let client = &self.ctx.client;
-        let secret_data = match &plan.secrets.provisioner {
-            Some(secret) => secrets::fetch(client, secret)
-                .await
-                .map_err(|e| secret_fetch_error(secret, &e))?,
-            None => BTreeMap::new(),
-        };
-        let mutable = match &plan.volume_attributes_class {
-            Some(name) => {
-                let vac = Api::<VolumeAttributesClass>::all(client.clone())
-                    .get(name)
-                    .await
-                    .map_err(|e| ProvisionError::no_change(e.to_string()))?;
-                check_volume_attributes_class(name, &vac.driver_name, &self.ctx.driver.name)?;
-                vac.parameters.unwrap_or_default()
-            }
-            None => BTreeMap::new(),
-        };
-        Ok((secret_data, mutable))
-    }
-
     pub(super) async fn provision(
         &self,
         claim: &PersistentVolumeClaim,
@@ -177,7 +77,12 @@ impl ClaimsController {
             self.memory
                 .set_volume_state(&uid, VolumeState::Collision, None);
             return self
-                .fail(claim, class, collision_error(&plan.volume_name), false)
+                .fail(
+                    claim,
+                    class,
+                    ProvisionError::name_collision(&plan.volume_name),
+                    false,
+                )
                 .await;
         }
         let (secret_data, mutable) = match self.request_inputs(&plan).await {
@@ -277,183 +182,16 @@ impl ClaimsController {
         // Capacity changed when the driver created the volume, not when the PV object lands:
         // refresh now, without waiting for the PV write's turn in the API budget.
         if let Some(capacity) = &ctx.capacity {
-            capacity.volume_changed(
-                &class_name(class),
-                pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
-            );
+            capacity.refresh(Refresh::Volume {
+                class: &class_name(class),
+                affinity: pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
+            });
         }
         self.save_pv(&claim, pv, started).await
     }
 
-    /// Saves a PV whose first save failed. It is retried whatever happened to the StorageClass
-    /// since: the volume exists, and only the PV can own it (upstream's unsaved-PV queue).
-    pub(super) async fn save_unsaved_pv(
-        &self,
-        claim: &PersistentVolumeClaim,
-        pv: PersistentVolume,
-    ) -> Result<(), SyncError> {
-        let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let started = self.memory.started(&uid);
-        self.save_pv(claim, pv, started).await
-    }
-
-    /// Creates the PV. An existing PV bound to this claim counts as success (a retry after a
-    /// lost response); one bound elsewhere is a name collision: a final error, and the volume
-    /// (the other claim's) is never deleted. Any other failure keeps the PV for the next sync.
-    async fn save_pv(
-        &self,
-        claim: &PersistentVolumeClaim,
-        pv: PersistentVolume,
-        started: Instant,
-    ) -> Result<(), SyncError> {
-        let ctx = &self.ctx;
-        let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let class = provisioning::claim::class_name(claim)
-            .unwrap_or_default()
-            .to_string();
-        let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-        let name = pv.metadata.name.clone().unwrap_or_default();
-        // What was stored is recorded as our write: the next sync sees the PV before the cache
-        // does, and does not provision again.
-        let saved = match api.create(&PostParams::default(), &pv).await {
-            Ok(stored) => {
-                ctx.caches.volumes.created(stored);
-                Ok(true)
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 => api
-                .get(&name)
-                .await
-                .map(|existing| {
-                    let ours = existing
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.claim_ref.as_ref())
-                        .and_then(|r| r.uid.as_deref())
-                        == Some(uid.as_str());
-                    ctx.caches.volumes.created(existing);
-                    ours
-                })
-                .map_err(|e| format!("cannot read the existing PV: {e}")),
-            Err(e) => Err(e.to_string()),
-        };
-        match saved {
-            Ok(true) => {}
-            Ok(false) => {
-                self.memory
-                    .set_volume_state(&uid, VolumeState::Collision, None);
-                let failed = Failed {
-                    class: &class,
-                    class_uid: None,
-                    infeasible: false,
-                };
-                return self.fail_named(claim, failed, collision_error(&name)).await;
-            }
-            Err(message) => {
-                tracing::error!(pv = %name, err = %message, "Failed to save PersistentVolume; will retry");
-                self.memory.keep_unsaved_pv(&uid, pv);
-                return Err(ClaimError::SavePv {
-                    claim: claim_name(claim),
-                    pv: name,
-                    message,
-                }
-                .into());
-            }
-        }
-        self.memory.forget(&uid);
-        let reference = provisioning::pv::claim_reference(claim);
-        ctx.recorder.event(
-            &reference,
-            EventType::Normal,
-            names::EVENT_PROVISIONING_SUCCEEDED,
-            names::provisioning_succeeded_message(&name),
-        );
-        ctx.metrics
-            .provision_succeeded(&class, "", started.elapsed().as_secs_f64());
-        klog::v!(2, claim = %claim_name(claim), pv = %name, "Provisioned volume");
-        // The finalizer is released when the binder's write of the claim brings it back here.
-        Ok(())
-    }
-
-    /// Reports a failed attempt as upstream does, reschedules when asked, and holds the next
-    /// attempt for the claim's backoff (longer for an `infeasible` request).
-    pub(super) async fn fail(
-        &self,
-        claim: &PersistentVolumeClaim,
-        class: &StorageClass,
-        err: ProvisionError,
-        infeasible: bool,
-    ) -> Result<(), SyncError> {
-        let failed = Failed {
-            class: &class_name(class),
-            class_uid: class.metadata.uid.as_deref(),
-            infeasible,
-        };
-        self.fail_named(claim, failed, err).await
-    }
-
-    async fn fail_named(
-        &self,
-        claim: &PersistentVolumeClaim,
-        failed: Failed<'_>,
-        err: ProvisionError,
-    ) -> Result<(), SyncError> {
-        let ctx = &self.ctx;
-        let class = failed.class;
-        let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let reference = provisioning::pv::claim_reference(claim);
-        ctx.recorder.event(
-            &reference,
-            EventType::Warning,
-            names::EVENT_PROVISIONING_FAILED,
-            err.message.clone(),
-        );
-        ctx.metrics.provision_failed(class, "");
-        if err.state != ProvisioningState::NoChange
-            && let Some(capacity) = &ctx.capacity
-        {
-            capacity.class_changed(class);
-        }
-        if matches!(
-            err.state,
-            ProvisioningState::Finished | ProvisioningState::Reschedule
-        ) {
-            self.memory.forget_topology(&uid);
-        }
-        let writes = after_failure(
-            err.state,
-            &self.memory.volume_state(&uid, true),
-            has_finalizer(claim),
-            provisioning::claim::selected_node(claim).is_some(),
-        );
-        if writes.reschedule || writes.release {
-            update::after_failure(&ctx.client, &ctx.caches.claims, claim, writes)
-                .await
-                .map_err(|source| ClaimError::ClaimWrite {
-                    claim: claim_name(claim),
-                    what: "reschedule or release",
-                    source,
-                })?;
-        }
-        if writes.reschedule {
-            self.memory.set_hold(&uid, None);
-            return Ok(());
-        }
-        let now = Instant::now();
-        let hold = retry::hold_after_failure(
-            now,
-            self.queue.next_backoff(&ClaimKey::of(claim)),
-            failed.infeasible,
-            ctx.opts.retry_interval_max,
-            failed.class_uid,
-        );
-        let wait = hold.until - now;
-        self.memory.set_hold(&uid, Some(hold));
-        klog::v!(2, claim = %claim_name(claim), err = %err.message, retry_in = ?wait, "Provisioning failed");
-        Err(SyncError::Hold(wait))
-    }
-
     /// Best-effort DeleteVolume for a volume we will not keep (too small); whether it is gone.
-    async fn delete_too_small(
+    pub(super) async fn delete_too_small(
         &self,
         uid: &str,
         volume_id: &str,
@@ -472,7 +210,7 @@ impl ClaimsController {
     }
 
     /// Upstream's deprecation warnings for the class's parameters, logged once per class.
-    fn warn_deprecated_parameters(&self, class: &StorageClass) {
+    pub(super) fn warn_deprecated_parameters(&self, class: &StorageClass) {
         let key = class
             .metadata
             .uid
@@ -486,23 +224,4 @@ impl ClaimsController {
             tracing::warn!(class = %class_name(class), "{warning}");
         }
     }
-}
-
-/// The class a failed attempt used, for metrics and the retry hold.
-struct Failed<'a> {
-    class: &'a str,
-    class_uid: Option<&'a str>,
-    infeasible: bool,
-}
-
-fn collision_error(volume_name: &str) -> ProvisionError {
-    ProvisionError::finished(format!(
-        "PersistentVolume {volume_name} already exists for another claim; volume names collide \
-         (is --volume-name-uuid-length too short?). The other claim's volume is left alone; \
-         delete this claim or lengthen --volume-name-uuid-length"
-    ))
-}
-
-pub(super) fn class_name(class: &StorageClass) -> String {
-    class.metadata.name.clone().unwrap_or_default()
 }

@@ -20,6 +20,7 @@ use provisioning::names::{EVENT_VOLUME_FAILED_DELETE, PV_FINALIZER};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::capacity_controller::Refresh;
 use crate::context::Context;
 use crate::secrets;
 pub use error::VolumeError;
@@ -139,10 +140,10 @@ impl VolumesController {
                 .metrics
                 .delete_succeeded(&class, started.elapsed().as_secs_f64());
             if let Some(capacity) = &self.ctx.capacity {
-                capacity.volume_changed(
-                    &class,
-                    pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
-                );
+                capacity.refresh(Refresh::Volume {
+                    class: &class,
+                    affinity: pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
+                });
             }
             klog::v!(2, pv = %name, "Deleted volume");
         }

@@ -125,14 +125,19 @@ impl Ops {
         Api::all(self.client.clone())
     }
 
-    pub async fn claim(&self, name: &str, class: &str) -> PersistentVolumeClaim {
-        let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+    /// A 1Gi ReadWriteOnce claim of `class`, not created yet.
+    pub fn claim_object(&self, name: &str, class: &str) -> PersistentVolumeClaim {
+        serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": name, "namespace": self.ns},
             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
                      "resources": {"requests": {"storage": "1Gi"}}},
         }))
-        .expect("claim");
+        .expect("claim")
+    }
+
+    pub async fn claim(&self, name: &str, class: &str) -> PersistentVolumeClaim {
+        let pvc = self.claim_object(name, class);
         self.claims()
             .create(&PostParams::default(), &pvc)
             .await

@@ -1,0 +1,53 @@
+//! Beyond upstream: explain a waiting claim that no published capacity can hold.
+
+use controller_kit::events::EventType;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use super::ClaimsController;
+
+/// Event reason when no published capacity of a waiting claim's class can hold it (ours).
+pub const NOT_ENOUGH_CAPACITY: &str = capacity::explain::REASON;
+
+impl ClaimsController {
+    /// Beyond upstream: a late-binding claim of our driver that waits for a node although no
+    /// published capacity of its class can hold it gets one Warning saying so.
+    pub(super) fn explain_if_nothing_fits(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: Option<&StorageClass>,
+    ) {
+        let (Some(capacity), Some(class)) = (&self.ctx.capacity, class) else {
+            return;
+        };
+        let waiting = claim.metadata.deletion_timestamp.is_none()
+            && claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .is_none_or(str::is_empty)
+            && provisioning::claim::selected_node(claim).is_none()
+            && class.provisioner == self.ctx.driver.name
+            && class.volume_binding_mode.as_deref()
+                == Some(provisioning::names::WAIT_FOR_FIRST_CONSUMER);
+        if !waiting {
+            return;
+        }
+        let Ok(requested) = provisioning::claim::requested_bytes(claim) else {
+            return;
+        };
+        let class_name = class.metadata.name.as_deref().unwrap_or_default();
+        if let Some(message) = capacity.explain(class_name, requested) {
+            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+            if self.memory.explain_once(uid, &message) {
+                let reference = provisioning::pv::claim_reference(claim);
+                self.ctx.recorder.event(
+                    &reference,
+                    EventType::Warning,
+                    NOT_ENOUGH_CAPACITY,
+                    message,
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! A failed attempt: the event, the metrics, the claim writes it calls for and the hold on the
+//! next attempt.
+
+use std::time::Instant;
+
+use controller_kit::events::EventType;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+use provisioning::attempt::after_failure;
+use provisioning::errors::{ProvisionError, ProvisioningState};
+use provisioning::lifecycle::has_finalizer;
+use provisioning::names;
+use provisioning::retry;
+
+use super::{ClaimError, ClaimKey, ClaimsController, SyncError, claim_name, class_name, update};
+use crate::capacity_controller::Refresh;
+
+impl ClaimsController {
+    /// Reports a failed attempt as upstream does, reschedules when asked, and holds the next
+    /// attempt for the claim's backoff (longer for an `infeasible` request).
+    pub(super) async fn fail(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &StorageClass,
+        err: ProvisionError,
+        infeasible: bool,
+    ) -> Result<(), SyncError> {
+        let failed = Failed {
+            class: &class_name(class),
+            class_uid: class.metadata.uid.as_deref(),
+            infeasible,
+        };
+        self.fail_named(claim, failed, err).await
+    }
+
+    pub(super) async fn fail_named(
+        &self,
+        claim: &PersistentVolumeClaim,
+        failed: Failed<'_>,
+        err: ProvisionError,
+    ) -> Result<(), SyncError> {
+        let ctx = &self.ctx;
+        let class = failed.class;
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let reference = provisioning::pv::claim_reference(claim);
+        ctx.recorder.event(
+            &reference,
+            EventType::Warning,
+            names::EVENT_PROVISIONING_FAILED,
+            err.message.clone(),
+        );
+        ctx.metrics.provision_failed(class, "");
+        if err.state != ProvisioningState::NoChange
+            && let Some(capacity) = &ctx.capacity
+        {
+            capacity.refresh(Refresh::Class(class));
+        }
+        if matches!(
+            err.state,
+            ProvisioningState::Finished | ProvisioningState::Reschedule
+        ) {
+            self.memory.forget_topology(&uid);
+        }
+        let writes = after_failure(
+            err.state,
+            &self.memory.volume_state(&uid, true),
+            has_finalizer(claim),
+            provisioning::claim::selected_node(claim).is_some(),
+        );
+        if writes.reschedule || writes.release {
+            update::after_failure(&ctx.client, &ctx.caches.claims, claim, writes)
+                .await
+                .map_err(|source| ClaimError::ClaimWrite {
+                    claim: claim_name(claim),
+                    what: "reschedule or release",
+                    source,
+                })?;
+        }
+        if writes.reschedule {
+            self.memory.set_hold(&uid, None);
+            return Ok(());
+        }
+        let now = Instant::now();
+        let hold = retry::hold_after_failure(
+            now,
+            self.queue.next_backoff(&ClaimKey::of(claim)),
+            failed.infeasible,
+            ctx.opts.retry_interval_max,
+            failed.class_uid,
+        );
+        let wait = hold.until - now;
+        self.memory.set_hold(&uid, Some(hold));
+        klog::v!(2, claim = %claim_name(claim), err = %err.message, retry_in = ?wait, "Provisioning failed");
+        Err(SyncError::Hold(wait))
+    }
+}
+
+/// The class a failed attempt used, for metrics and the retry hold.
+pub(super) struct Failed<'a> {
+    pub(super) class: &'a str,
+    pub(super) class_uid: Option<&'a str>,
+    pub(super) infeasible: bool,
+}

@@ -1,0 +1,37 @@
+//! Step 5, release: drop our finalizer once the PV owns the volume.
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+use super::memory::Lane;
+use super::{ClaimKey, ClaimsController, update};
+
+impl ClaimsController {
+    /// Drops our finalizer once the PV owns the volume, on its own task. For a bound claim
+    /// nothing waits for it: it spends only tokens the hot path leaves free (background lane).
+    /// A deleted claim's deletion waits for it: main budget. If it fails, the claim's next sync
+    /// decides to release again.
+    pub(super) fn release_later(&self, claim: &PersistentVolumeClaim) {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let (lane, client) = if claim.metadata.deletion_timestamp.is_some() {
+            (Lane::Foreground, self.ctx.client.clone())
+        } else {
+            (Lane::Background, self.ctx.background_client.clone())
+        };
+        if !self.memory.start_release(&uid, lane) {
+            return;
+        }
+        let (memory, claim, task_uid) = (self.memory.clone(), claim.clone(), uid.clone());
+        let claims = self.ctx.caches.claims.clone();
+        let task = tokio::spawn(async move {
+            match update::remove_finalizer(&client, &claims, &claim).await {
+                // The PV owns the volume now; later syncs read the claim through our write.
+                Ok(_) => memory.forget(&task_uid),
+                Err(e) => {
+                    tracing::warn!(claim = %ClaimKey::of(&claim).to_string(), err = %e, "Cannot remove the creating-volume finalizer; will retry");
+                }
+            }
+            memory.end_release(&task_uid, lane);
+        });
+        self.memory.track_release(&uid, lane, task.abort_handle());
+    }
+}

@@ -1,0 +1,107 @@
+//! Step 4, save: create the PV of a created volume (kept and saved again until it lands).
+
+use std::time::Instant;
+
+use controller_kit::events::EventType;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::Api;
+use kube::api::PostParams;
+use provisioning::attempt::VolumeState;
+use provisioning::errors::ProvisionError;
+use provisioning::names;
+
+use super::fail::Failed;
+use super::{ClaimError, ClaimsController, SyncError, claim_name};
+
+impl ClaimsController {
+    /// Saves a PV whose first save failed. It is retried whatever happened to the StorageClass
+    /// since: the volume exists, and only the PV can own it (upstream's unsaved-PV queue).
+    pub(super) async fn save_unsaved_pv(
+        &self,
+        claim: &PersistentVolumeClaim,
+        pv: PersistentVolume,
+    ) -> Result<(), SyncError> {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let started = self.memory.started(&uid);
+        self.save_pv(claim, pv, started).await
+    }
+
+    /// Creates the PV. An existing PV bound to this claim counts as success (a retry after a
+    /// lost response); one bound elsewhere is a name collision: a final error, and the volume
+    /// (the other claim's) is never deleted. Any other failure keeps the PV for the next sync.
+    pub(super) async fn save_pv(
+        &self,
+        claim: &PersistentVolumeClaim,
+        pv: PersistentVolume,
+        started: Instant,
+    ) -> Result<(), SyncError> {
+        let ctx = &self.ctx;
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let class = provisioning::claim::class_name(claim)
+            .unwrap_or_default()
+            .to_string();
+        let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        // What was stored is recorded as our write: the next sync sees the PV before the cache
+        // does, and does not provision again.
+        let saved = match api.create(&PostParams::default(), &pv).await {
+            Ok(stored) => {
+                ctx.caches.volumes.created(stored);
+                Ok(true)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => api
+                .get(&name)
+                .await
+                .map(|existing| {
+                    let ours = existing
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.claim_ref.as_ref())
+                        .and_then(|r| r.uid.as_deref())
+                        == Some(uid.as_str());
+                    ctx.caches.volumes.created(existing);
+                    ours
+                })
+                .map_err(|e| format!("cannot read the existing PV: {e}")),
+            Err(e) => Err(e.to_string()),
+        };
+        match saved {
+            Ok(true) => {}
+            Ok(false) => {
+                self.memory
+                    .set_volume_state(&uid, VolumeState::Collision, None);
+                let failed = Failed {
+                    class: &class,
+                    class_uid: None,
+                    infeasible: false,
+                };
+                return self
+                    .fail_named(claim, failed, ProvisionError::name_collision(&name))
+                    .await;
+            }
+            Err(message) => {
+                tracing::error!(pv = %name, err = %message, "Failed to save PersistentVolume; will retry");
+                self.memory.keep_unsaved_pv(&uid, pv);
+                return Err(ClaimError::SavePv {
+                    claim: claim_name(claim),
+                    pv: name,
+                    message,
+                }
+                .into());
+            }
+        }
+        self.memory.forget(&uid);
+        let reference = provisioning::pv::claim_reference(claim);
+        ctx.recorder.event(
+            &reference,
+            EventType::Normal,
+            names::EVENT_PROVISIONING_SUCCEEDED,
+            names::provisioning_succeeded_message(&name),
+        );
+        ctx.metrics
+            .provision_succeeded(&class, "", started.elapsed().as_secs_f64());
+        klog::v!(2, claim = %claim_name(claim), pv = %name, "Provisioned volume");
+        // The finalizer is released when the binder's write of the claim brings it back here.
+        Ok(())
+    }
+}

@@ -1,0 +1,121 @@
+//! Step 1, sync: read the claim through our own writes, save a PV left unsaved, and let
+//! [`provisioning::lifecycle::decide`] pick the next step.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::runtime::reflector::ObjectRef;
+use provisioning::claim::{ShouldProvision, should_provision};
+use provisioning::lifecycle::{Step, decide, has_finalizer};
+
+use super::{ClaimError, ClaimKey, ClaimsController, SyncError};
+
+impl ClaimsController {
+    pub(super) async fn sync(&self, key: &ClaimKey) -> Result<(), SyncError> {
+        let reference = ObjectRef::new(&key.name).within(&key.namespace);
+        let Some(claim) = self.ctx.caches.claims.get(&reference) else {
+            return Ok(());
+        };
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let result = self.sync_claim(claim).await;
+        // Deleted while we worked on it (before any finalizer held it): what the sync just
+        // remembered would never be pruned by the deletion event, which came first.
+        if self
+            .ctx
+            .caches
+            .claims
+            .get(&reference)
+            .is_none_or(|c| c.metadata.uid.as_deref() != Some(uid.as_str()))
+        {
+            self.memory.forget(&uid);
+        }
+        result
+    }
+
+    pub(super) async fn sync_claim(
+        &self,
+        claim: Arc<PersistentVolumeClaim>,
+    ) -> Result<(), SyncError> {
+        let key = &ClaimKey::of(&claim);
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let ours =
+            provisioning::claim::provisioner_of(&claim) == Some(self.ctx.driver.name.as_str());
+        // A created volume whose PV did not save yet: save it first, whatever else changed.
+        if ours
+            && claim.metadata.deletion_timestamp.is_none()
+            && let Some(pv) = self.memory.unsaved_pv(&uid)
+        {
+            return self.save_unsaved_pv(&claim, pv).await;
+        }
+        let class = self.class_of(&claim);
+        let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
+        let step = decide(&claim, should, ours, ours && self.pv_exists(&claim));
+        if step == Step::Ignore && self.settled(&claim) {
+            self.memory.forget(&uid);
+        }
+        klog::v!(5, claim = %format!("{}/{}", key.namespace, key.name), step = ?step, "Syncing claim");
+        match step {
+            Step::Ignore | Step::WaitForNode => {
+                self.explain_if_nothing_fits(&claim, class.as_deref());
+                if should == ShouldProvision::ClassForOtherProvisioner {
+                    klog::v!(4, claim = %format!("{}/{}", key.namespace, key.name), "Class names another provisioner; ignoring claim");
+                }
+                Ok(())
+            }
+            Step::ClassMissing => Err(ClaimError::ClassMissing {
+                class: provisioning::claim::class_name(&claim)
+                    .unwrap_or_default()
+                    .to_string(),
+            }
+            .into()),
+            Step::ReleaseFinalizer => {
+                self.release_later(&claim);
+                Ok(())
+            }
+            Step::WaitForProtection => {
+                let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+                self.memory.abort_background_release(uid);
+                Ok(())
+            }
+            Step::Provision => match class {
+                Some(class) => self.provision(&claim, &class).await,
+                None => Ok(()),
+            },
+            Step::CleanUp => self.clean_up(&claim).await,
+        }
+    }
+
+    /// Nothing is pending for the claim: it is bound (or another driver's) and holds no finalizer
+    /// of ours, and no PV of ours waits to be saved.
+    pub(super) fn settled(&self, claim: &PersistentVolumeClaim) -> bool {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        if has_finalizer(claim) || self.memory.unsaved_pv(uid).is_some() {
+            return false;
+        }
+        claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_some_and(|v| !v.is_empty())
+    }
+
+    /// Whether a PV for this claim exists: the PV named for it and bound to its UID (read
+    /// through our own writes, so one we just created counts).
+    pub(super) fn pv_exists(&self, claim: &PersistentVolumeClaim) -> bool {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        let Ok(name) = self.volume_name(uid) else {
+            return false;
+        };
+        self.ctx
+            .caches
+            .volumes
+            .get(&ObjectRef::new(&name))
+            .is_some_and(|pv| {
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.claim_ref.as_ref())
+                    .and_then(|r| r.uid.as_deref())
+                    == Some(uid)
+            })
+    }
+}
