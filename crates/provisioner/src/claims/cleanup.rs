@@ -7,7 +7,6 @@
 use controller_kit::events::EventType;
 use csi::v1::CreateVolumeRequest;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::runtime::reflector::ObjectRef;
 use provisioning::attempt::{Cleanup, after_probe, cleanup};
 use provisioning::errors::{ProvisioningState, classify_create_volume_error};
 use provisioning::lifecycle::has_finalizer;
@@ -15,7 +14,7 @@ use provisioning::prepare::Prepared;
 
 use crate::capacity_controller::Refresh;
 
-use super::{ClaimError, ClaimsController, SyncError, claim_name, update};
+use super::{ClaimError, ClaimsController, SyncError, bound_uid, claim_name, update};
 
 /// Event reason when cleanup is stuck (upstream's library uses it for failed cleanups too).
 pub const CLEANUP_FAILED: &str = "ProvisioningCleanupFailed";
@@ -178,15 +177,8 @@ impl ClaimsController {
     /// Whether a PV of another claim has this claim's volume name (the names collide, e.g. with
     /// a short `--volume-name-uuid-length`): then the driver's volume under it is that claim's.
     pub(super) fn name_taken(&self, claim: &PersistentVolumeClaim) -> bool {
-        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        let Ok(name) = self.volume_name(uid) else {
-            return false;
-        };
-        self.ctx
-            .caches
-            .volumes
-            .get(&ObjectRef::new(&name))
-            .is_some_and(|pv| bound_uid(&pv) != Some(uid))
+        let uid = claim.metadata.uid.as_deref();
+        self.named_pv(claim).is_some_and(|pv| bound_uid(&pv) != uid)
     }
 
     /// Whether a PV of our driver that is not bound to claim `uid` has this volume handle.
@@ -224,11 +216,4 @@ impl ClaimsController {
             capacity.refresh(Refresh::Class(class));
         }
     }
-}
-
-fn bound_uid(pv: &k8s_openapi::api::core::v1::PersistentVolume) -> Option<&str> {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.claim_ref.as_ref())
-        .and_then(|r| r.uid.as_deref())
 }

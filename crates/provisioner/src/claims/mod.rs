@@ -149,6 +149,15 @@ impl ClaimsController {
         self.ctx.metrics.set_remembered_claims(self.memory.len());
     }
 
+    /// The PV with the claim's volume name, read through our own writes; bound to this claim
+    /// or (names collide) to another.
+    fn named_pv(&self, claim: &PersistentVolumeClaim) -> Option<Arc<PersistentVolume>> {
+        let name = self
+            .volume_name(claim.metadata.uid.as_deref().unwrap_or_default())
+            .ok()?;
+        self.ctx.caches.volumes.get(&ObjectRef::new(&name))
+    }
+
     fn volume_name(&self, uid: &str) -> Result<String, provisioning::volume_name::VolumeNameError> {
         let len = self
             .ctx
@@ -192,4 +201,12 @@ fn claim_name(claim: &PersistentVolumeClaim) -> String {
 /// The class's name, for metrics and messages.
 fn class_name(class: &StorageClass) -> String {
     class.metadata.name.clone().unwrap_or_default()
+}
+
+/// The UID of the claim a PV is bound to.
+fn bound_uid(pv: &PersistentVolume) -> Option<&str> {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|r| r.uid.as_deref())
 }

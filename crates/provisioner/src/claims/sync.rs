@@ -8,7 +8,7 @@ use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{ShouldProvision, should_provision};
 use provisioning::lifecycle::{Step, decide, has_finalizer};
 
-use super::{ClaimError, ClaimKey, ClaimsController, SyncError};
+use super::{ClaimError, ClaimKey, ClaimsController, SyncError, bound_uid};
 
 impl ClaimsController {
     pub(super) async fn sync(&self, key: &ClaimKey) -> Result<(), SyncError> {
@@ -102,20 +102,8 @@ impl ClaimsController {
     /// Whether a PV for this claim exists: the PV named for it and bound to its UID (read
     /// through our own writes, so one we just created counts).
     pub(super) fn pv_exists(&self, claim: &PersistentVolumeClaim) -> bool {
-        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        let Ok(name) = self.volume_name(uid) else {
-            return false;
-        };
-        self.ctx
-            .caches
-            .volumes
-            .get(&ObjectRef::new(&name))
-            .is_some_and(|pv| {
-                pv.spec
-                    .as_ref()
-                    .and_then(|s| s.claim_ref.as_ref())
-                    .and_then(|r| r.uid.as_deref())
-                    == Some(uid)
-            })
+        let uid = claim.metadata.uid.as_deref();
+        self.named_pv(claim)
+            .is_some_and(|pv| uid.is_some() && bound_uid(&pv) == uid)
     }
 }
