@@ -40,10 +40,16 @@ async fn claim_memory_returns_to_zero_after_2000_claims() {
         .await;
 
     // Every claim gets its volume; meanwhile the provisioner remembers the claims in flight.
-    let mut most = 0.0_f64;
+    // Sampled on every poll while the burst runs: claims are remembered only while in flight
+    // (from their first attempt until their PV is saved), so a sample after the burst sees 0.
+    let most = std::sync::Mutex::new(0.0_f64);
     let created = eventually_within("every volume created", Duration::from_secs(600), || {
-        let s = &s;
+        let (s, most) = (&s, &most);
         async move {
+            if let Some(now) = remembered(port).await {
+                let mut most = most.lock().unwrap();
+                *most = most.max(now);
+            }
             let names: HashSet<String> = s
                 .mock()
                 .calls_of("CreateVolume")
@@ -55,9 +61,7 @@ async fn claim_memory_returns_to_zero_after_2000_claims() {
         }
     })
     .await;
-    if let Some(now) = remembered(port).await {
-        most = most.max(now);
-    }
+    let most = most.into_inner().unwrap();
     assert_eq!(created, CLAIMS);
 
     s.claims()
