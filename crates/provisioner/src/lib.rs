@@ -4,6 +4,7 @@
 //! Start at [`app::run`]: it follows upstream's start-up sequence and then runs the
 //! controllers ([`claims`], [`volumes`], [`capacity_controller`]) under leader election.
 
+pub mod admission_policy;
 pub mod app;
 mod base;
 pub mod caches;

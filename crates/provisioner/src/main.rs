@@ -4,6 +4,9 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    if csi_provisioner::admission_policy::requested(&args) {
+        return admission_policy(&args[2..]);
+    }
     let opts = match cli::parse_from(args.clone(), &cli::process_env) {
         Ok(opts) => opts,
         Err(err) => {
@@ -55,6 +58,21 @@ fn main() -> ExitCode {
         Err(err) => {
             tracing::error!(err = %anyhow::Error::from(err), "Exiting");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `csi-provisioner admission-policy ...`: print the policy, or say what is wrong (status 2).
+fn admission_policy(args: &[String]) -> ExitCode {
+    use csi_provisioner::admission_policy::{parse, render};
+    match parse(args) {
+        Ok(args) => {
+            print!("{}", render(&args));
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("{err}");
+            ExitCode::from(2)
         }
     }
 }

@@ -48,6 +48,13 @@ const MANIFESTS: &[(&str, &[&str])] = &[
         ],
     ),
     ("daemonset.yaml", &["daemonset.apps/csi-provisioner-node"]),
+    (
+        "admission-policy.yaml",
+        &[
+            "mutatingadmissionpolicy.admissionregistration.k8s.io/csi-provisioner-creating-volume.hostpath.csi.k8s.io",
+            "mutatingadmissionpolicybinding.admissionregistration.k8s.io/csi-provisioner-creating-volume.hostpath.csi.k8s.io",
+        ],
+    ),
 ];
 
 #[tokio::test]

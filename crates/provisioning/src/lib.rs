@@ -28,6 +28,7 @@
 //! | Is a PV an in-tree one migrated to our driver, which we leave alone? | [`volume::decide::is_migrated_in_tree`], [`volume::decide::migrated_from`] |
 //! | Which secret does DeleteVolume use? | [`volume::decide::deletion_secret`] |
 //! | Which deletion steps of a released PV remain? | [`volume::steps::remaining`] |
+//! | Which MutatingAdmissionPolicy keeps our finalizer at no API cost? | [`admission::policy`], [`admission::binding`] |
 //! | Which annotation, finalizer, event reason? | [`names`] |
 //!
 //! # Typical flow for the claim controller
@@ -50,6 +51,7 @@
 // A decision crate: every public item says what it decides (denied in CI by clippy -D warnings).
 #![warn(missing_docs)]
 
+pub mod admission;
 pub mod attempt;
 pub mod capabilities;
 pub mod claim;

@@ -271,6 +271,11 @@ impl ControlPlane {
         self.layout.logs()
     }
 
+    /// The API server's audit log of writes to claims (`crate::audit`).
+    pub fn audit_log(&self) -> PathBuf {
+        self.layout.audit_log()
+    }
+
     /// `https://127.0.0.1:<port>`.
     pub fn server_url(&self) -> &str {
         &self.server_url

@@ -68,6 +68,12 @@ impl Layout {
     pub fn tokens(&self) -> PathBuf {
         self.pki().join("tokens.csv")
     }
+    pub fn audit_policy(&self) -> PathBuf {
+        self.pki().join("audit-policy.yaml")
+    }
+    pub fn audit_log(&self) -> PathBuf {
+        self.logs().join("audit.log")
+    }
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
     }
@@ -118,6 +124,10 @@ pub(crate) fn apiserver(ports: &Ports, layout: &Layout) -> Vec<String> {
         "--endpoint-reconciler-type=none".into(),
         "--advertise-address=127.0.0.1".into(),
         "--profiling=false".into(),
+        // Who wrote which claim, as the API server saw it (`crate::audit`).
+        format!("--audit-policy-file={}", p(&layout.audit_policy())),
+        format!("--audit-log-path={}", p(&layout.audit_log())),
+        "--audit-log-format=json".into(),
     ]
 }
 

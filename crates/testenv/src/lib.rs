@@ -13,6 +13,7 @@
 // Every block carries a SAFETY comment (clippy::undocumented_unsafe_blocks).
 #![allow(unsafe_code)]
 
+pub mod audit;
 mod cluster;
 mod control_plane;
 mod detached;

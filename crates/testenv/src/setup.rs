@@ -40,6 +40,7 @@ pub(crate) fn write_credentials(layout: &Layout, server_url: &str) -> Result<(),
         (layout.sa_key(), pki.sa_key),
         (layout.sa_pub(), pki.sa_pub),
         (layout.tokens(), pki::tokens_csv(&token)),
+        (layout.audit_policy(), crate::audit::POLICY.to_string()),
         (
             layout.kubeconfig(),
             pki::kubeconfig(server_url, &pki.ca_cert, &token),

@@ -1,0 +1,197 @@
+//! `csi-provisioner admission-policy --driver-name NAME [--output yaml|json]`: prints the
+//! MutatingAdmissionPolicy and its binding that keep our creating-volume finalizer on the API
+//! server's side (`provisioning::admission`), ready for `kubectl apply -f -`.
+
+/// The subcommand's name, the first argument.
+pub const SUBCOMMAND: &str = "admission-policy";
+
+const USAGE: &str =
+    "usage: csi-provisioner admission-policy --driver-name NAME [--output yaml|json]";
+
+/// How to print the two objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Two YAML documents.
+    Yaml,
+    /// A `v1` `List` holding both.
+    Json,
+}
+
+/// The subcommand's arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    pub driver: String,
+    pub output: Output,
+}
+
+/// Why the arguments were refused (exit status 2, as for a bad flag).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}\n{USAGE}")]
+pub struct UsageError(String);
+
+/// Whether the command line asks for this subcommand.
+pub fn requested(args: &[String]) -> bool {
+    args.get(1).map(String::as_str) == Some(SUBCOMMAND)
+}
+
+/// Parses the arguments after the subcommand: `--flag value` and `--flag=value`.
+pub fn parse(args: &[String]) -> Result<Args, UsageError> {
+    let mut driver = None;
+    let mut output = Output::Yaml;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (arg.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| rest.next().cloned())
+                .ok_or_else(|| UsageError(format!("flag needs an argument: {flag}")))
+        };
+        match flag {
+            "--driver-name" => driver = Some(value()?),
+            "--output" | "-o" => {
+                output = match value()?.as_str() {
+                    "yaml" => Output::Yaml,
+                    "json" => Output::Json,
+                    other => {
+                        return Err(UsageError(format!(
+                            "invalid --output {other:?}: use yaml or json"
+                        )));
+                    }
+                }
+            }
+            other => return Err(UsageError(format!("unknown flag: {other}"))),
+        }
+    }
+    match driver {
+        Some(d) if !d.is_empty() => Ok(Args { driver: d, output }),
+        _ => Err(UsageError(
+            "--driver-name is required: the CSI driver name GetPluginInfo reports".into(),
+        )),
+    }
+}
+
+/// The policy and binding as text.
+pub fn render(args: &Args) -> String {
+    let objects = [
+        provisioning::admission::policy(&args.driver),
+        provisioning::admission::binding(&args.driver),
+    ];
+    match args.output {
+        Output::Json => {
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+            // Serialising a `Value` cannot fail.
+            serde_json::to_string_pretty(&list).unwrap_or_default() + "\n"
+        }
+        Output::Yaml => objects
+            .iter()
+            .map(|o| serde_yaml::to_string(o).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("---\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parse_table() {
+        let ok = |driver: &str, output| {
+            Ok(Args {
+                driver: driver.into(),
+                output,
+            })
+        };
+        let cases: [(&[&str], Result<Args, &str>); 7] = [
+            (
+                &["--driver-name", "d.example"],
+                ok("d.example", Output::Yaml),
+            ),
+            (
+                &["--driver-name=d.example", "--output=json"],
+                ok("d.example", Output::Json),
+            ),
+            (&["-o", "yaml", "--driver-name", "x"], ok("x", Output::Yaml)),
+            (&[], Err("--driver-name is required")),
+            (
+                &["--driver-name"],
+                Err("flag needs an argument: --driver-name"),
+            ),
+            (
+                &["--driver-name=x", "--output=xml"],
+                Err("invalid --output \"xml\""),
+            ),
+            (&["--driver", "x"], Err("unknown flag: --driver")),
+        ];
+        for (input, want) in cases {
+            let got = parse(&args(input));
+            match want {
+                Ok(w) => assert_eq!(got, Ok(w), "{input:?}"),
+                Err(prefix) => {
+                    let message = got.expect_err("refused").to_string();
+                    assert!(message.starts_with(prefix), "{input:?}: {message}");
+                    assert!(message.ends_with(USAGE), "{message}");
+                }
+            }
+        }
+        assert!(requested(&args(&["csi-provisioner", "admission-policy"])));
+        assert!(!requested(&args(&["csi-provisioner", "--v=5"])));
+    }
+
+    /// The shipped example is what the subcommand prints for hostpath.csi.k8s.io.
+    #[test]
+    fn the_shipped_manifest_is_current() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/kubernetes/admission-policy.yaml"
+        );
+        let shipped =
+            std::fs::read_to_string(path).expect("deploy/kubernetes/admission-policy.yaml");
+        let body: String = shipped
+            .lines()
+            .skip_while(|l| l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let rendered = render(&Args {
+            driver: "hostpath.csi.k8s.io".into(),
+            output: Output::Yaml,
+        });
+        assert_eq!(
+            body, rendered,
+            "re-render it: csi-provisioner admission-policy --driver-name hostpath.csi.k8s.io"
+        );
+    }
+
+    #[test]
+    fn both_outputs_hold_the_policy_and_its_binding() {
+        let a = |output| Args {
+            driver: "d.example".into(),
+            output,
+        };
+        let list: serde_json::Value = serde_json::from_str(&render(&a(Output::Json))).unwrap();
+        let kinds: Vec<&str> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
+        );
+        let yaml = render(&a(Output::Yaml));
+        let docs: Vec<serde_json::Value> = yaml
+            .split("---\n")
+            .map(|d| serde_yaml::from_str(d).unwrap())
+            .collect();
+        assert_eq!(docs, list["items"].as_array().unwrap().clone());
+    }
+}
