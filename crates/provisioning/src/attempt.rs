@@ -26,14 +26,32 @@ pub enum VolumeState {
 }
 
 impl VolumeState {
-    /// The state of a claim this process has no record of.
-    pub fn initial(holds_finalizer: bool) -> VolumeState {
-        if holds_finalizer {
+    /// The state of a claim this process has no record of, given whether an earlier process
+    /// may have called CreateVolume for it ([`earlier_attempt_possible`]).
+    pub fn initial(earlier_attempt: bool) -> VolumeState {
+        if earlier_attempt {
             VolumeState::Unknown
         } else {
             VolumeState::None
         }
     }
+}
+
+/// How long after this process began provisioning a claim must have been created to count as
+/// never seen by an earlier process: covers clock skew between this node and the API server.
+pub const CREATED_SINCE_START_MARGIN_SECS: i64 = 60;
+
+/// Whether a process before this one may have sent a CreateVolume for a claim this process has
+/// no record of: the claim holds the creating-volume finalizer (added by us or by the admission
+/// policy) and was not created clearly after this process began provisioning (`started`, Unix
+/// seconds, plus [`CREATED_SINCE_START_MARGIN_SECS`]). A claim created later was only ever seen
+/// by this process, which records every call it sends; with the admission policy such a claim
+/// holds the finalizer before any call, and probing it would create a volume only to delete it.
+///
+/// A claim without a creation time is treated as old.
+pub fn earlier_attempt_possible(holds_finalizer: bool, created: Option<i64>, started: i64) -> bool {
+    holds_finalizer
+        && created.is_none_or(|c| c <= started.saturating_add(CREATED_SINCE_START_MARGIN_SECS))
 }
 
 /// How a CreateVolume call ended.
@@ -256,5 +274,29 @@ mod tests {
         assert_eq!(after_probe(Some("v"), true), Cleanup::Release);
         assert_eq!(after_probe(Some(""), false), Cleanup::Release);
         assert_eq!(after_probe(None, false), Cleanup::Release);
+    }
+
+    #[test]
+    fn earlier_attempts_are_possible_only_for_old_claims_holding_the_finalizer() {
+        let started = 10_000;
+        let m = CREATED_SINCE_START_MARGIN_SECS;
+        // (holds finalizer, created) → possible
+        let cases = [
+            (false, Some(0), false),
+            (true, Some(0), true),
+            // Created just before a restart: the crashed process may have called.
+            (true, Some(started - 5), true),
+            // Within the skew margin after the start: still treated as old.
+            (true, Some(started + m), true),
+            (true, Some(started + m + 1), false),
+            (true, None, true),
+        ];
+        for (fin, created, want) in cases {
+            assert_eq!(
+                earlier_attempt_possible(fin, created, started),
+                want,
+                "finalizer {fin}, created {created:?}"
+            );
+        }
     }
 }

@@ -9,7 +9,6 @@ use csi::v1::CreateVolumeRequest;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use provisioning::attempt::{Cleanup, after_probe, cleanup};
 use provisioning::errors::{ProvisioningState, classify_create_volume_error};
-use provisioning::lifecycle::has_finalizer;
 use provisioning::prepare::Prepared;
 
 use crate::capacity_controller::Refresh;
@@ -22,7 +21,9 @@ pub const CLEANUP_FAILED: &str = "ProvisioningCleanupFailed";
 impl ClaimsController {
     pub(super) async fn clean_up(&self, claim: &PersistentVolumeClaim) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let state = self.memory.volume_state(&uid, has_finalizer(claim));
+        let state = self
+            .memory
+            .volume_state(&uid, self.earlier_attempt_possible(claim));
         let last_request = self.memory.last_request(&uid);
         let secrets = last_request
             .as_ref()

@@ -142,14 +142,14 @@ impl Memory {
         self.claims.lock().len()
     }
 
-    /// What is known about the claim's volume; `holds_finalizer` decides for a claim this
-    /// process has no record of.
-    pub fn volume_state(&self, uid: &str, holds_finalizer: bool) -> VolumeState {
+    /// What is known about the claim's volume; `earlier_attempt` (an earlier process may have
+    /// called CreateVolume) decides for a claim this process has no record of.
+    pub fn volume_state(&self, uid: &str, earlier_attempt: bool) -> VolumeState {
         self.claims
             .lock()
             .get(uid)
             .and_then(|m| m.volume.clone())
-            .unwrap_or_else(|| VolumeState::initial(holds_finalizer))
+            .unwrap_or_else(|| VolumeState::initial(earlier_attempt))
     }
 
     /// Records the state after an attempt, with the request it sent while a volume may exist.
@@ -164,10 +164,10 @@ impl Memory {
 
     /// The claim's state, recorded as [`VolumeState::initial`] if this process has no record
     /// yet (so a finalizer added next does not make it look like an earlier process's).
-    pub fn volume_state_recorded(&self, uid: &str, holds_finalizer: bool) -> VolumeState {
+    pub fn volume_state_recorded(&self, uid: &str, earlier_attempt: bool) -> VolumeState {
         self.with(uid, |m| {
             m.volume
-                .get_or_insert_with(|| VolumeState::initial(holds_finalizer))
+                .get_or_insert_with(|| VolumeState::initial(earlier_attempt))
                 .clone()
         })
     }

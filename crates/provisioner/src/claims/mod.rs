@@ -71,6 +71,9 @@ pub struct ClaimsController {
     memory: Arc<Memory>,
     /// StorageClasses whose deprecated parameters were already warned about (by UID).
     warned_classes: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
+    /// When this process began provisioning (Unix seconds): claims created since were never
+    /// seen by an earlier process.
+    started: i64,
 }
 
 impl ClaimsController {
@@ -81,6 +84,7 @@ impl ClaimsController {
             ctx,
             memory: Arc::default(),
             warned_classes: Arc::default(),
+            started: k8s_openapi::jiff::Timestamp::now().as_second(),
         }
     }
 
@@ -147,6 +151,21 @@ impl ClaimsController {
 
     fn metrics_remembered(&self) {
         self.ctx.metrics.set_remembered_claims(self.memory.len());
+    }
+
+    /// Whether a process before this one may have called CreateVolume for the claim
+    /// ([`provisioning::attempt::earlier_attempt_possible`]).
+    fn earlier_attempt_possible(&self, claim: &PersistentVolumeClaim) -> bool {
+        let created = claim
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second());
+        provisioning::attempt::earlier_attempt_possible(
+            provisioning::lifecycle::has_finalizer(claim),
+            created,
+            self.started,
+        )
     }
 
     /// The PV with the claim's volume name, read through our own writes; bound to this claim

@@ -10,7 +10,6 @@ use provisioning::attempt::{CallResult, VolumeState, after_call, failed_call};
 use provisioning::errors::{
     ProvisionError, classify_create_volume_error, is_infeasible, may_reschedule,
 };
-use provisioning::lifecycle::has_finalizer;
 use provisioning::names;
 use provisioning::prepare::Prepared;
 use provisioning::pv::{
@@ -95,10 +94,10 @@ impl ClaimsController {
         };
 
         // Recorded before the finalizer goes on: a claim that held it already may have a
-        // volume from an earlier process.
+        // volume from an earlier process (unless it was created after this one started).
         let before = self
             .memory
-            .volume_state_recorded(&uid, has_finalizer(claim));
+            .volume_state_recorded(&uid, self.earlier_attempt_possible(claim));
         // From here a volume may exist: the claim must not disappear without us knowing.
         let claim = match update::add_finalizer(&ctx.client, &ctx.caches.claims, claim).await {
             Ok(Some(c)) => c,
