@@ -147,6 +147,15 @@ pub(crate) async fn run_controllers(
         "resync",
         resync(claims.clone(), volumes.clone(), cancel.clone()),
     );
+    tasks.spawn(
+        "admission policy watch",
+        crate::policy_watch::run(
+            base.client.clone(),
+            base.driver.name.clone(),
+            base.controller_metrics.clone(),
+            cancel.clone(),
+        ),
+    );
     tasks.spawn("claims", claims.run(opts.worker_threads, cancel.clone()));
     tasks.spawn("volumes", volumes.run(opts.worker_threads, cancel.clone()));
     let result = tasks.until_cancelled(&cancel).await;

@@ -30,6 +30,23 @@ async fn claim_memory_returns_to_zero_after_2000_claims() {
     )
     .await;
     let class = s.class("imm", "Immediate", json!({})).await;
+    // Claims are remembered only while in flight (from their first attempt until their PV is
+    // saved), and the provisioner keeps up with the creation of the claims: sample the gauge
+    // all through the burst, from before the first claim.
+    let sampling = tokio_util::sync::CancellationToken::new();
+    let sampler = tokio::spawn({
+        let stop = sampling.clone();
+        async move {
+            let mut most = 0.0_f64;
+            while !stop.is_cancelled() {
+                if let Some(now) = remembered(port).await {
+                    most = most.max(now);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            most
+        }
+    });
     futures::stream::iter(0..CLAIMS)
         .for_each_concurrent(32, |i| {
             let (s, class) = (&s, &class);
@@ -39,17 +56,10 @@ async fn claim_memory_returns_to_zero_after_2000_claims() {
         })
         .await;
 
-    // Every claim gets its volume; meanwhile the provisioner remembers the claims in flight.
-    // Sampled on every poll while the burst runs: claims are remembered only while in flight
-    // (from their first attempt until their PV is saved), so a sample after the burst sees 0.
-    let most = std::sync::Mutex::new(0.0_f64);
+    // Every claim gets its volume.
     let created = eventually_within("every volume created", Duration::from_secs(600), || {
-        let (s, most) = (&s, &most);
+        let s = &s;
         async move {
-            if let Some(now) = remembered(port).await {
-                let mut most = most.lock().unwrap();
-                *most = most.max(now);
-            }
             let names: HashSet<String> = s
                 .mock()
                 .calls_of("CreateVolume")
@@ -61,7 +71,8 @@ async fn claim_memory_returns_to_zero_after_2000_claims() {
         }
     })
     .await;
-    let most = most.into_inner().unwrap();
+    sampling.cancel();
+    let most = sampler.await.expect("sampler");
     assert_eq!(created, CLAIMS);
 
     s.claims()

@@ -23,6 +23,8 @@ const DELETE_FAILED_HELP: &str =
     "Total number of persistent volume delete failed attempts. Broken down by storage class name";
 /// Ours: how many claims the claim controller keeps per-claim memory for.
 const REMEMBERED_HELP: &str = "Claims the claim controller keeps memory for (in-flight, failed or waiting claims; bounded by live claims)";
+/// Ours: whether the admission policy keeps the creating-volume finalizer for our driver.
+const ADMISSION_POLICY_HELP: &str = "1 while the MutatingAdmissionPolicy that keeps the creating-volume finalizer (csi-provisioner admission-policy) is in force for this driver, else 0";
 const DELETE_DURATION_HELP: &str = "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name";
 
 // Fields in alphabetical order, the order client_golang prints labels in.
@@ -54,6 +56,7 @@ pub struct ControllerMetrics {
     delete_failed: Family<VolumeLabels, Counter>,
     delete_duration: Histograms<VolumeLabels>,
     remembered_claims: Gauge,
+    admission_policy_active: Gauge,
 }
 
 impl Default for ControllerMetrics {
@@ -73,6 +76,7 @@ impl ControllerMetrics {
             delete_failed: Family::default(),
             delete_duration: Family::new_with_constructor(duration_histogram),
             remembered_claims: Gauge::default(),
+            admission_policy_active: Gauge::default(),
         }
     }
 
@@ -114,6 +118,16 @@ impl ControllerMetrics {
             REMEMBERED_HELP,
             self.remembered_claims.clone(),
         );
+        registry.register(
+            "csi_provisioner_admission_policy_active",
+            ADMISSION_POLICY_HELP,
+            self.admission_policy_active.clone(),
+        );
+    }
+
+    /// Whether the admission policy is in force for our driver.
+    pub fn set_admission_policy_active(&self, active: bool) {
+        self.admission_policy_active.set(i64::from(active));
     }
 
     /// How many claims the claim controller remembers now.

@@ -179,13 +179,18 @@ pub const UPSTREAM_V6_3_0: &[(&str, &str, &str, &[&str])] = &[
 ];
 
 /// Grants beyond upstream's that are documented in rbac.yaml: upstream's code GETs the
-/// VolumeAttributesClass too, its example RBAC just lacks the rule.
-pub const DOCUMENTED_EXTRAS: &[(&str, &str, &str, &str)] = &[(
-    "cluster",
-    "storage.k8s.io",
-    "volumeattributesclasses",
-    "get",
-)];
+/// VolumeAttributesClass too, its example RBAC just lacks the rule; and reading the optional
+/// MutatingAdmissionPolicy of `csi-provisioner admission-policy` (ours).
+#[rustfmt::skip]
+pub const DOCUMENTED_EXTRAS: &[(&str, &str, &str, &str)] = &[
+    ("cluster", "storage.k8s.io", "volumeattributesclasses", "get"),
+    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "get"),
+    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "list"),
+    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "watch"),
+    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings", "get"),
+    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings", "list"),
+    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings", "watch"),
+];
 
 /// The grants in `ours` that upstream's RBAC does not give and that are not documented extras.
 pub fn beyond_upstream(ours: &BTreeSet<Grant>) -> Vec<Grant> {

@@ -1,0 +1,189 @@
+//! Whether the admission policy that keeps our creating-volume finalizer on the API server's
+//! side (`csi-provisioner admission-policy`) is in force for our driver: watched (two watches,
+//! idle when nothing changes), logged on every change, and exported as
+//! `csi_provisioner_admission_policy_active`.
+//!
+//! Nothing else depends on it: with the policy our own finalizer writes find nothing to do, and
+//! without it they run as before. Without RBAC to read the policy, the provisioner says so once
+//! and stops watching.
+
+use futures::StreamExt;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::ControllerMetrics;
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: provisioning::admission::API_VERSION.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// What one watch has shown of the object named like our policy.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    /// The object, as last seen (`None`: absent).
+    current: Option<DynamicObject>,
+    /// Objects of a relist in progress.
+    relisting: Option<Option<DynamicObject>>,
+}
+
+impl Seen {
+    fn apply(&mut self, event: Event<DynamicObject>) {
+        match event {
+            Event::Apply(o) => self.current = Some(o),
+            Event::Delete(_) => self.current = None,
+            Event::Init => self.relisting = Some(None),
+            Event::InitApply(o) => self.relisting = Some(Some(o)),
+            Event::InitDone => {
+                if let Some(listed) = self.relisting.take() {
+                    self.current = listed;
+                }
+            }
+        }
+    }
+}
+
+/// The policy is in force when it exists and a binding of our name points at it. Pure.
+fn active(policy: &Seen, binding: &Seen, name: &str) -> bool {
+    policy.current.is_some()
+        && binding
+            .current
+            .as_ref()
+            .and_then(|b| b.data["spec"]["policyName"].as_str().map(String::from))
+            .is_some_and(|p| p == name)
+}
+
+/// Whether a watch failed for lack of RBAC.
+fn forbidden(e: &watcher::Error) -> bool {
+    matches!(
+        e,
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+            | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+            | watcher::Error::WatchFailed(kube::Error::Api(s))
+            if s.code == 403
+    )
+}
+
+/// Watches until `cancel`.
+pub async fn run(
+    client: Client,
+    driver: String,
+    metrics: ControllerMetrics,
+    cancel: CancellationToken,
+) {
+    let name = provisioning::admission::policy_name(&driver);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let policies: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &resource("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
+    );
+    let bindings: Api<DynamicObject> = Api::all_with(
+        client,
+        &resource(
+            "MutatingAdmissionPolicyBinding",
+            "mutatingadmissionpolicybindings",
+        ),
+    );
+    let mut policy_events = watcher::watcher(policies, config.clone())
+        .default_backoff()
+        .boxed();
+    let mut binding_events = watcher::watcher(bindings, config).default_backoff().boxed();
+    let (mut policy, mut binding) = (Seen::default(), Seen::default());
+    let mut shown: Option<bool> = None;
+    loop {
+        let event = tokio::select! {
+            () = cancel.cancelled() => return,
+            e = policy_events.next() => e.map(|e| (true, e)),
+            e = binding_events.next() => e.map(|e| (false, e)),
+        };
+        let Some((is_policy, event)) = event else {
+            // The watches never end by themselves; wait for shutdown like every task.
+            cancel.cancelled().await;
+            return;
+        };
+        match event {
+            Ok(event) if is_policy => policy.apply(event),
+            Ok(event) => binding.apply(event),
+            Err(e) if forbidden(&e) => {
+                tracing::warn!(policy = %name, err = %e,
+                    "Cannot read MutatingAdmissionPolicies: grant get, list and watch on mutatingadmissionpolicies and mutatingadmissionpolicybindings (deploy/kubernetes/rbac.yaml does) to see whether the creating-volume finalizer is kept by the API server. Not watching");
+                metrics.set_admission_policy_active(false);
+                cancel.cancelled().await;
+                return;
+            }
+            Err(e) => {
+                klog::v!(2, policy = %name, err = %e, "Watching the admission policy failed; retrying");
+                continue;
+            }
+        }
+        let now = active(&policy, &binding, &name);
+        if shown != Some(now) {
+            shown = Some(now);
+            metrics.set_admission_policy_active(now);
+            if now {
+                tracing::info!(policy = %name, "The creating-volume finalizer is kept by the API server (MutatingAdmissionPolicy in force): no claim writes for it");
+            } else {
+                tracing::info!(policy = %name, "No MutatingAdmissionPolicy keeps the creating-volume finalizer: the provisioner adds and removes it itself (csi-provisioner admission-policy prints one)");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(policy_name: Option<&str>) -> DynamicObject {
+        let mut o = DynamicObject::new("x", &resource("MutatingAdmissionPolicyBinding", "b"));
+        if let Some(p) = policy_name {
+            o.data = serde_json::json!({"spec": {"policyName": p}});
+        }
+        o
+    }
+
+    #[test]
+    fn active_needs_the_policy_and_a_binding_to_it() {
+        let seen = |o: Option<DynamicObject>| Seen {
+            current: o,
+            relisting: None,
+        };
+        let cases = [
+            (None, None, false),
+            (Some(object(None)), None, false),
+            (None, Some(object(Some("p"))), false),
+            (Some(object(None)), Some(object(Some("other"))), false),
+            (Some(object(None)), Some(object(Some("p"))), true),
+        ];
+        for (p, b, want) in cases {
+            assert_eq!(
+                active(&seen(p.clone()), &seen(b.clone()), "p"),
+                want,
+                "{p:?} {b:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_relist_replaces_what_was_seen_when_it_ends() {
+        let mut s = Seen::default();
+        s.apply(Event::Apply(object(None)));
+        s.apply(Event::Init);
+        assert!(s.current.is_some(), "kept until the relist ends");
+        s.apply(Event::InitDone);
+        assert!(s.current.is_none(), "the relist found nothing");
+        s.apply(Event::Init);
+        s.apply(Event::InitApply(object(None)));
+        s.apply(Event::InitDone);
+        assert!(s.current.is_some());
+        s.apply(Event::Delete(object(None)));
+        assert!(s.current.is_none());
+    }
+}
