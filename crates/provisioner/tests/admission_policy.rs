@@ -127,13 +127,7 @@ async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim(
     for name in names {
         s.claim(name, &class, "1Gi", json!({})).await;
     }
-    testenv::wait_for(
-        &s.claims(),
-        "a",
-        "hold the creating-volume finalizer",
-        holds_finalizer,
-    )
-    .await;
+    s.wait_finalizer("a").await;
     for name in names {
         let bound = s.wait_bound(name).await;
         assert!(
@@ -170,13 +164,7 @@ async fn a_claim_deleted_during_create_volume_leaves_no_volume_under_the_policy(
         .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
     let class = s.class("imm", "Immediate", json!({})).await;
     s.claim("data", &class, "1Gi", json!({})).await;
-    testenv::wait_for(
-        &s.claims(),
-        "data",
-        "hold the creating-volume finalizer",
-        holds_finalizer,
-    )
-    .await;
+    s.wait_finalizer("data").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     s.delete_claim("data").await;
     wait_gone(&s.claims(), "data").await;
@@ -248,21 +236,9 @@ async fn a_claim_deleted_before_its_first_attempt_is_released_without_a_probe() 
         Duration::from_secs(provisioning::attempt::CREATED_SINCE_START_MARGIN_SECS as u64 + 2);
     tokio::time::sleep(margin.saturating_sub(started.elapsed())).await;
     s.claim("busy", &class, "1Gi", json!({})).await;
-    testenv::wait_for(
-        &s.claims(),
-        "busy",
-        "hold the creating-volume finalizer",
-        holds_finalizer,
-    )
-    .await;
+    s.wait_finalizer("busy").await;
     let gone = s.claim("gone", &class, "1Gi", json!({})).await;
-    testenv::wait_for(
-        &s.claims(),
-        "gone",
-        "hold the creating-volume finalizer",
-        holds_finalizer,
-    )
-    .await;
+    s.wait_finalizer("gone").await;
     s.delete_claim("gone").await;
     wait_gone(&s.claims(), "gone").await;
     let name = format!("pvc-{}", gone.metadata.uid.unwrap());

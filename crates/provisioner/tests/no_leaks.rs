@@ -17,13 +17,7 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
     let class = s.class("imm", "Immediate", json!({})).await;
     s.claim("data", &class, "1Gi", json!({})).await;
     // The finalizer goes on before the call is made.
-    testenv::wait_for(
-        &s.claims(),
-        "data",
-        "hold the creating-volume finalizer",
-        holds_finalizer,
-    )
-    .await;
+    s.wait_finalizer("data").await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     s.provisioner().kill9();
     s.delete_claim("data").await;
@@ -314,13 +308,7 @@ async fn sigterm_lets_the_running_create_volume_finish() {
         .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
     let class = s.class("imm", "Immediate", json!({})).await;
     let claim = s.claim("data", &class, "1Gi", json!({})).await;
-    testenv::wait_for(
-        &s.claims(),
-        "data",
-        "hold the creating-volume finalizer",
-        holds_finalizer,
-    )
-    .await;
+    s.wait_finalizer("data").await;
     let pid = s.provisioner().process().pid().to_string();
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -361,13 +349,7 @@ async fn wait_exit(s: &mut Scenario, seconds: u64, when: &str) -> std::process::
 /// Deletes claim `name` once it holds the creating-volume finalizer (CreateVolume is under
 /// way), then waits until the claim is gone and the driver holds no volume.
 async fn delete_while_creating(s: &Scenario, name: &str) {
-    testenv::wait_for(
-        &s.claims(),
-        name,
-        "hold the creating-volume finalizer",
-        holds_finalizer,
-    )
-    .await;
+    s.wait_finalizer(name).await;
     s.delete_claim(name).await;
     wait_gone(&s.claims(), name).await;
     support::eventually("the driver to be empty", || async {

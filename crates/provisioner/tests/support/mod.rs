@@ -204,6 +204,17 @@ impl Scenario {
         .await
     }
 
+    /// Waits until claim `name` holds the creating-volume finalizer.
+    pub async fn wait_finalizer(&self, name: &str) -> PersistentVolumeClaim {
+        testenv::wait_for(
+            &self.claims(),
+            name,
+            "hold the creating-volume finalizer",
+            holds_finalizer,
+        )
+        .await
+    }
+
     /// Deletes claim `name` (it may stay while finalizers hold it).
     pub async fn delete_claim(&self, name: &str) {
         self.claims()
