@@ -306,3 +306,49 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
         .await
         .unwrap();
 }
+
+/// kill -9 while CreateVolume runs, the claim deleted while the provisioner is down, restart:
+/// the policy's finalizer holds the claim, and the restarted provisioner finds and deletes the
+/// volume (it cannot know what the dead process sent, so it probes).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_the_policy() {
+    let mut s = Scenario::start("adm-crash", &[], &[]).await;
+    install_policy(&s).await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    s.wait_finalizer("data").await;
+    // The Provisioning event comes right before the call: then it is in flight.
+    s.wait_event("data", "Provisioning", "").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    s.provisioner().kill9();
+    s.delete_claim("data").await;
+    let held = s.claims().get("data").await.unwrap();
+    assert!(
+        holds_finalizer(&held),
+        "the policy's finalizer keeps the deleted claim"
+    );
+    // Let the interrupted call finish in the driver.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    s.mock().clear_faults();
+    s.provisioner().restart();
+    wait_gone(&s.claims(), "data").await;
+    assert!(
+        s.driver_volumes().await.is_empty(),
+        "leaked: {:?}",
+        s.driver_volumes().await
+    );
+    no_pv_of_class(&s, &class).await;
+    let deleted = s
+        .mock()
+        .calls_of("DeleteVolume")
+        .iter()
+        .filter(|c| c.get("error").is_none())
+        .count();
+    assert_eq!(
+        deleted, 1,
+        "the volume the dead process created, deleted once"
+    );
+}
