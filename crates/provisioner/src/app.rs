@@ -69,6 +69,8 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     }
     register_process_metrics(&mut registry);
 
+    // Tasks started here that must run until shutdown; one that ends earlier ends the process.
+    let mut supervised: Vec<(&'static str, tokio::task::JoinHandle<()>)> = Vec::new();
     let elector = if opts.leader_election {
         let client = build_client(
             config,
@@ -77,7 +79,8 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
             None,
         )?;
         let cfg = leader_config(&opts, &driver.name)?;
-        let hook = leader_event_hook(client.clone(), &cfg);
+        let (hook, deliver) = leader_event_hook(client.clone(), &cfg);
+        supervised.push(("leader election events", deliver));
         let elector = LeaderElector::new(client, cfg)?.with_event_hook(hook);
         elector.register_metrics(&mut registry);
         Some(elector)
@@ -86,7 +89,6 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     };
 
     let cancel = CancellationToken::new();
-    let mut http_server = None;
     if let Some(address) = opts.http_address() {
         let server = http::serve(
             http::HttpOptions {
@@ -99,13 +101,14 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
             cancel.clone(),
         )
         .await?;
-        http_server = Some(tokio::spawn(server));
+        supervised.push(("HTTP server", tokio::spawn(server)));
     }
-    tokio::spawn(cancel_on_signal(
+    let signals = tokio::spawn(cancel_on_signal(
         cancel.clone(),
         opts.feature_gates
             .enabled(cli::Feature::ReleaseLeaderElectionOnExit),
     ));
+    supervised.push(("signal handler", signals));
 
     let lost = driver.lost.clone();
     let base = Arc::new(Base {
@@ -120,26 +123,28 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
         controller_metrics,
         capacity_metrics,
     });
-    let http_ended = until_ended_early(http_server, cancel.clone());
+    let ended = until_ended_early(supervised, cancel.clone());
     tokio::select! {
         // Checked first: a loss reported while start-up was still running wins too.
         biased;
         () = lost.cancelled() => Err(AppError::DriverLost),
-        reason = http_ended => Err(AppError::TaskFailed { task: "HTTP server", reason }),
+        (task, reason) = ended => Err(AppError::TaskFailed { task, reason }),
         result = run_elected(base, elector, cancel) => result,
     }
 }
 
-/// Resolves with why `task` ended if it ends before `cancel`; never otherwise (a server that
-/// stops on shutdown is no failure, and without a server there is nothing to watch).
+/// Resolves with the name of the first of `tasks` to end before `cancel`, and why; never
+/// otherwise (tasks that stop on shutdown are no failure, and no tasks is nothing to watch).
 async fn until_ended_early(
-    task: Option<tokio::task::JoinHandle<()>>,
+    tasks: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
     cancel: CancellationToken,
-) -> String {
-    let Some(task) = task else {
+) -> (&'static str, String) {
+    if tasks.is_empty() {
         return std::future::pending().await;
-    };
-    let reason = match task.await {
+    }
+    let (names, handles): (Vec<_>, Vec<_>) = tasks.into_iter().unzip();
+    let (joined, index, _) = futures::future::select_all(handles).await;
+    let reason = match joined {
         Ok(()) => "ended unexpectedly".to_string(),
         Err(e) if e.is_panic() => format!(
             "panicked: {}",
@@ -150,7 +155,7 @@ async fn until_ended_early(
     if cancel.is_cancelled() {
         std::future::pending::<()>().await;
     }
-    reason
+    (names[index], reason)
 }
 
 /// The controllers, under leader election when it is on.
@@ -196,7 +201,11 @@ async fn cancel_on_signal(cancel: CancellationToken, release_lease: bool) {
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
     ) else {
-        return;
+        // Never ending early: the process still works, it just cannot drain on a signal.
+        tracing::error!(
+            "Cannot listen for SIGTERM/SIGINT; the provisioner will not drain in-flight calls when stopped"
+        );
+        return std::future::pending().await;
     };
     tokio::select! {
         _ = term.recv() => {}
@@ -236,18 +245,23 @@ fn leader_config(opts: &cli::Options, driver: &str) -> Result<LeaderElectionConf
 
 /// Records "became leader" / "stopped leading" on the Lease as csi-lib-utils does: through the
 /// leader-election client, with source component `<lockName>/<identity>`.
-fn leader_event_hook(client: Client, cfg: &LeaderElectionConfig) -> leader_election::EventHook {
+/// Also returns the delivery task, which runs as long as the hook exists.
+fn leader_event_hook(
+    client: Client,
+    cfg: &LeaderElectionConfig,
+) -> (leader_election::EventHook, tokio::task::JoinHandle<()>) {
     let (recorder, deliver) =
         EventRecorder::new(client, format!("{}/{}", cfg.lock_name, cfg.identity));
-    tokio::spawn(deliver);
-    Arc::new(move |e: leader_election::LeaderEvent| {
+    let deliver = tokio::spawn(deliver);
+    let hook: leader_election::EventHook = Arc::new(move |e: leader_election::LeaderEvent| {
         let type_ = if e.event_type == "Warning" {
             EventType::Warning
         } else {
             EventType::Normal
         };
         recorder.event(&e.lease, type_, e.reason, e.message);
-    })
+    });
+    (hook, deliver)
 }
 
 /// The VolumeAttributesClass gate, switched off when not set explicitly and the API server
@@ -309,22 +323,23 @@ mod tests {
     #[tokio::test]
     async fn a_task_ending_before_cancel_is_reported_and_after_cancel_is_not() {
         let cancel = CancellationToken::new();
-        let ended = tokio::spawn(async {});
+        let running = || tokio::spawn(std::future::pending::<()>());
+        let ended = vec![("first", running()), ("server", tokio::spawn(async {}))];
         assert_eq!(
-            until_ended_early(Some(ended), cancel.clone()).await,
-            "ended unexpectedly"
+            until_ended_early(ended, cancel.clone()).await,
+            ("server", "ended unexpectedly".to_string())
         );
-        let panicked = tokio::spawn(async { panic!("bind lost") });
+        let panicked = vec![("events", tokio::spawn(async { panic!("bind lost") }))];
         assert_eq!(
-            until_ended_early(Some(panicked), cancel.clone()).await,
-            "panicked: bind lost"
+            until_ended_early(panicked, cancel.clone()).await,
+            ("events", "panicked: bind lost".to_string())
         );
-        // Shutting down: a server that stops is no failure, and no server is nothing to watch.
+        // Shutting down: a server that stops is no failure, and no task is nothing to watch.
         cancel.cancel();
-        for task in [Some(tokio::spawn(async {})), None] {
+        for tasks in [vec![("server", tokio::spawn(async {}))], vec![]] {
             let waited = tokio::time::timeout(
                 Duration::from_millis(50),
-                until_ended_early(task, cancel.clone()),
+                until_ended_early(tasks, cancel.clone()),
             )
             .await;
             assert!(waited.is_err(), "must never resolve");
