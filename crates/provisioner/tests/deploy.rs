@@ -270,6 +270,46 @@ async fn a_missing_verb_shows_up_as_forbidden() {
     w.prov.stop();
 }
 
+/// Upstream's RBAC cannot read MutatingAdmissionPolicies: the provisioner says so once, stops
+/// watching them (no stream of Forbidden lists), and provisions as before.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn without_rbac_for_the_admission_policy_one_warning_and_provisioning_goes_on() {
+    let mut w = RbacWorld::start("rbac-nomap", |objects| {
+        for verb in ["get", "list", "watch"] {
+            assert_eq!(drop_verb(objects, "mutatingadmissionpolicies", verb), 1);
+        }
+    })
+    .await;
+    let s = &w.s;
+    let imm = s.class("imm", "Immediate", json!({})).await;
+    s.claim("fine", &imm, "1Gi", json!({})).await;
+    s.wait_bound("fine").await;
+    w.prov.wait_for_log(
+        "Cannot read MutatingAdmissionPolicies",
+        Duration::from_secs(30),
+    );
+    let port = w.port;
+    let refused = || async move {
+        let m = scrape(port).await.unwrap_or_default();
+        requests_with(&m, &[FORBIDDEN])
+    };
+    let first = refused().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = refused().await;
+    assert!(
+        (1.0..=2.0).contains(&first) && later == first,
+        "Forbidden requests: {first} then {later} (one list per watch at most, then none)"
+    );
+    let log = w.prov.log();
+    assert_eq!(
+        log.matches("Cannot read MutatingAdmissionPolicies").count(),
+        1,
+        "one warning"
+    );
+    w.prov.stop();
+}
+
 /// `--capacity-ownerref-level=2` under a Deployment reads the ReplicaSet (found through
 /// discovery, which every authenticated user may read). The shipped Role's `get` on
 /// replicasets is enough, and needed: without it level 2 is refused.
