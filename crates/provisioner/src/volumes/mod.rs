@@ -23,11 +23,11 @@ use tokio_util::sync::CancellationToken;
 use crate::capacity_controller::Refresh;
 use crate::context::Context;
 use crate::secrets;
-pub use error::VolumeError;
-
-mod error;
 use provisioning::volume::decide::{self, Action, DeletionSecret};
 use provisioning::volume::steps;
+
+mod error;
+pub use error::VolumeError;
 
 /// The volume controller.
 #[derive(Clone)]
