@@ -112,17 +112,23 @@ async fn install_policy(s: &Scenario) {
     .await;
 }
 
+/// A scenario with the policy in force, an Immediate class, and the driver's CreateVolume taking
+/// `delay_ms` (long enough to act while it runs).
+async fn with_policy(prefix: &str, prov_args: &[&str], delay_ms: u64) -> (Scenario, String) {
+    let s = Scenario::start(prefix, &[], prov_args).await;
+    install_policy(&s).await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": delay_ms}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    (s, class)
+}
+
 /// The finalizer comes and goes with writes kube-controller-manager makes anyway: our provisioner
 /// never writes the claims, and each volume is created once.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim() {
-    let s = Scenario::start("adm-zero", &[], &[]).await;
-    install_policy(&s).await;
-    // Slow enough to see the finalizer while the volume is being created.
-    s.mock()
-        .set_faults(json!({"CreateVolume": {"delay_ms": 1500}}));
-    let class = s.class("imm", "Immediate", json!({})).await;
+    let (s, class) = with_policy("adm-zero", &[], 1500).await;
     let names = ["a", "b", "c"];
     for name in names {
         s.claim(name, &class, "1Gi", json!({})).await;
@@ -140,8 +146,7 @@ async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let ours = our_claim_writes(&s);
     assert!(ours.is_empty(), "our provisioner wrote claims: {ours:#?}");
-    // And the log does see what we write: deleting a claim is a write of ours... by the test,
-    // so count the test's own deletion as the proof that the log is live.
+    // The log is live: the test's own delete of claim a shows up in it.
     s.delete_claim("a").await;
     eventually("the test's own delete in the audit log", || async {
         let log = testenv::ControlPlane::shared().audit_log();
@@ -158,11 +163,7 @@ async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim(
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_during_create_volume_leaves_no_volume_under_the_policy() {
-    let s = Scenario::start("adm-race", &[], &[]).await;
-    install_policy(&s).await;
-    s.mock()
-        .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
-    let class = s.class("imm", "Immediate", json!({})).await;
+    let (s, class) = with_policy("adm-race", &[], 3000).await;
     s.claim("data", &class, "1Gi", json!({})).await;
     s.wait_finalizer("data").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -223,13 +224,9 @@ async fn other_drivers_and_unscheduled_claims_get_no_finalizer() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_before_its_first_attempt_is_released_without_a_probe() {
-    let s = Scenario::start("adm-early", &[], &["--worker-threads=1"]).await;
-    // The provisioner is up (and its claim controller started) once start returns.
+    let (s, class) = with_policy("adm-early", &["--worker-threads=1"], 6000).await;
+    // Taken after the provisioner started, so waiting the margin from here is enough.
     let started = std::time::Instant::now();
-    install_policy(&s).await;
-    s.mock()
-        .set_faults(json!({"CreateVolume": {"delay_ms": 6000}}));
-    let class = s.class("imm", "Immediate", json!({})).await;
     // Claims created within a minute of the start count as possibly seen by an earlier process
     // (clock skew margin): wait past it.
     let margin =
@@ -313,11 +310,7 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_the_policy() {
-    let mut s = Scenario::start("adm-crash", &[], &[]).await;
-    install_policy(&s).await;
-    s.mock()
-        .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
-    let class = s.class("imm", "Immediate", json!({})).await;
+    let (mut s, class) = with_policy("adm-crash", &[], 4000).await;
     s.claim("data", &class, "1Gi", json!({})).await;
     s.wait_finalizer("data").await;
     // The Provisioning event comes right before the call: then it is in flight.
