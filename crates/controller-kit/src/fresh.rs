@@ -260,27 +260,21 @@ where
     }
 
     /// Called for every change the cache delivers: drops the writes it confirms (or overtakes),
-    /// so the map holds only what is still in flight. Returns whether the change is exactly our
-    /// own write coming back.
-    pub fn observe(&self, change: &Change<K>) -> bool {
+    /// so the map holds only what is still in flight.
+    pub fn observe(&self, change: &Change<K>) {
         let mut pending = self.pending.lock();
         if pending.is_empty() {
-            return false;
+            return;
         }
         match change {
             Change::Applied(obj) => {
                 let name = Name::of(obj);
-                let Some(p) = pending.get(&name) else {
-                    return false;
-                };
-                let own = p.after.as_ref().is_some_and(|a| {
-                    a.meta().resource_version.is_some()
-                        && a.meta().resource_version == obj.meta().resource_version
-                });
-                if compare(Some(obj), p, Instant::now()) == Seen::CaughtUp {
+                if pending
+                    .get(&name)
+                    .is_some_and(|p| compare(Some(obj), p, Instant::now()) == Seen::CaughtUp)
+                {
                     pending.remove(&name);
                 }
-                own
             }
             Change::Deleted(obj) => {
                 let name = Name::of(obj);
@@ -292,7 +286,6 @@ where
                 if !other_incarnation {
                     pending.remove(&name);
                 }
-                false
             }
             Change::Relisted => {
                 let now = Instant::now();
@@ -304,7 +297,6 @@ where
                     let cached = self.store.get(&reference);
                     compare(cached.as_deref(), p, now) == Seen::Lagging
                 });
-                false
             }
         }
     }

@@ -140,9 +140,7 @@ where
     let fresh = Fresh::new(store);
     let confirm = fresh.clone();
     let changes = changes
-        .inspect(move |change| {
-            confirm.observe(change);
-        })
+        .inspect(move |change| confirm.observe(change))
         .boxed();
     (fresh, changes)
 }

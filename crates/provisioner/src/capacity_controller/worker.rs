@@ -176,14 +176,7 @@ impl Shared {
             let state = self.state.lock();
             state.index.names(key).map(String::from).collect()
         };
-        names.extend(
-            fresh
-                .pending_objects()
-                .iter()
-                .map(|o| Published::from_object(o))
-                .filter(|p| p.key.as_ref() == Some(key))
-                .map(|p| p.name),
-        );
+        names.extend(self.pending_published(key).into_iter().map(|p| p.name));
         names
             .iter()
             .filter_map(|n| fresh.get(&ObjectRef::new(n).within(&self.config.namespace)))
@@ -193,12 +186,20 @@ impl Shared {
     /// Whether an object of ours for `key` that is not being deleted is only in our pending
     /// writes (created or updated, not shown by the cache yet).
     pub(super) fn pending_for(&self, key: &Key) -> bool {
-        self.caches.capacities.as_ref().is_some_and(|fresh| {
-            fresh.pending_objects().iter().any(|o| {
-                let p = Published::from_object(o);
-                p.key.as_ref() == Some(key) && !p.deleting
-            })
-        })
+        self.pending_published(key).iter().any(|p| !p.deleting)
+    }
+
+    /// Our objects of `key` as our pending writes left them.
+    fn pending_published(&self, key: &Key) -> Vec<Published> {
+        let Some(fresh) = &self.caches.capacities else {
+            return Vec::new();
+        };
+        fresh
+            .pending_objects()
+            .iter()
+            .map(|o| Published::from_object(o))
+            .filter(|p| p.key.as_ref() == Some(key))
+            .collect()
     }
 
     async fn write(&self, key: &Key, reading: Capacity) -> Outcome {

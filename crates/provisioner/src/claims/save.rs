@@ -11,7 +11,7 @@ use provisioning::errors::ProvisionError;
 use provisioning::names;
 
 use super::fail::Failed;
-use super::{ClaimError, ClaimsController, SyncError, claim_name};
+use super::{ClaimError, ClaimsController, SyncError, bound_uid, claim_name};
 
 impl ClaimsController {
     /// Saves a PV whose first save failed. It is retried whatever happened to the StorageClass
@@ -53,12 +53,7 @@ impl ClaimsController {
                 .get(&name)
                 .await
                 .map(|existing| {
-                    let ours = existing
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.claim_ref.as_ref())
-                        .and_then(|r| r.uid.as_deref())
-                        == Some(uid.as_str());
+                    let ours = bound_uid(&existing) == Some(uid.as_str());
                     ctx.caches.volumes.created(existing);
                     ours
                 })
