@@ -16,6 +16,7 @@ use crate::capacity_controller::CapacityMetrics;
 use crate::driver;
 use crate::metrics::{ControllerMetrics, register_process_metrics};
 pub use crate::stopped::AppError;
+use crate::supervise::Tasks;
 use crate::{VERSION, http, kubeconfig};
 
 pub async fn run(opts: cli::Options) -> Result<(), AppError> {
@@ -70,7 +71,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     register_process_metrics(&mut registry);
 
     // Tasks started here that must run until shutdown; one that ends earlier ends the process.
-    let mut supervised: Vec<(&'static str, tokio::task::JoinHandle<()>)> = Vec::new();
+    let mut supervised = Tasks::default();
     let elector = if opts.leader_election {
         let client = build_client(
             config,
@@ -80,7 +81,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
         )?;
         let cfg = leader_config(&opts, &driver.name)?;
         let (hook, deliver) = leader_event_hook(client.clone(), &cfg);
-        supervised.push(("leader election events", deliver));
+        supervised.spawn("leader election events", deliver);
         let elector = LeaderElector::new(client, cfg)?.with_event_hook(hook);
         elector.register_metrics(&mut registry);
         Some(elector)
@@ -101,14 +102,16 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
             cancel.clone(),
         )
         .await?;
-        supervised.push(("HTTP server", tokio::spawn(server)));
+        supervised.spawn("HTTP server", server);
     }
-    let signals = tokio::spawn(cancel_on_signal(
-        cancel.clone(),
-        opts.feature_gates
-            .enabled(cli::Feature::ReleaseLeaderElectionOnExit),
-    ));
-    supervised.push(("signal handler", signals));
+    supervised.spawn(
+        "signal handler",
+        cancel_on_signal(
+            cancel.clone(),
+            opts.feature_gates
+                .enabled(cli::Feature::ReleaseLeaderElectionOnExit),
+        ),
+    );
 
     let lost = driver.lost.clone();
     let base = Arc::new(Base {
@@ -123,39 +126,14 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
         controller_metrics,
         capacity_metrics,
     });
-    let ended = until_ended_early(supervised, cancel.clone());
+    let stop = cancel.clone();
     tokio::select! {
         // Checked first: a loss reported while start-up was still running wins too.
         biased;
         () = lost.cancelled() => Err(AppError::DriverLost),
-        (task, reason) = ended => Err(AppError::TaskFailed { task, reason }),
+        failure = supervised.first_failure(&stop) => Err(failure),
         result = run_elected(base, elector, cancel) => result,
     }
-}
-
-/// Resolves with the name of the first of `tasks` to end before `cancel`, and why; never
-/// otherwise (tasks that stop on shutdown are no failure, and no tasks is nothing to watch).
-async fn until_ended_early(
-    tasks: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
-    cancel: CancellationToken,
-) -> (&'static str, String) {
-    if tasks.is_empty() {
-        return std::future::pending().await;
-    }
-    let (names, handles): (Vec<_>, Vec<_>) = tasks.into_iter().unzip();
-    let (joined, index, _) = futures::future::select_all(handles).await;
-    let reason = match joined {
-        Ok(()) => "ended unexpectedly".to_string(),
-        Err(e) if e.is_panic() => format!(
-            "panicked: {}",
-            controller_kit::workqueue::panic_message(e.into_panic().as_ref())
-        ),
-        Err(_) => "was aborted".to_string(),
-    };
-    if cancel.is_cancelled() {
-        std::future::pending::<()>().await;
-    }
-    (names[index], reason)
 }
 
 /// The controllers, under leader election when it is on.
@@ -249,10 +227,12 @@ fn leader_config(opts: &cli::Options, driver: &str) -> Result<LeaderElectionConf
 fn leader_event_hook(
     client: Client,
     cfg: &LeaderElectionConfig,
-) -> (leader_election::EventHook, tokio::task::JoinHandle<()>) {
+) -> (
+    leader_election::EventHook,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
     let (recorder, deliver) =
         EventRecorder::new(client, format!("{}/{}", cfg.lock_name, cfg.identity));
-    let deliver = tokio::spawn(deliver);
     let hook: leader_election::EventHook = Arc::new(move |e: leader_election::LeaderEvent| {
         let type_ = if e.event_type == "Warning" {
             EventType::Warning
@@ -313,36 +293,4 @@ fn warn_about_flags(opts: &cli::Options) {
 
 fn jiff_now_millis() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_millisecond()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[tokio::test]
-    async fn a_task_ending_before_cancel_is_reported_and_after_cancel_is_not() {
-        let cancel = CancellationToken::new();
-        let running = || tokio::spawn(std::future::pending::<()>());
-        let ended = vec![("first", running()), ("server", tokio::spawn(async {}))];
-        assert_eq!(
-            until_ended_early(ended, cancel.clone()).await,
-            ("server", "ended unexpectedly".to_string())
-        );
-        let panicked = vec![("events", tokio::spawn(async { panic!("bind lost") }))];
-        assert_eq!(
-            until_ended_early(panicked, cancel.clone()).await,
-            ("events", "panicked: bind lost".to_string())
-        );
-        // Shutting down: a server that stops is no failure, and no task is nothing to watch.
-        cancel.cancel();
-        for tasks in [vec![("server", tokio::spawn(async {}))], vec![]] {
-            let waited = tokio::time::timeout(
-                Duration::from_millis(50),
-                until_ended_early(tasks, cancel.clone()),
-            )
-            .await;
-            assert!(waited.is_err(), "must never resolve");
-        }
-    }
 }

@@ -1,8 +1,6 @@
 //! Running the controllers once this replica leads: start the caches, feed every change to the
 //! right work queue, wait for the caches to sync, then run the workers until cancelled.
 
-use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +8,6 @@ use controller_kit::events::EventRecorder;
 use controller_kit::reflect::Change;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::base::Base;
@@ -19,6 +16,7 @@ use crate::capacity_controller::{self as cap, CapacityChanges, CapacityControlle
 use crate::claims::ClaimsController;
 use crate::context::Context;
 use crate::stopped::AppError;
+use crate::supervise::Tasks;
 use crate::volumes::VolumesController;
 
 /// How long to wait for the first list of every cache before giving up (upstream blocks; a
@@ -172,71 +170,6 @@ pub(crate) async fn run_controllers(
 /// How long past `--timeout` a shutdown waits for the workers' last writes.
 const DRAIN_EXTRA: Duration = Duration::from_secs(5);
 
-/// The controllers' tasks, by name. Each runs until cancel: one that ends earlier (returned or
-/// panicked) leaves the provisioner silently broken, so it ends [`run_controllers`] instead.
-#[derive(Default)]
-struct Tasks {
-    set: JoinSet<()>,
-    names: HashMap<tokio::task::Id, &'static str>,
-}
-
-impl Tasks {
-    fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
-        let id = self.set.spawn(task).id();
-        self.names.insert(id, name);
-    }
-
-    /// Waits up to `bound` for the tasks named `names` to end (others may end meanwhile).
-    async fn drain(&mut self, names: &[&str], bound: Duration) {
-        let mut waiting: Vec<&str> = names.to_vec();
-        let deadline = tokio::time::Instant::now() + bound;
-        while !waiting.is_empty() {
-            match tokio::time::timeout_at(deadline, self.set.join_next_with_id()).await {
-                Ok(Some(joined)) => {
-                    let id = match &joined {
-                        Ok((id, ())) => *id,
-                        Err(e) => e.id(),
-                    };
-                    if let Some(name) = self.names.get(&id) {
-                        waiting.retain(|w| w != name);
-                    }
-                }
-                Ok(None) => return,
-                Err(_) => {
-                    tracing::warn!(tasks = ?waiting, "In-flight work did not finish in time; exiting anyway");
-                    return;
-                }
-            }
-        }
-        tracing::info!("In-flight work finished");
-    }
-
-    /// `Ok` once `cancel` fires; an error naming the first task that ends before.
-    async fn until_cancelled(&mut self, cancel: &CancellationToken) -> Result<(), AppError> {
-        let joined = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Ok(()),
-            Some(joined) = self.set.join_next_with_id() => joined,
-        };
-        let (id, reason) = match joined {
-            Ok((id, ())) => (id, "ended unexpectedly".to_string()),
-            Err(e) => (
-                e.id(),
-                if e.is_panic() {
-                    format!(
-                        "panicked: {}",
-                        controller_kit::workqueue::panic_message(e.into_panic().as_ref())
-                    )
-                } else {
-                    "was aborted".to_string()
-                },
-            ),
-        };
-        let task = self.names.get(&id).copied().unwrap_or("unknown");
-        Err(AppError::TaskFailed { task, reason })
-    }
-}
-
 async fn capacity_controller(
     base: &Base,
     caches: &Caches,
@@ -372,43 +305,4 @@ fn event_source(driver: &str) -> String {
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
     format!("{driver}_{host}_{}", uuid::Uuid::new_v4())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn running(tasks: &mut Tasks, name: &'static str) {
-        tasks.spawn(name, std::future::pending());
-    }
-
-    #[tokio::test]
-    async fn the_first_task_to_end_before_cancel_is_named() {
-        /// What the doomed task does; `None`: no such task, cancel fires first.
-        type Body = Option<fn()>;
-        let cases: [(Body, Option<&str>); 3] = [
-            (None, None),
-            (
-                Some(|| ()),
-                Some("controller task doomed stopped: ended unexpectedly"),
-            ),
-            (
-                Some(|| panic!("worker boom")),
-                Some("controller task doomed stopped: panicked: worker boom"),
-            ),
-        ];
-        for (body, want) in cases {
-            let mut tasks = Tasks::default();
-            running(&mut tasks, "first");
-            let cancel = CancellationToken::new();
-            match body {
-                Some(body) => tasks.spawn("doomed", async move { body() }),
-                None => cancel.cancel(),
-            }
-            running(&mut tasks, "last");
-            let got = tasks.until_cancelled(&cancel).await;
-            assert_eq!(got.err().map(|e| e.to_string()).as_deref(), want);
-            tasks.set.abort_all();
-        }
-    }
 }

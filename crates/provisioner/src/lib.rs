@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod policy_watch;
 pub mod secrets;
 pub mod stopped;
+mod supervise;
 pub mod volumes;
 
 /// Version reported by `--version` and in the user agent.
