@@ -29,6 +29,25 @@ pub struct Args {
 #[error("{0}\n{USAGE}")]
 pub struct UsageError(String);
 
+/// The API resource of the MutatingAdmissionPolicy (`binding: false`) or of its binding.
+pub fn api_resource(binding: bool) -> kube::api::ApiResource {
+    let (kind, plural) = if binding {
+        (
+            "MutatingAdmissionPolicyBinding",
+            "mutatingadmissionpolicybindings",
+        )
+    } else {
+        ("MutatingAdmissionPolicy", "mutatingadmissionpolicies")
+    };
+    kube::api::ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: provisioning::admission::API_VERSION.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
 /// Whether the command line asks for this subcommand.
 pub fn requested(args: &[String]) -> bool {
     args.get(1).map(String::as_str) == Some(SUBCOMMAND)

@@ -8,23 +8,14 @@
 //! and stops watching.
 
 use futures::StreamExt;
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
+use crate::admission_policy::api_resource;
 use crate::metrics::ControllerMetrics;
-
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: "admissionregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: provisioning::admission::API_VERSION.into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
 
 /// What one watch has shown of the object named like our policy.
 #[derive(Debug, Default, Clone)]
@@ -81,17 +72,8 @@ pub async fn run(
 ) {
     let name = provisioning::admission::policy_name(&driver);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let policies: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &resource("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
-    );
-    let bindings: Api<DynamicObject> = Api::all_with(
-        client,
-        &resource(
-            "MutatingAdmissionPolicyBinding",
-            "mutatingadmissionpolicybindings",
-        ),
-    );
+    let policies: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(false));
+    let bindings: Api<DynamicObject> = Api::all_with(client, &api_resource(true));
     let mut policy_events = watcher::watcher(policies, config.clone())
         .default_backoff()
         .boxed();
@@ -142,7 +124,7 @@ mod tests {
     use super::*;
 
     fn object(policy_name: Option<&str>) -> DynamicObject {
-        let mut o = DynamicObject::new("x", &resource("MutatingAdmissionPolicyBinding", "b"));
+        let mut o = DynamicObject::new("x", &api_resource(true));
         if let Some(p) = policy_name {
             o.data = serde_json::json!({"spec": {"policyName": p}});
         }

@@ -10,8 +10,9 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
+use csi_provisioner::admission_policy::api_resource;
 use kube::Api;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
+use kube::api::{DeleteParams, DynamicObject, PostParams};
 use serde_json::json;
 use support::{Scenario, eventually, holds_finalizer, no_pv_of_class, wait_gone};
 
@@ -27,16 +28,6 @@ fn our_claim_writes(s: &Scenario) -> Vec<testenv::audit::Write> {
         .into_iter()
         .filter(|w| w.user_agent.starts_with(OUR_USER_AGENT))
         .collect()
-}
-
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: "admissionregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "admissionregistration.k8s.io/v1".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
 }
 
 /// Installs the policy for the scenario's driver, as printed by our binary, and waits until the
@@ -58,16 +49,9 @@ async fn install_policy(s: &Scenario) {
     );
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON List");
     for item in list["items"].as_array().expect("items") {
-        let (kind, plural) = match item["kind"].as_str() {
-            Some("MutatingAdmissionPolicy") => {
-                ("MutatingAdmissionPolicy", "mutatingadmissionpolicies")
-            }
-            _ => (
-                "MutatingAdmissionPolicyBinding",
-                "mutatingadmissionpolicybindings",
-            ),
-        };
-        let api: Api<DynamicObject> = Api::all_with(s.client.clone(), &resource(kind, plural));
+        let binding = item["kind"] == "MutatingAdmissionPolicyBinding";
+        let kind = item["kind"].as_str().unwrap_or_default();
+        let api: Api<DynamicObject> = Api::all_with(s.client.clone(), &api_resource(binding));
         let obj: DynamicObject = serde_json::from_value(item.clone()).unwrap();
         api.create(&PostParams::default(), &obj)
             .await
@@ -180,12 +164,7 @@ async fn a_claim_deleted_during_create_volume_leaves_no_volume_under_the_policy(
         .iter()
         .filter(|c| c.get("response").is_some())
         .count();
-    let deleted = s
-        .mock()
-        .calls_of("DeleteVolume")
-        .iter()
-        .filter(|c| c.get("error").is_none())
-        .count();
+    let deleted = s.mock().succeeded("DeleteVolume");
     assert!(created >= 1, "{creates:#?}");
     assert_eq!(deleted, 1, "the one volume deleted once");
 }
@@ -270,13 +249,7 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
         (gauge().await? == 1.0).then_some(())
     })
     .await;
-    let bindings: Api<DynamicObject> = Api::all_with(
-        s.client.clone(),
-        &resource(
-            "MutatingAdmissionPolicyBinding",
-            "mutatingadmissionpolicybindings",
-        ),
-    );
+    let bindings: Api<DynamicObject> = Api::all_with(s.client.clone(), &api_resource(true));
     let name = provisioning::admission::policy_name(&s.driver);
     bindings
         .delete(&name, &DeleteParams::default())
@@ -294,10 +267,7 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
         .matches("the provisioner adds and removes it itself")
         .count();
     assert_eq!((kept, own), (1, 2), "one line per change:\n{log}");
-    let policies: Api<DynamicObject> = Api::all_with(
-        s.client.clone(),
-        &resource("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
-    );
+    let policies: Api<DynamicObject> = Api::all_with(s.client.clone(), &api_resource(false));
     policies
         .delete(&name, &DeleteParams::default())
         .await
@@ -334,12 +304,7 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_th
         s.driver_volumes().await
     );
     no_pv_of_class(&s, &class).await;
-    let deleted = s
-        .mock()
-        .calls_of("DeleteVolume")
-        .iter()
-        .filter(|c| c.get("error").is_none())
-        .count();
+    let deleted = s.mock().succeeded("DeleteVolume");
     assert_eq!(
         deleted, 1,
         "the volume the dead process created, deleted once"

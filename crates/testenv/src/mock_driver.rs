@@ -94,6 +94,14 @@ impl MockDriver {
             .collect()
     }
 
+    /// How many calls of `method` the driver answered without an error.
+    pub fn succeeded(&self, method: &str) -> usize {
+        self.calls_of(method)
+            .iter()
+            .filter(|c| c.get("error").is_none())
+            .count()
+    }
+
     pub fn process(&mut self) -> &mut Process {
         &mut self.process
     }
