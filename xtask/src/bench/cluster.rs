@@ -107,7 +107,7 @@ fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<()> {
 
 /// Deletes the objects named, then drops their finalizers, so nothing waits for a controller
 /// (or a kubelet that does not exist).
-async fn force_delete<K>(api: &Api<K>, names: Vec<String>) -> Result<()>
+pub async fn force_delete<K>(api: &Api<K>, names: Vec<String>) -> Result<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {

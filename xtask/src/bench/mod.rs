@@ -15,6 +15,7 @@ mod objects;
 mod observe;
 mod placement;
 mod plot;
+mod policy;
 mod procfs;
 mod prom;
 mod report;

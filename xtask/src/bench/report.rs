@@ -93,7 +93,12 @@ pub fn plot_lines(result: &ScenarioResult) -> Vec<Line> {
                 .map(|r| r.values.get(&spec.pick_by).copied().unwrap_or(f64::NAN))
                 .collect();
             let pick = stats::median_index(&keys).or(if runs.is_empty() { None } else { Some(0) });
-            if let Some(i) = pick {
+            // A variant may repeat another's runs (upstream in the policy variants): one line.
+            let repeated = |i: usize| {
+                let points = &runs[i].series[&spec.series];
+                lines.iter().any(|l: &Line| &l.points == points)
+            };
+            if let Some(i) = pick.filter(|&i| !repeated(i)) {
                 let label = if variant.is_empty() {
                     which.to_string()
                 } else {

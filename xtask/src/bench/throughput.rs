@@ -13,14 +13,47 @@ use super::ctx::{self, Ctx, Slot, api_requests, cpu_seconds, cumulative, remaini
 use super::launch::Budget;
 use super::objects;
 use super::observe;
+use super::policy;
 use super::results::{Impl, MetricDef, PlotSpec, RunRecord};
 use super::sampler::{self, Sampler};
 
-/// (QPS, burst) of the two variants: upstream's defaults and a raised budget.
-pub const VARIANTS: [(u32, u32); 2] = [(5, 10), (100, 200)];
+/// One variant of scenarios 1 and 2: the API budget of both provisioners, and whether ours
+/// runs with the admission policy that keeps its finalizer on the API server's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    pub qps: u32,
+    pub burst: u32,
+    pub policy: bool,
+}
 
-pub fn variant_name(qps: u32, burst: u32) -> String {
-    format!("qps {qps}/{burst}")
+/// Upstream's defaults and a raised budget, each without and with the policy.
+pub const VARIANTS: [Variant; 4] = [
+    Variant::new(5, 10, false),
+    Variant::new(5, 10, true),
+    Variant::new(100, 200, false),
+    Variant::new(100, 200, true),
+];
+
+/// The suffix of a variant's name when ours runs with the admission policy.
+pub const WITH_POLICY: &str = ", admission policy";
+
+impl Variant {
+    const fn new(qps: u32, burst: u32, policy: bool) -> Variant {
+        Variant { qps, burst, policy }
+    }
+
+    pub fn name(&self) -> String {
+        let suffix = if self.policy { WITH_POLICY } else { "" };
+        format!("qps {}/{}{suffix}", self.qps, self.burst)
+    }
+
+    /// The same budget without the policy.
+    fn plain(self) -> Variant {
+        Variant {
+            policy: false,
+            ..self
+        }
+    }
 }
 
 pub fn create_metrics() -> Vec<MetricDef> {
@@ -76,11 +109,11 @@ pub fn delete_plot() -> PlotSpec {
 }
 
 /// One measured run of both phases: (creation record, deletion record).
-pub async fn measure(ctx: &Ctx, slot: &Slot, qps: (u32, u32)) -> (RunRecord, RunRecord) {
+pub async fn measure(ctx: &Ctx, slot: &Slot, variant: Variant) -> (RunRecord, RunRecord) {
     let mut create = RunRecord::new(slot.which, &slot.variant, slot.run);
     let mut delete = RunRecord::new(slot.which, &slot.variant, slot.run);
     let mut started = (None, None);
-    let outcome = phases(ctx, slot, qps, &mut create, &mut delete, &mut started).await;
+    let outcome = phases(ctx, slot, variant, &mut create, &mut delete, &mut started).await;
     if let Err(e) = outcome {
         let note = format!("{e:#}");
         eprintln!("bench: {} failed: {note}", slot.driver);
@@ -91,13 +124,16 @@ pub async fn measure(ctx: &Ctx, slot: &Slot, qps: (u32, u32)) -> (RunRecord, Run
         }
     }
     ctx.teardown(slot, started.0, started.1).await;
+    if variant.policy {
+        policy::remove(&ctx.client, &slot.driver).await;
+    }
     (create, delete)
 }
 
 async fn phases(
     ctx: &Ctx,
     slot: &Slot,
-    (qps, burst): (u32, u32),
+    variant: Variant,
     create: &mut RunRecord,
     delete: &mut RunRecord,
     started: &mut (
@@ -110,9 +146,12 @@ async fn phases(
     ctx.prepare(slot, false).await?;
     let class = objects::storage_class(&slot.driver, &slot.driver, "Immediate", "Delete");
     create_all(&Api::all(ctx.client.clone()), vec![class]).await?;
+    if variant.policy {
+        policy::install(&ctx.client, &ctx.bins.ours, &slot.driver, &slot.namespace).await?;
+    }
     let driver = started.1.insert(ctx.start_driver(slot, &[])?);
     let socket = driver.socket.clone();
-    let budget = Budget::defaults().with_qps(qps, burst);
+    let budget = Budget::defaults().with_qps(variant.qps, variant.burst);
     let prov = started
         .0
         .insert(ctx.start_provisioner(slot, &budget, driver).await?);
@@ -125,6 +164,9 @@ async fn phases(
     claims.delete("warmup", &DeleteParams::default()).await?;
     let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
     wait_gone(&pvs, &slot.driver, &socket, Duration::from_secs(120)).await?;
+    if variant.policy && !policy::seen_by(prov).await? {
+        anyhow::bail!("the provisioner does not report the admission policy as active");
+    }
 
     // Phase 1: creation.
     let t0 = Instant::now();
@@ -238,16 +280,24 @@ async fn wait_gone(
     .await
 }
 
-/// Runs every variant and run; returns the records of both scenarios.
+/// Runs every variant and run; returns the records of both scenarios. In a policy variant only
+/// ours runs (upstream has no finalizer for the policy to save): its upstream records are
+/// upstream's runs of the same budget, repeated under the variant's name.
 pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<RunRecord>) {
     let (mut creates, mut deletes) = (Vec::new(), Vec::new());
-    for (qps, burst) in VARIANTS {
-        let variant = variant_name(qps, burst);
+    for variant in VARIANTS {
+        let name = variant.name();
         for run in 1..=ctx.runs {
             for which in Impl::order(run) {
-                let slot = ctx.slot(1, &variant, which, run);
-                println!("bench: scenarios 1+2, {variant}, run {run}, {which}");
-                let (c, d) = measure(ctx, &slot, (qps, burst)).await;
+                if variant.policy && which == Impl::Upstream {
+                    let plain = variant.plain().name();
+                    creates.extend(repeated(&creates, &plain, &name, run));
+                    deletes.extend(repeated(&deletes, &plain, &name, run));
+                    continue;
+                }
+                let slot = ctx.slot(1, &name, which, run);
+                println!("bench: scenarios 1+2, {name}, run {run}, {which}");
+                let (c, d) = measure(ctx, &slot, variant).await;
                 println!("  create {:?}\n  delete {:?}", c.values, d.values);
                 creates.push(c);
                 deletes.push(d);
@@ -255,4 +305,53 @@ pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<RunRecord>) {
         }
     }
     (creates, deletes)
+}
+
+/// Upstream's record of run `run` in variant `from`, renamed to variant `to`.
+fn repeated(records: &[RunRecord], from: &str, to: &str, run: u32) -> Option<RunRecord> {
+    let mut r = records
+        .iter()
+        .find(|r| r.implementation == Impl::Upstream && r.variant == from && r.run == run)?
+        .clone();
+    r.variant = to.to_string();
+    Some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_variants_follow_their_plain_budget() {
+        let names: Vec<String> = VARIANTS.iter().map(Variant::name).collect();
+        assert_eq!(
+            names,
+            [
+                "qps 5/10",
+                "qps 5/10, admission policy",
+                "qps 100/200",
+                "qps 100/200, admission policy"
+            ]
+        );
+        for (i, v) in VARIANTS.iter().enumerate().filter(|(_, v)| v.policy) {
+            assert!(
+                VARIANTS[..i].contains(&v.plain()),
+                "{} runs before the plain variant whose upstream runs it repeats",
+                v.name()
+            );
+        }
+    }
+
+    #[test]
+    fn upstream_records_are_repeated_under_the_policy_variant() {
+        let mut up = RunRecord::new(Impl::Upstream, "qps 5/10", 2);
+        up.set("bound_s", 250.0);
+        let ours = RunRecord::new(Impl::Ours, "qps 5/10", 2);
+        let records = [ours, up];
+        let r = repeated(&records, "qps 5/10", "qps 5/10, admission policy", 2).unwrap();
+        assert_eq!(r.implementation, Impl::Upstream);
+        assert_eq!(r.variant, "qps 5/10, admission policy");
+        assert_eq!(r.values["bound_s"], 250.0);
+        assert!(repeated(&records, "qps 5/10", "x", 3).is_none());
+    }
 }
