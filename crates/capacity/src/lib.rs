@@ -45,3 +45,60 @@ pub const MANAGED_BY_LABEL: &str = "csi.storage.k8s.io/managed-by";
 pub const MANAGED_BY_CENTRAL: &str = "external-provisioner";
 /// Prefix of the server-generated object names.
 pub const GENERATE_NAME: &str = "csisc-";
+
+/// `managed-by` value of the instance on `node` in distributed provisioning:
+/// `external-provisioner-<node>`, shortened like upstream (which took the rule from OpenShift's
+/// name helper) when longer than a label value may be: the base is cut and an FNV-32a hash
+/// keeps it unique.
+pub fn managed_by_node(node: &str) -> String {
+    const MAX: usize = 63;
+    let base = MANAGED_BY_CENTRAL;
+    let name = format!("{base}-{node}");
+    if name.len() <= MAX {
+        return name;
+    }
+    // Room for the base after `-<8 hex>-<node>`.
+    match (MAX - 10).checked_sub(node.len()) {
+        Some(keep) => format!("{}-{}-{node}", &base[..keep], fnv32a_hex(base)),
+        None => {
+            let short = format!("{}-{}", &base[..base.len().min(MAX - 9)], fnv32a_hex(&name));
+            short.chars().take(MAX).collect()
+        }
+    }
+}
+
+/// Go's `hash/fnv.New32a` sum as eight hex digits.
+fn fnv32a_hex(s: &str) -> String {
+    let hash = s.bytes().fold(2_166_136_261u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(16_777_619)
+    });
+    format!("{hash:08x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn managed_by_of_a_node_instance() {
+        assert_eq!(managed_by_node("node-1"), "external-provisioner-node-1");
+        let n42 = "n".repeat(42);
+        assert_eq!(managed_by_node(&n42), format!("external-provisioner-{n42}"));
+        // 43 characters: the base is cut to 10 and the base's hash joins it.
+        let n43 = "n".repeat(43);
+        let v = managed_by_node(&n43);
+        assert_eq!(v.len(), 63, "{v}");
+        assert!(v.starts_with("external-p-") && v.ends_with(&n43), "{v}");
+        // Longer than the label itself: base plus the hash of the whole name.
+        let long = "x".repeat(80);
+        let v = managed_by_node(&long);
+        assert!(
+            v.starts_with("external-provisioner-") && v.len() == 29,
+            "{v}"
+        );
+        assert_ne!(v, managed_by_node(&"y".repeat(80)));
+        // FNV-32a of the empty string is the offset basis.
+        assert_eq!(fnv32a_hex(""), "811c9dc5");
+        assert_eq!(fnv32a_hex("a"), "e40c292c");
+    }
+}

@@ -4,16 +4,11 @@
 use crate::gates::Feature;
 use crate::options::Options;
 
-const NODE_DEPLOYMENT: &str = "distributed provisioning (--node-deployment) is not implemented yet";
 const DATA_SOURCES: &str = "volume data sources (snapshots, clones) are not implemented yet";
 
 /// `(flag, why)` for flags that take effect upstream but not here. A flag appears when it was
 /// given on the command line, or when its value switches on something we lack.
 const RULES: &[(&str, &str)] = &[
-    ("node-deployment", NODE_DEPLOYMENT),
-    ("node-deployment-immediate-binding", NODE_DEPLOYMENT),
-    ("node-deployment-base-delay", NODE_DEPLOYMENT),
-    ("node-deployment-max-delay", NODE_DEPLOYMENT),
     (
         "automaxprocs",
         "it tunes the Go runtime (GOMAXPROCS) and has no meaning for this Rust binary; accepted as a no-op by design",
@@ -45,14 +40,12 @@ const RULES: &[(&str, &str)] = &[
 
 impl Options {
     /// Flags that were accepted but are not acted on, with the reason, for a start-up warning.
-    /// Listed when given on the command line; `--node-deployment` also when it is on, and the
-    /// `CrossNamespaceVolumeDataSource` gate when enabled.
+    /// Listed when given on the command line, and the `CrossNamespaceVolumeDataSource` gate
+    /// when enabled.
     pub fn accepted_but_ignored(&self) -> Vec<(&'static str, &'static str)> {
         let mut out: Vec<(&'static str, &'static str)> = RULES
             .iter()
-            .filter(|(flag, _)| {
-                self.is_explicit(flag) || (*flag == "node-deployment" && self.node_deployment)
-            })
+            .filter(|(flag, _)| self.is_explicit(flag))
             .copied()
             .collect();
         if self

@@ -137,6 +137,32 @@ where
     (reader, changes)
 }
 
+/// A cache that never watches: it holds `objects` and is ready at once. Its change stream
+/// reports them once, then the end of the first list, then stays open (nothing ever changes).
+/// For objects a process knows without asking, such as its own node in distributed
+/// provisioning.
+pub fn fixed<K>(objects: Vec<K>) -> (Store<K>, BoxStream<'static, Change<K>>)
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (reader, mut writer) = reflector::store();
+    writer.apply_watcher_event(&Event::Init);
+    for obj in &objects {
+        writer.apply_watcher_event(&Event::InitApply(obj.clone()));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+    let changes = futures::stream::iter(objects.into_iter().map(Change::Applied))
+        .chain(futures::stream::once(future::ready(Change::Relisted)))
+        // Keeps the writer (and so the store) alive as long as someone listens.
+        .chain(futures::stream::pending().map(move |c: Change<K>| {
+            let _keep = &writer;
+            c
+        }))
+        .boxed();
+    (reader, changes)
+}
+
 fn to_change<K: Resource>(event: Result<Event<K>, watcher::Error>) -> Option<Change<K>>
 where
     K::DynamicType: Default,
@@ -283,5 +309,31 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, ReflectError::Stopped { .. }), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fixed_cache_is_ready_and_reports_its_objects_once() {
+        let (store, mut changes) = fixed(vec![config_map(&[]), {
+            let mut other = config_map(&[]);
+            other.metadata.name = Some("other".into());
+            other
+        }]);
+        wait_until_ready(&store, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(store.state().len(), 2);
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            seen.push(match changes.next().await.unwrap() {
+                Change::Applied(cm) => cm.metadata.name.unwrap(),
+                Change::Relisted => "relisted".into(),
+                Change::Deleted(_) => "deleted".into(),
+            });
+        }
+        assert_eq!(seen, ["cm", "other", "relisted"]);
+        // Then it stays open and quiet, and the store stays filled.
+        let next = tokio::time::timeout(Duration::from_secs(3600), changes.next()).await;
+        assert!(next.is_err(), "the stream must neither end nor change");
+        assert_eq!(store.state().len(), 2);
     }
 }

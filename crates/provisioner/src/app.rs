@@ -15,19 +15,13 @@ use crate::base::Base;
 use crate::capacity_controller::CapacityMetrics;
 use crate::driver;
 use crate::metrics::{ControllerMetrics, register_process_metrics};
+use crate::node::NodeDeployment;
 pub use crate::stopped::AppError;
 use crate::supervise::Tasks;
 use crate::{VERSION, http, kubeconfig};
 
 pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     warn_about_flags(&opts);
-    if opts.node_deployment {
-        return Err(AppError::Unsupported(
-            "--node-deployment (distributed provisioning) is not implemented yet by this provisioner; \
-             run one central instance instead (see docs/compatibility.md)"
-                .into(),
-        ));
-    }
     let opts = Arc::new(opts);
     let mut registry = Registry::default();
     let request_metrics = RequestMetrics::new();
@@ -57,7 +51,15 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
         tracing::warn!(driver = %driver.name, in_tree_plugin = in_tree,
             "CSI migration is not supported by this provisioner: claims and classes naming the in-tree plugin are not provisioned, and in-tree PersistentVolumes migrated to this driver are left alone");
     }
-    let identity = driver::provisioner_identity(&driver.name, jiff_now_millis(), rand::random());
+    let node = if opts.node_deployment {
+        Some(Arc::new(NodeDeployment::discover(&opts, &driver).await?))
+    } else {
+        None
+    };
+    let identity = crate::node::identity(
+        driver::provisioner_identity(&driver.name, jiff_now_millis(), rand::random()),
+        node.as_deref(),
+    );
     let volume_attributes_class = volume_attributes_class_enabled(&client, &opts).await;
 
     let queue_metrics = WorkQueueMetrics::new();
@@ -121,6 +123,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
         capacity_client,
         driver,
         identity,
+        node,
         volume_attributes_class,
         queue_metrics,
         controller_metrics,

@@ -10,7 +10,9 @@
 use std::time::Duration;
 
 use controller_kit::fresh::Fresh;
-use controller_kit::reflect::{Change, InitialList, ReflectError, informer, wait_until_ready};
+use controller_kit::reflect::{
+    Change, InitialList, ReflectError, fixed, informer, wait_until_ready,
+};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
@@ -31,6 +33,9 @@ pub struct Caches {
     pub attachments: Option<Store<VolumeAttachment>>,
     /// Only with `--enable-capacity`.
     pub capacities: Option<Fresh<CSIStorageCapacity>>,
+    /// Distributed provisioning with `--enable-capacity`: every instance's objects for our
+    /// driver, from which the instances agree who claims an Immediate claim.
+    pub peers: Option<Store<CSIStorageCapacity>>,
 }
 
 /// The change streams that feed the work queues. Each must be polled: a cache only fills
@@ -43,6 +48,7 @@ pub struct Changes {
     pub nodes: BoxStream<'static, Change<PartialObjectMeta<Node>>>,
     pub attachments: Option<BoxStream<'static, Change<VolumeAttachment>>>,
     pub capacities: Option<BoxStream<'static, Change<CSIStorageCapacity>>>,
+    pub peers: Option<BoxStream<'static, Change<CSIStorageCapacity>>>,
 }
 
 /// What to watch beyond the always-needed PVCs, PVs, StorageClasses, CSINodes and Nodes.
@@ -52,6 +58,10 @@ pub struct CacheOptions {
     pub capacities: Option<(String, String)>,
     /// Streaming or paged first lists ([`controller_kit::reflect::probe_initial_list`]).
     pub initial_list: InitialList,
+    /// Distributed provisioning: this node's CSINode and Node, fixed instead of watched.
+    pub fixed_node: Option<(CSINode, PartialObjectMeta<Node>)>,
+    /// Distributed provisioning: namespace and label selector of every instance's objects.
+    pub peers: Option<(String, String)>,
 }
 
 impl Caches {
@@ -65,12 +75,17 @@ impl Caches {
         let (claims, claim_changes) = fresh(informer(Api::all(client.clone()), cfg(), |_| {}));
         let (volumes, volume_changes) = fresh(informer(Api::all(client.clone()), cfg(), |_| {}));
         let (classes, class_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
-        let (csi_nodes, csi_node_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
-        let (nodes, node_changes) = informer(
-            Api::<PartialObjectMeta<Node>>::all(client.clone()),
-            cfg(),
-            strip_node,
-        );
+        let ((csi_nodes, csi_node_changes), (nodes, node_changes)) = match &opts.fixed_node {
+            Some((csi_node, node)) => (fixed(vec![csi_node.clone()]), fixed(vec![node.clone()])),
+            None => (
+                informer(Api::all(client.clone()), cfg(), |_| {}),
+                informer(
+                    Api::<PartialObjectMeta<Node>>::all(client.clone()),
+                    cfg(),
+                    strip_node,
+                ),
+            ),
+        };
         let (attachments, attachment_changes) = if opts.watch_attachments {
             let (s, c) = informer(Api::all(client.clone()), cfg(), |_| {});
             (Some(s), Some(c))
@@ -91,6 +106,17 @@ impl Caches {
             }
             None => (None, None),
         };
+        let (peers, peer_changes) = match &opts.peers {
+            Some((namespace, selector)) => {
+                let (s, c) = informer(
+                    Api::namespaced(capacity_client.clone(), namespace),
+                    kube::runtime::watcher::Config::default().labels(selector),
+                    |_| {},
+                );
+                (Some(s), Some(c))
+            }
+            None => (None, None),
+        };
         (
             Caches {
                 claims,
@@ -100,6 +126,7 @@ impl Caches {
                 nodes,
                 attachments,
                 capacities,
+                peers,
             },
             Changes {
                 claims: claim_changes,
@@ -109,6 +136,7 @@ impl Caches {
                 nodes: node_changes,
                 attachments: attachment_changes,
                 capacities: capacity_changes,
+                peers: peer_changes,
             },
         )
     }
@@ -125,6 +153,9 @@ impl Caches {
         }
         if let Some(s) = &self.capacities {
             wait_until_ready(s.store(), timeout).await?;
+        }
+        if let Some(s) = &self.peers {
+            wait_until_ready(s, timeout).await?;
         }
         Ok(())
     }

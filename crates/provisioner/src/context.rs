@@ -9,6 +9,7 @@ use crate::caches::Caches;
 use crate::capacity_controller::RefreshHandle;
 use crate::driver::Driver;
 use crate::metrics::ControllerMetrics;
+use crate::node::NodeDeployment;
 
 /// Shared, cheaply clonable state of the running provisioner.
 #[derive(Clone)]
@@ -20,6 +21,8 @@ pub struct Context {
     pub driver: Driver,
     /// `storage.kubernetes.io/csiProvisionerIdentity` of this instance.
     pub identity: String,
+    /// Distributed provisioning (`--node-deployment`): this instance's node.
+    pub node: Option<Arc<NodeDeployment>>,
     pub opts: Arc<cli::Options>,
     pub caches: Caches,
     /// Events of the provisioning controller (source: `<driver>_<host>_<uuid>`, as upstream).

@@ -33,18 +33,24 @@ pub(crate) async fn run_controllers(
     cancel: CancellationToken,
 ) -> Result<(), AppError> {
     let opts = &base.opts;
-    let capacity_target = if opts.enable_capacity {
-        let namespace = opts.env.namespace.clone().unwrap_or_default();
+    let namespace = opts.env.namespace.clone().unwrap_or_default();
+    let capacity_target = opts.enable_capacity.then(|| {
         let template = capacity::published::ObjectTemplate {
             namespace: namespace.clone(),
             driver: base.driver.name.clone(),
-            managed_by: capacity::MANAGED_BY_CENTRAL.to_string(),
+            managed_by: managed_by(&base),
             owner: None,
         };
-        Some((namespace, template.label_selector()))
-    } else {
-        None
-    };
+        (namespace.clone(), template.label_selector())
+    });
+    let peers = (opts.enable_capacity && base.node.is_some()).then(|| {
+        let selector = format!("{}={}", capacity::DRIVER_NAME_LABEL, base.driver.name);
+        (namespace.clone(), selector)
+    });
+    let fixed_node = base
+        .node
+        .as_ref()
+        .map(|n| (n.csi_node(&base.driver.name), n.node()));
     // Paged lists of 10,000 claims cost 20 requests each at QPS 5; a streaming list costs one.
     let initial_list =
         controller_kit::reflect::probe_initial_list(&base.client, STREAMING_PROBE_WAIT).await;
@@ -55,6 +61,8 @@ pub(crate) async fn run_controllers(
             watch_attachments: base.driver.capabilities.publish_unpublish_volume,
             capacities: capacity_target,
             initial_list,
+            fixed_node,
+            peers,
         },
     );
     let mut tasks = Tasks::default();
@@ -79,6 +87,7 @@ pub(crate) async fn run_controllers(
         background_client: base.background_client.clone(),
         driver: base.driver.clone(),
         identity: base.identity.clone(),
+        node: base.node.clone(),
         opts: opts.clone(),
         caches: caches.clone(),
         recorder,
@@ -97,7 +106,11 @@ pub(crate) async fn run_controllers(
         nodes,
         attachments,
         capacities,
+        peers,
     } = changes;
+    if let Some(stream) = peers {
+        tasks.spawn("capacity peers cache", drain(stream));
+    }
     tasks.spawn(
         "claim dispatch",
         dispatch_claims(claim_changes, claims.clone()),
@@ -192,7 +205,7 @@ async fn capacity_controller(
     let config = cap::CapacityConfig {
         driver_name: base.driver.name.clone(),
         namespace,
-        managed_by: capacity::MANAGED_BY_CENTRAL.to_string(),
+        managed_by: managed_by(base),
         owner,
         poll_interval: opts.capacity_poll_interval,
         workers: opts.capacity_threads,
@@ -296,6 +309,14 @@ async fn resync(claims: ClaimsController, volumes: VolumesController, cancel: Ca
                 volumes.enqueue_all();
             }
         }
+    }
+}
+
+/// `managed-by` of our CSIStorageCapacity objects: one central instance, or this node's.
+fn managed_by(base: &Base) -> String {
+    match &base.node {
+        Some(n) => n.managed_by.clone(),
+        None => capacity::MANAGED_BY_CENTRAL.to_string(),
     }
 }
 

@@ -16,6 +16,7 @@ pub mod driver;
 pub mod http;
 pub mod kubeconfig;
 pub mod metrics;
+pub mod node;
 pub mod policy_watch;
 pub mod secrets;
 pub mod stopped;

@@ -55,6 +55,7 @@ pub mod admission;
 pub mod attempt;
 pub mod capabilities;
 pub mod claim;
+pub mod distributed;
 pub mod errors;
 pub mod fstype;
 pub mod lifecycle;

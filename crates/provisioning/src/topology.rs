@@ -11,7 +11,7 @@
 //! | no | any | none | false | none | none |
 
 mod affinity;
-mod hash;
+pub mod hash;
 mod term;
 
 use std::collections::BTreeMap;

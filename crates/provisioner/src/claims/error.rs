@@ -58,6 +58,9 @@ pub enum SyncError {
     Failed(ClaimError),
     /// A failed attempt holds the next one for this long (already reported as an event).
     Hold(Duration),
+    /// Distributed provisioning: another instance may take the claim first; look again after
+    /// this long.
+    Turn(Duration),
 }
 
 impl From<ClaimError> for SyncError {
@@ -71,7 +74,7 @@ pub fn outcome(result: Result<(), SyncError>) -> Outcome {
     match result {
         Ok(()) => Outcome::Done,
         Err(SyncError::Failed(e)) => Outcome::retry(e),
-        Err(SyncError::Hold(delay)) => Outcome::RetryAfter(delay),
+        Err(SyncError::Hold(delay) | SyncError::Turn(delay)) => Outcome::RetryAfter(delay),
     }
 }
 

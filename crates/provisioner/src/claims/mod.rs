@@ -22,6 +22,7 @@ mod fail;
 mod memory;
 mod prepare;
 mod provision;
+mod race;
 mod release;
 mod save;
 mod sync;
@@ -69,6 +70,8 @@ pub struct ClaimsController {
     ctx: Context,
     queue: WorkQueue<ClaimKey>,
     memory: Arc<Memory>,
+    /// Distributed provisioning: unclaimed Immediate claims this instance waits on.
+    races: Arc<parking_lot::Mutex<race::Races>>,
     /// StorageClasses whose deprecated parameters were already warned about (by UID).
     warned_classes: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
     /// When this process began provisioning (Unix seconds): claims created since were never
@@ -83,6 +86,7 @@ impl ClaimsController {
             queue: WorkQueue::new("claims", limiter, Some(metrics)),
             ctx,
             memory: Arc::default(),
+            races: Arc::default(),
             warned_classes: Arc::default(),
             started: k8s_openapi::jiff::Timestamp::now().as_second(),
         }
@@ -145,6 +149,7 @@ impl ClaimsController {
     pub fn forget(&self, claim: &PersistentVolumeClaim) {
         if let Some(uid) = claim.metadata.uid.as_deref() {
             self.memory.forget(uid);
+            self.races.lock().forget(uid);
         }
         self.metrics_remembered();
     }

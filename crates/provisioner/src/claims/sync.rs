@@ -8,6 +8,7 @@ use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{ShouldProvision, should_provision};
 use provisioning::lifecycle::{Step, decide, has_finalizer};
 
+use super::race::NodeStep;
 use super::{ClaimError, ClaimKey, ClaimsController, SyncError, bound_uid};
 
 impl ClaimsController {
@@ -48,6 +49,18 @@ impl ClaimsController {
             return self.save_unsaved_pv(&claim, pv).await;
         }
         let class = self.class_of(&claim);
+        if ours {
+            match self.node_step(&claim, class.as_deref()) {
+                NodeStep::Continue => {}
+                NodeStep::Skip => return Ok(()),
+                NodeStep::Race => {
+                    return match class.as_deref() {
+                        Some(class) => self.race(&claim, class).await,
+                        None => Ok(()),
+                    };
+                }
+            }
+        }
         let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
         let step = decide(&claim, should, ours, ours && self.pv_exists(&claim));
         if step == Step::Ignore && self.settled(&claim) {

@@ -94,6 +94,9 @@ impl VolumesController {
         }
         let result = match decide::decide(&pv, &self.ctx.driver.name) {
             Action::Ignore => Ok(()),
+            // Distributed provisioning: another node's volume is that node's instance's, for
+            // every step (upstream ignores it for deletion only; its finalizer writes race).
+            _ if !self.on_this_node(&pv) => Ok(()),
             Action::AddFinalizer => self.set_finalizers(&pv, with_ours).await,
             Action::RemoveFinalizer => {
                 self.set_finalizers(&pv, decide::finalizers_without_ours)
@@ -105,6 +108,15 @@ impl VolumesController {
             Ok(()) => Outcome::Done,
             Err(e) => Outcome::retry(e),
         }
+    }
+
+    /// Whether the PV is this instance's to handle: always, unless distributed provisioning
+    /// says its node affinity excludes our node.
+    fn on_this_node(&self, pv: &PersistentVolume) -> bool {
+        self.ctx.node.as_ref().is_none_or(|node| {
+            let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
+            provisioning::distributed::volume_is_accessible(affinity, &node.topology)
+        })
     }
 
     /// DeleteVolume, then drop our finalizer and delete the PV object.

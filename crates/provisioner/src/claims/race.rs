@@ -1,0 +1,291 @@
+//! Distributed provisioning: which instance handles a claim, and taking an Immediate claim that
+//! no node has yet by writing our node into its `selected-node` annotation.
+//!
+//! Upstream lets every instance sleep a random 0–20 s and then race (update conflicts, and a
+//! claim can wait 20 s for nothing). Here the instances agree on an order from what they all
+//! publish ([`provisioning::distributed::claim_turn`]): the first takes the claim at once, the
+//! others only if it has not after a wait that grows with their rank. Without published
+//! capacity there is nothing to agree on, and upstream's random delay remains.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use controller_kit::events::EventType;
+use controller_kit::workqueue::RateLimiter;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+use provisioning::claim::{annotation, requested_bytes};
+use provisioning::distributed::{NodeOwner, Published, Turn, claim_turn, node_owner};
+use provisioning::names::ANN_SELECTED_NODE;
+use provisioning::prepare::Prepared;
+
+use super::{ClaimError, ClaimsController, SyncError, claim_name, update};
+use crate::node::NodeDeployment;
+
+/// What this instance remembers of the unclaimed claims it waits on (by UID).
+#[derive(Default)]
+pub struct Races {
+    first_seen: HashMap<String, Instant>,
+    /// Upstream's jittered delays, for claims no order can be agreed on.
+    lottery: Option<RateLimiter<String>>,
+    drawn: HashMap<String, Duration>,
+}
+
+impl Races {
+    /// How long this instance has waited on the claim.
+    fn waited(&mut self, uid: &str, now: Instant) -> Duration {
+        now - *self.first_seen.entry(uid.to_string()).or_insert(now)
+    }
+
+    /// Upstream's delay for a claim nobody ranks: drawn once per wait.
+    fn draw(&mut self, uid: &str, node: &NodeDeployment) -> Duration {
+        let lottery = self
+            .lottery
+            .get_or_insert_with(|| RateLimiter::with_jitter(node.base_delay, node.max_delay));
+        *self
+            .drawn
+            .entry(uid.to_string())
+            .or_insert_with(|| lottery.when(&uid.to_string()))
+    }
+
+    pub fn forget(&mut self, uid: &str) {
+        self.first_seen.remove(uid);
+        self.drawn.remove(uid);
+        if let Some(l) = &mut self.lottery {
+            l.forget(&uid.to_string());
+        }
+    }
+}
+
+/// What the node check says about a claim of our driver.
+pub(super) enum NodeStep {
+    /// Handle it here as usual.
+    Continue,
+    /// Not this instance's (another node's, or waiting for the scheduler): nothing to do.
+    Skip,
+    /// Unclaimed: try to take it.
+    Race,
+}
+
+impl ClaimsController {
+    /// Distributed provisioning: whether this instance handles the claim (always, without
+    /// `--node-deployment`).
+    pub(super) fn node_step(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: Option<&StorageClass>,
+    ) -> NodeStep {
+        let (Some(node), Some(class)) = (&self.ctx.node, class) else {
+            return NodeStep::Continue;
+        };
+        let owner = node_owner(claim, class, &node.name, node.immediate_binding);
+        if owner != NodeOwner::Unclaimed {
+            self.races
+                .lock()
+                .forget(claim.metadata.uid.as_deref().unwrap_or_default());
+        }
+        match owner {
+            NodeOwner::ThisNode => NodeStep::Continue,
+            NodeOwner::OtherNode | NodeOwner::NotYet => NodeStep::Skip,
+            NodeOwner::Unclaimed => NodeStep::Race,
+        }
+    }
+
+    /// An unclaimed Immediate claim: release a finalizer nothing needs, or take the claim when
+    /// it is our turn.
+    pub(super) async fn race(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &StorageClass,
+    ) -> Result<(), SyncError> {
+        let Some(node) = self.ctx.node.clone() else {
+            return Ok(());
+        };
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        if claim.metadata.deletion_timestamp.is_some() {
+            // No node ever took it, so no CreateVolume ran: a finalizer (the admission
+            // policy's) only has to go.
+            self.races.lock().forget(&uid);
+            if provisioning::lifecycle::has_finalizer(claim) {
+                update::remove_finalizer(&self.ctx.client, &self.ctx.caches.claims, claim)
+                    .await
+                    .map_err(|source| ClaimError::ClaimWrite {
+                        claim: claim_name(claim),
+                        what: "remove the finalizer from",
+                        source,
+                    })?;
+            }
+            return Ok(());
+        }
+        if claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_some_and(|v| !v.is_empty())
+        {
+            return Ok(());
+        }
+        let here = on_node(claim, &node.name);
+        let plan = match self.prepare(&here, class, true) {
+            Ok(Prepared::Provision(plan)) => Some(plan),
+            Ok(Prepared::ExternalPopulator { .. }) => return Ok(()),
+            Err(e) if restricted(class) => {
+                klog::v!(4, claim = %claim_name(claim), node = %node.name, reason = %e, "AllowedTopologies exclude this node; not taking claim");
+                return Ok(());
+            }
+            // Taken anyway, as upstream: provisioning then reports the problem on the claim.
+            Err(_) => None,
+        };
+        let wait = match self.turn(claim, class, &node) {
+            Turn::Now => Duration::ZERO,
+            Turn::After(d) => d,
+            Turn::Unranked => self.races.lock().draw(&uid, &node),
+            Turn::NoRoom { report } => {
+                if report {
+                    self.report_no_room(claim, class);
+                }
+                return Ok(());
+            }
+        };
+        let waited = self.races.lock().waited(&uid, Instant::now());
+        if waited < wait {
+            return Err(SyncError::Turn(wait - waited));
+        }
+        if let Some(plan) = &plan
+            && !self.capacity_allows(plan).await
+        {
+            klog::v!(3, claim = %claim_name(claim), node = %node.name, "GetCapacity says the volume does not fit on this node; not taking the claim");
+            return Ok(());
+        }
+        let stored = update::modify_claim(&self.ctx.client, &self.ctx.caches.claims, claim, |c| {
+            if annotation(c, ANN_SELECTED_NODE).is_some_and(|n| !n.is_empty()) {
+                return false; // another instance was faster
+            }
+            c.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(ANN_SELECTED_NODE.to_string(), node.name.clone());
+            true
+        })
+        .await
+        .map_err(|source| ClaimError::ClaimWrite {
+            claim: claim_name(claim),
+            what: "set selected-node on",
+            source,
+        })?;
+        self.races.lock().forget(&uid);
+        if stored
+            .as_ref()
+            .and_then(|c| annotation(c, ANN_SELECTED_NODE))
+            == Some(&node.name)
+        {
+            klog::v!(2, claim = %claim_name(claim), node = %node.name, waited = ?waited, "Took claim for this node");
+        }
+        Ok(())
+    }
+
+    /// This instance's place in the order for the claim.
+    fn turn(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &StorageClass,
+        node: &NodeDeployment,
+    ) -> Turn {
+        let Some(peers) = &self.ctx.caches.peers else {
+            return Turn::Unranked;
+        };
+        let objects = peers.state();
+        let published: Vec<Published<'_>> = objects
+            .iter()
+            .filter_map(|o| {
+                let instance = o
+                    .metadata
+                    .labels
+                    .as_ref()?
+                    .get(capacity::MANAGED_BY_LABEL)?;
+                let bytes = |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+                    provisioning::quantity::parse_quantity(&q.0).ok()
+                };
+                Some(Published {
+                    instance,
+                    class: &o.storage_class_name,
+                    capacity: o.capacity.as_ref().and_then(bytes),
+                    maximum_volume_size: o.maximum_volume_size.as_ref().and_then(bytes),
+                })
+            })
+            .collect();
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        let class_name = class.metadata.name.as_deref().unwrap_or_default();
+        let bytes = requested_bytes(claim).unwrap_or(0);
+        // Rank k waits k quarter base delays (5 s by default): long enough for the first
+        // choice's write to arrive, short enough to cover a dead one.
+        let step = node.base_delay / 4;
+        claim_turn(
+            uid,
+            &node.managed_by,
+            class_name,
+            bytes,
+            &published,
+            step,
+            node.max_delay,
+        )
+    }
+
+    /// Upstream's `checkCapacity`: GetCapacity for this node with the request's parameters;
+    /// the claim is taken unless no requisite term has room. A failing call does not stop
+    /// it (provisioning then fails with an event).
+    async fn capacity_allows(&self, plan: &provisioning::prepare::ProvisionPlan) -> bool {
+        if plan.requested_bytes == 0 || !self.ctx.driver.capabilities.get_capacity {
+            return true;
+        }
+        for request in provisioning::distributed::capacity_requests(plan) {
+            match self.ctx.driver.client.get_capacity(request).await {
+                Ok(r) if r.available_capacity >= plan.requested_bytes => return true,
+                Ok(_) => {}
+                Err(status) => {
+                    klog::v!(3, error = %csi::status::go_error_string(&status), "GetCapacity before taking a claim failed; taking it anyway");
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Beyond upstream ("no events are produced"): an Immediate claim no node has room for gets
+    /// one Warning, from one instance.
+    fn report_no_room(&self, claim: &PersistentVolumeClaim, class: &StorageClass) {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        let message = format!(
+            "no node has room for {}: the capacity every node's provisioner publishes for StorageClass {:?} is smaller; free space on a node or ask for less",
+            provisioning::claim::storage_request(claim).unwrap_or("this claim"),
+            class.metadata.name.as_deref().unwrap_or_default(),
+        );
+        if self.memory.explain_once(uid, &message) {
+            let reference = provisioning::pv::claim_reference(claim);
+            self.ctx.recorder.event(
+                &reference,
+                EventType::Warning,
+                super::explain::NOT_ENOUGH_CAPACITY,
+                message,
+            );
+        }
+    }
+}
+
+/// Whether the class limits where volumes may go (then a node it excludes never takes a claim).
+fn restricted(class: &StorageClass) -> bool {
+    class
+        .allowed_topologies
+        .as_ref()
+        .is_some_and(|t| !t.is_empty())
+}
+
+/// The claim as if our node were selected: what provisioning here would ask for.
+fn on_node(claim: &PersistentVolumeClaim, node: &str) -> PersistentVolumeClaim {
+    let mut here = claim.clone();
+    here.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANN_SELECTED_NODE.to_string(), node.to_string());
+    here
+}

@@ -1,0 +1,420 @@
+//! Distributed provisioning (`--node-deployment`) on the real control plane: one mock driver
+//! and one `csi-provisioner` per fake node, each driver holding only its node's pool, as a
+//! local-storage driver's DaemonSet runs.
+//!
+//! Run with `cargo xtask test` (needs the control plane binaries).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::CSIStorageCapacity;
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use support::{NODE_KEY, Scenario, create_pod, eventually, eventually_within, pod_node};
+use testenv::{ControlPlane, MockDriver, Provisioner};
+
+/// One node's driver and provisioner.
+struct Instance {
+    node: String,
+    mock: MockDriver,
+    prov: Provisioner,
+}
+
+/// Nodes with a pool each (`(short name, size)`), their Node + CSINode, a CSIDriver with
+/// storage capacity, and a driver + provisioner (plus `prov_args`) per node.
+async fn distributed(
+    prefix: &str,
+    pools: &[(&str, &str)],
+    prov_args: &[&str],
+) -> (Scenario, Vec<Instance>) {
+    let s = Scenario::new(prefix).await;
+    testenv::try_create_csi_driver(&s.client, &s.driver, true)
+        .await
+        .unwrap();
+    let short: Vec<&str> = pools.iter().map(|(n, _)| *n).collect();
+    let names = s.node_names(&short);
+    testenv::create_fake_nodes(
+        &s.client,
+        &s.driver,
+        NODE_KEY,
+        &names.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    let cp = ControlPlane::shared();
+    let mut instances = Vec::new();
+    for (node, (_, size)) in names.iter().zip(pools) {
+        let dir = s.dir.join(node.rsplit('-').next().unwrap());
+        std::fs::create_dir_all(&dir).unwrap();
+        let mock = MockDriver::start(
+            &dir,
+            &[
+                &format!("--driver-name={}", s.driver),
+                &format!("--pool={NODE_KEY}={node}:{size}"),
+                &format!("--node-id={node}"),
+                &format!("--node-topology={NODE_KEY}={node}"),
+            ],
+        );
+        let mut args = vec![
+            "--node-deployment",
+            "--enable-capacity",
+            "--capacity-ownerref-level=-1",
+            "--capacity-poll-interval=2s",
+            "-v=5",
+        ];
+        args.extend_from_slice(prov_args);
+        let prov = Provisioner::start(
+            &dir,
+            "csi-provisioner",
+            cp.kubeconfig(),
+            &mock.socket,
+            &args,
+            &[("NAMESPACE", s.ns.as_str()), ("NODE_NAME", node.as_str())],
+        );
+        instances.push(Instance {
+            node: node.clone(),
+            mock,
+            prov,
+        });
+    }
+    (s, instances)
+}
+
+/// Our driver's CSIStorageCapacity objects in the scenario's namespace.
+async fn capacity_objects(s: &Scenario) -> Vec<CSIStorageCapacity> {
+    let api: Api<CSIStorageCapacity> = Api::namespaced(s.client.clone(), &s.ns);
+    api.list(&ListParams::default().labels(&format!("csi.storage.k8s.io/drivername={}", s.driver)))
+        .await
+        .unwrap()
+        .items
+}
+
+/// `managed-by` → (class, capacity) of every object, once each instance published its own.
+async fn published_per_instance(s: &Scenario, want: usize) -> BTreeMap<String, Vec<String>> {
+    eventually("every instance to publish its capacity", || async {
+        let objects = capacity_objects(s).await;
+        let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for o in &objects {
+            let managed = o.labels().get("csi.storage.k8s.io/managed-by").cloned();
+            by.entry(managed.unwrap_or_default())
+                .or_default()
+                .push(format!(
+                    "{}={}",
+                    o.storage_class_name,
+                    o.capacity.as_ref().map_or("-", |q| q.0.as_str())
+                ));
+        }
+        (by.len() == want && by.values().all(|v| !v.is_empty())).then_some(by)
+    })
+    .await
+}
+
+/// The node a PV's affinity names.
+fn pv_node(pv: &PersistentVolume) -> String {
+    let term = &pv
+        .spec
+        .as_ref()
+        .unwrap()
+        .node_affinity
+        .as_ref()
+        .unwrap()
+        .required
+        .as_ref()
+        .unwrap()
+        .node_selector_terms[0];
+    term.match_expressions.as_ref().unwrap()[0]
+        .values
+        .as_ref()
+        .unwrap()[0]
+        .clone()
+}
+
+/// The scenario's PVs.
+async fn our_pvs(s: &Scenario) -> Vec<PersistentVolume> {
+    let pvs = s.volumes().list(&ListParams::default()).await.unwrap();
+    pvs.items
+        .into_iter()
+        .filter(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|sp| sp.csi.as_ref())
+                .is_some_and(|c| c.driver == s.driver)
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn late_binding_lands_on_the_node_with_room_and_only_its_driver_creates() {
+    let (s, nodes) = distributed(
+        "nd-wffc",
+        &[("a", "10Gi"), ("b", "10Gi"), ("c", "100Gi")],
+        &[],
+    )
+    .await;
+    let class = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
+    // One object per node, each labelled with its own instance (and nobody else's).
+    let published = published_per_instance(&s, 3).await;
+    let want: BTreeSet<String> = nodes
+        .iter()
+        .map(|i| format!("external-provisioner-{}", i.node))
+        .collect();
+    assert_eq!(published.keys().cloned().collect::<BTreeSet<_>>(), want);
+    for objects in published.values() {
+        assert_eq!(
+            objects.len(),
+            1,
+            "one object per node and class: {published:?}"
+        );
+    }
+
+    s.claim("big", &class, "50Gi", json!({})).await;
+    create_pod(&s, "app", "big", json!({})).await;
+    let placed = pod_node(&s, "app").await;
+    assert_eq!(placed, nodes[2].node, "the pod must land where 50Gi fit");
+    let claim = s.wait_bound("big").await;
+    let pv = s
+        .volumes()
+        .get(claim.spec.unwrap().volume_name.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(pv_node(&pv), nodes[2].node);
+    let creates: Vec<usize> = nodes
+        .iter()
+        .map(|i| i.mock.calls_of("CreateVolume").len())
+        .collect();
+    assert_eq!(creates, [0, 0, 1], "only the chosen node's driver is asked");
+    // The other nodes' instances stay silent: one instance's events only.
+    s.wait_event("big", "ProvisioningSucceeded", "").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let reasons: Vec<String> = s
+        .events_for("big")
+        .await
+        .into_iter()
+        .filter(|e| {
+            e.source
+                .as_ref()
+                .and_then(|s| s.component.as_deref())
+                .is_some_and(|c| c.starts_with(&s.driver))
+        })
+        .filter_map(|e| e.reason)
+        .collect();
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "Provisioning").count(),
+        1,
+        "{reasons:?}"
+    );
+    assert!(
+        !reasons.iter().any(|r| r == "ProvisioningFailed"),
+        "{reasons:?}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn immediate_claims_are_taken_once_each_by_nodes_with_room_and_deleted_there() {
+    // Node c is too small for any claim: it must never take one.
+    let (s, nodes) = distributed(
+        "nd-imm",
+        &[("a", "100Gi"), ("b", "100Gi"), ("c", "1Gi")],
+        &["--capacity-for-immediate-binding"],
+    )
+    .await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    published_per_instance(&s, 3).await;
+    let n = 20;
+    for i in 0..n {
+        s.claim(&format!("c{i}"), &class, "2Gi", json!({})).await;
+    }
+    for i in 0..n {
+        s.wait_bound(&format!("c{i}")).await;
+    }
+    let pvs = our_pvs(&s).await;
+    assert_eq!(pvs.len(), n);
+    // Exactly one successful CreateVolume per claim across all drivers, each on the node
+    // its PV names.
+    let created: Vec<usize> = nodes
+        .iter()
+        .map(|i| i.mock.succeeded("CreateVolume"))
+        .collect();
+    assert_eq!(created.iter().sum::<usize>(), n, "{created:?}");
+    assert_eq!(created[2], 0, "the full node took a claim: {created:?}");
+    let calls: Vec<usize> = nodes
+        .iter()
+        .map(|i| i.mock.calls_of("CreateVolume").len())
+        .collect();
+    assert_eq!(calls, created, "no failed CreateVolume anywhere");
+    for (i, inst) in nodes.iter().enumerate() {
+        let here = pvs.iter().filter(|pv| pv_node(pv) == inst.node).count();
+        assert_eq!(
+            here, created[i],
+            "PVs of {} vs its driver's volumes",
+            inst.node
+        );
+    }
+    // Both nodes with room got claims: the order spreads them.
+    assert!(created[0] > 0 && created[1] > 0, "{created:?}");
+
+    // Deletion: each volume is deleted by its own node's instance, nobody else asks.
+    for i in 0..n {
+        s.delete_claim(&format!("c{i}")).await;
+    }
+    eventually_within("every PV to be gone", Duration::from_secs(120), || async {
+        our_pvs(&s).await.is_empty().then_some(())
+    })
+    .await;
+    let deletes: Vec<usize> = nodes
+        .iter()
+        .map(|i| i.mock.calls_of("DeleteVolume").len())
+        .collect();
+    assert_eq!(
+        deletes, created,
+        "DeleteVolume calls per node must match its volumes"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn an_immediate_claim_no_node_can_hold_is_explained_once() {
+    let (s, _nodes) = distributed(
+        "nd-full",
+        &[("a", "10Gi"), ("b", "10Gi"), ("c", "10Gi")],
+        &["--capacity-for-immediate-binding"],
+    )
+    .await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    published_per_instance(&s, 3).await;
+    s.claim("huge", &class, "50Gi", json!({})).await;
+    s.wait_event("huge", "NotEnoughCapacity", "no node has room for 50Gi")
+        .await;
+    // Several capacity polls later: still one event (one instance reports, once), no node.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let events: Vec<_> = s
+        .events_for("huge")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("NotEnoughCapacity"))
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].count.unwrap_or(1), 1, "{events:?}");
+    let claim = s.claims().get("huge").await.unwrap();
+    assert!(
+        !claim
+            .annotations()
+            .contains_key("volume.kubernetes.io/selected-node"),
+        "no node may take it"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn without_published_capacity_upstreams_random_delay_still_picks_one_node() {
+    // No capacity tracking: nothing to rank by, so instances race after a random delay.
+    let s = Scenario::new("nd-lottery").await;
+    let short = ["a", "b"];
+    let names = s.node_names(&short);
+    testenv::create_fake_nodes(
+        &s.client,
+        &s.driver,
+        NODE_KEY,
+        &names.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    let cp = ControlPlane::shared();
+    let mut nodes = Vec::new();
+    for node in &names {
+        let dir = s.dir.join(node.rsplit('-').next().unwrap());
+        std::fs::create_dir_all(&dir).unwrap();
+        let mock = MockDriver::start(
+            &dir,
+            &[
+                &format!("--driver-name={}", s.driver),
+                &format!("--pool={NODE_KEY}={node}:100Gi"),
+                &format!("--node-id={node}"),
+                &format!("--node-topology={NODE_KEY}={node}"),
+            ],
+        );
+        let prov = Provisioner::start(
+            &dir,
+            "csi-provisioner",
+            cp.kubeconfig(),
+            &mock.socket,
+            &[
+                "--node-deployment",
+                "--node-deployment-base-delay=2s",
+                "-v=5",
+            ],
+            &[("NODE_NAME", node.as_str())],
+        );
+        nodes.push(Instance {
+            node: node.clone(),
+            mock,
+            prov,
+        });
+    }
+    let class = s.class("imm", "Immediate", json!({})).await;
+    for i in 0..4 {
+        s.claim(&format!("c{i}"), &class, "1Gi", json!({})).await;
+    }
+    for i in 0..4 {
+        s.wait_bound(&format!("c{i}")).await;
+    }
+    let created: Vec<usize> = nodes
+        .iter()
+        .map(|i| i.mock.succeeded("CreateVolume"))
+        .collect();
+    assert_eq!(created.iter().sum::<usize>(), 4, "{created:?}");
+    let pvs = our_pvs(&s).await;
+    for (i, inst) in nodes.iter().enumerate() {
+        let here = pvs.iter().filter(|pv| pv_node(pv) == inst.node).count();
+        assert_eq!(
+            here, created[i],
+            "PVs of {} vs its driver's volumes",
+            inst.node
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn a_restarted_instance_adopts_its_object_instead_of_duplicating_it() {
+    let (s, mut nodes) = distributed("nd-restart", &[("a", "10Gi"), ("b", "20Gi")], &[]).await;
+    s.class("wffc", "WaitForFirstConsumer", json!({})).await;
+    let before = published_per_instance(&s, 2).await;
+    let names_before: BTreeSet<String> = capacity_objects(&s)
+        .await
+        .iter()
+        .map(|o| o.name_any())
+        .collect();
+    nodes[0].prov.restart();
+    nodes[0]
+        .prov
+        .wait_for_log("Caches synced", Duration::from_secs(60));
+    // A few polls after the restart: the same objects, none added or replaced.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after: BTreeSet<String> = capacity_objects(&s)
+        .await
+        .iter()
+        .map(|o| o.name_any())
+        .collect();
+    assert_eq!(after, names_before);
+    assert_eq!(published_per_instance(&s, 2).await, before);
+    // Deleting another node's object is not ours to repair: only its own instance does.
+    let api: Api<CSIStorageCapacity> = Api::namespaced(s.client.clone(), &s.ns);
+    let b_object = capacity_objects(&s)
+        .await
+        .into_iter()
+        .find(|o| o.labels()["csi.storage.k8s.io/managed-by"].ends_with(&nodes[1].node))
+        .unwrap();
+    api.delete(&b_object.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+    let again = published_per_instance(&s, 2).await;
+    assert_eq!(
+        again, before,
+        "node b's instance publishes its object again"
+    );
+}

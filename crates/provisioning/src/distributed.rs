@@ -1,0 +1,221 @@
+//! Distributed provisioning (`--node-deployment`): one instance per node. Which instance
+//! handles a claim, which PVs an instance may delete, and in which order instances claim an
+//! Immediate claim that no scheduler placed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    NodeSelectorRequirement, PersistentVolumeClaim, VolumeNodeAffinity,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use csi::v1::{GetCapacityRequest, Topology};
+
+use crate::claim::annotation;
+use crate::names;
+use crate::prepare::ProvisionPlan;
+use crate::topology::hash::fnv32;
+
+/// Who handles a claim of our driver (upstream's `checkNode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeOwner {
+    /// `selected-node` names this instance's node: provision it here.
+    ThisNode,
+    /// `selected-node` names another node: that node's instance handles it; stay silent.
+    OtherNode,
+    /// No node selected, an Immediate class and immediate binding on: the instances decide
+    /// among themselves who sets `selected-node` ([`claim_turn`]).
+    Unclaimed,
+    /// No node selected and none of ours to pick (late binding: the scheduler picks; or
+    /// `--node-deployment-immediate-binding=false`).
+    NotYet,
+}
+
+/// Upstream's `checkNode`: only the GA `selected-node` annotation counts, and an empty value
+/// means none. A class without a binding mode is Immediate (the API server's default).
+pub fn node_owner(
+    claim: &PersistentVolumeClaim,
+    class: &StorageClass,
+    node: &str,
+    immediate_binding: bool,
+) -> NodeOwner {
+    match annotation(claim, names::ANN_SELECTED_NODE).filter(|n| !n.is_empty()) {
+        Some(selected) if selected == node => NodeOwner::ThisNode,
+        Some(_) => NodeOwner::OtherNode,
+        None => {
+            let late = class.volume_binding_mode.as_deref() == Some(names::WAIT_FOR_FIRST_CONSUMER);
+            if !late && immediate_binding {
+                NodeOwner::Unclaimed
+            } else {
+                NodeOwner::NotYet
+            }
+        }
+    }
+}
+
+/// Upstream's `VolumeIsAccessible`: whether a PV's node affinity admits a node with
+/// `topology` (the driver's NodeGetInfo segments). No affinity, or a node without topology,
+/// admits everything; otherwise one required term must match.
+pub fn volume_is_accessible(
+    affinity: Option<&VolumeNodeAffinity>,
+    topology: &BTreeMap<String, String>,
+) -> bool {
+    let Some(required) = affinity.and_then(|a| a.required.as_ref()) else {
+        return true;
+    };
+    if topology.is_empty() {
+        return true;
+    }
+    required.node_selector_terms.iter().any(|term| {
+        // A term with fields only (never written by a provisioner) selects no labels.
+        let expressions = term.match_expressions.as_deref().unwrap_or_default();
+        (!expressions.is_empty() || term.match_fields.is_none())
+            && expressions.iter().all(|r| requirement_matches(r, topology))
+    })
+}
+
+/// One node selector requirement against a label set, as Kubernetes' label selectors do.
+fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    let value = labels.get(&r.key);
+    let number = |s: &str| s.parse::<i64>().ok();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(have), Some(bound)) = (
+                value.and_then(|v| number(v)),
+                values.first().and_then(|v| number(v)),
+            ) else {
+                return false;
+            };
+            if r.operator == "Gt" {
+                have > bound
+            } else {
+                have < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+/// What one instance published for one class (one of its CSIStorageCapacity objects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published<'a> {
+    /// The instance's `managed-by` label value (`external-provisioner-<node>`).
+    pub instance: &'a str,
+    /// The StorageClass the object is for.
+    pub class: &'a str,
+    /// `capacity` in bytes; `None` when the object has none.
+    pub capacity: Option<i64>,
+    /// `maximumVolumeSize` in bytes, when set.
+    pub maximum_volume_size: Option<i64>,
+}
+
+impl Published<'_> {
+    /// Whether a volume of `bytes` fits, as the scheduler reads the object.
+    fn fits(&self, bytes: i64) -> bool {
+        self.capacity.is_some_and(|c| c >= bytes)
+            && self.maximum_volume_size.is_none_or(|m| m >= bytes)
+    }
+}
+
+/// When this instance may set `selected-node` on an unclaimed Immediate claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Turn {
+    /// First in the order: claim it now.
+    Now,
+    /// Later in the order: claim it only if nobody did after this wait.
+    After(Duration),
+    /// Our own object for the class says the volume does not fit here: never claim it.
+    NoRoom {
+        /// Whether no instance has room and this one reports that (one instance, not all).
+        report: bool,
+    },
+    /// Nothing is published (capacity tracking off): no order can be agreed on, so fall back
+    /// to upstream's random delay.
+    Unranked,
+}
+
+/// The order in which instances claim an unclaimed Immediate claim, computed alike by every
+/// instance from what all of them published, instead of upstream's random 0–20 s lottery.
+///
+/// Candidates are the instances whose object for the claim's class holds `bytes` (or, when
+/// nobody publishes objects for that class, every instance that publishes any object, plus
+/// us). They are ordered by a hash of (claim UID, instance), so claims spread evenly; the
+/// first claims at once and the k-th waits `k × step` (at most `max`), which covers a dead
+/// first choice without a race among the living.
+pub fn claim_turn(
+    uid: &str,
+    own: &str,
+    class: &str,
+    bytes: i64,
+    published: &[Published<'_>],
+    step: Duration,
+    max: Duration,
+) -> Turn {
+    if published.is_empty() {
+        return Turn::Unranked;
+    }
+    let for_class: Vec<&Published<'_>> = published.iter().filter(|p| p.class == class).collect();
+    let candidates: BTreeSet<&str> = if for_class.is_empty() {
+        published.iter().map(|p| p.instance).chain([own]).collect()
+    } else {
+        let ours: Vec<_> = for_class.iter().filter(|p| p.instance == own).collect();
+        if !ours.is_empty() && !ours.iter().any(|p| p.fits(bytes)) {
+            let anyone = for_class.iter().any(|p| p.fits(bytes));
+            let everyone: BTreeSet<&str> = for_class.iter().map(|p| p.instance).collect();
+            let report = !anyone && ranked(uid, everyone).first() == Some(&own);
+            return Turn::NoRoom { report };
+        }
+        for_class
+            .iter()
+            .filter(|p| p.fits(bytes))
+            .map(|p| p.instance)
+            .chain([own])
+            .collect()
+    };
+    let rank = ranked(uid, candidates)
+        .iter()
+        .position(|i| *i == own)
+        .unwrap_or_default();
+    if rank == 0 {
+        Turn::Now
+    } else {
+        Turn::After(step.saturating_mul(rank as u32).min(max))
+    }
+}
+
+/// Upstream's `checkCapacity` requests for a claim about to be taken by this node: the
+/// request's capabilities and parameters, once per requisite term (once without topology
+/// when there is none).
+pub fn capacity_requests(plan: &ProvisionPlan) -> Vec<GetCapacityRequest> {
+    let request = |topology: Option<Topology>| GetCapacityRequest {
+        volume_capabilities: plan.capabilities.clone(),
+        parameters: plan.parameters.clone().into_iter().collect(),
+        accessible_topology: topology,
+    };
+    match &plan.accessibility_requirements {
+        Some(req) if !req.requisite.is_empty() => req
+            .requisite
+            .iter()
+            .cloned()
+            .map(Some)
+            .map(request)
+            .collect(),
+        _ => vec![request(None)],
+    }
+}
+
+/// Instances ordered by the hash of (claim UID, instance); ties by name.
+fn ranked<'a>(uid: &str, instances: BTreeSet<&'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = instances.into_iter().collect();
+    out.sort_by_key(|i| (fnv32(format!("{uid}/{i}").as_bytes()), *i));
+    out
+}
+
+#[cfg(test)]
+mod tests;

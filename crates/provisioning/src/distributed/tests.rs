@@ -1,0 +1,305 @@
+use super::*;
+use serde_json::json;
+
+fn claim(selected: Option<&str>) -> PersistentVolumeClaim {
+    let mut annotations = serde_json::Map::new();
+    if let Some(n) = selected {
+        annotations.insert(names::ANN_SELECTED_NODE.into(), json!(n));
+    }
+    serde_json::from_value(json!({"metadata": {"name": "c", "annotations": annotations}})).unwrap()
+}
+
+fn class(binding: Option<&str>) -> StorageClass {
+    let mut sc = json!({"metadata": {"name": "sc"}, "provisioner": "d"});
+    if let Some(b) = binding {
+        sc["volumeBindingMode"] = json!(b);
+    }
+    serde_json::from_value(sc).unwrap()
+}
+
+#[test]
+fn owner_follows_selected_node_then_binding_mode() {
+    let wffc = class(Some(names::WAIT_FOR_FIRST_CONSUMER));
+    let immediate = class(Some("Immediate"));
+    let unset = class(None);
+    let cases = [
+        (Some("n1"), &wffc, true, NodeOwner::ThisNode),
+        (Some("n1"), &immediate, false, NodeOwner::ThisNode),
+        (Some("n2"), &immediate, true, NodeOwner::OtherNode),
+        (Some("n2"), &wffc, true, NodeOwner::OtherNode),
+        (Some(""), &immediate, true, NodeOwner::Unclaimed),
+        (None, &immediate, true, NodeOwner::Unclaimed),
+        (None, &unset, true, NodeOwner::Unclaimed),
+        (None, &immediate, false, NodeOwner::NotYet),
+        (None, &wffc, true, NodeOwner::NotYet),
+    ];
+    for (selected, sc, immediate_binding, want) in cases {
+        assert_eq!(
+            node_owner(&claim(selected), sc, "n1", immediate_binding),
+            want,
+            "{selected:?} {:?} {immediate_binding}",
+            sc.volume_binding_mode
+        );
+    }
+}
+
+#[test]
+fn the_alpha_selected_node_annotation_does_not_count() {
+    let c: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {"name": "c",
+        "annotations": {names::ANN_ALPHA_SELECTED_NODE: "n2"}}}))
+    .unwrap();
+    assert_eq!(
+        node_owner(&c, &class(None), "n1", true),
+        NodeOwner::Unclaimed
+    );
+}
+
+fn affinity(terms: serde_json::Value) -> VolumeNodeAffinity {
+    serde_json::from_value(json!({"required": {"nodeSelectorTerms": terms}})).unwrap()
+}
+
+fn topo(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn accessibility_matches_one_required_term() {
+    let node1 = topo(&[("zone", "a"), ("node", "n1")]);
+    let in_n1 =
+        json!([{"matchExpressions": [{"key": "node", "operator": "In", "values": ["n1"]}]}]);
+    let in_n2 =
+        json!([{"matchExpressions": [{"key": "node", "operator": "In", "values": ["n2"]}]}]);
+    let either = json!([
+        {"matchExpressions": [{"key": "node", "operator": "In", "values": ["n2"]}]},
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]},
+                              {"key": "node", "operator": "In", "values": ["n1", "n3"]}]}
+    ]);
+    let both_needed = json!([{"matchExpressions": [
+        {"key": "zone", "operator": "In", "values": ["b"]},
+        {"key": "node", "operator": "In", "values": ["n1"]}]}]);
+    let other_ops = json!([{"matchExpressions": [
+        {"key": "zone", "operator": "Exists"},
+        {"key": "rack", "operator": "DoesNotExist"},
+        {"key": "node", "operator": "NotIn", "values": ["n2"]}]}]);
+    let cases = [
+        (Some(affinity(in_n1)), &node1, true),
+        (Some(affinity(in_n2.clone())), &node1, false),
+        (Some(affinity(either)), &node1, true),
+        (Some(affinity(both_needed)), &node1, false),
+        (Some(affinity(other_ops)), &node1, true),
+        (None, &node1, true),
+        // A node without topology (a driver that reports none) accepts everything.
+        (Some(affinity(in_n2)), &BTreeMap::new(), true),
+    ];
+    for (i, (a, t, want)) in cases.into_iter().enumerate() {
+        assert_eq!(volume_is_accessible(a.as_ref(), t), want, "case {i}");
+    }
+    let numeric = affinity(json!([{"matchExpressions": [
+        {"key": "gen", "operator": "Gt", "values": ["3"]}]}]));
+    assert!(volume_is_accessible(Some(&numeric), &topo(&[("gen", "4")])));
+    assert!(!volume_is_accessible(
+        Some(&numeric),
+        &topo(&[("gen", "3")])
+    ));
+    assert!(!volume_is_accessible(
+        Some(&numeric),
+        &topo(&[("gen", "x")])
+    ));
+}
+
+const GI: i64 = 1 << 30;
+const STEP: Duration = Duration::from_secs(5);
+const MAX: Duration = Duration::from_secs(60);
+
+fn published<'a>(instance: &'a str, class: &'a str, capacity: i64) -> Published<'a> {
+    Published {
+        instance,
+        class,
+        capacity: Some(capacity),
+        maximum_volume_size: None,
+    }
+}
+
+#[test]
+fn exactly_one_instance_goes_first_and_the_others_wait_by_rank() {
+    let all = [
+        published("ep-n1", "fast", 100 * GI),
+        published("ep-n2", "fast", 100 * GI),
+        published("ep-n3", "fast", 100 * GI),
+    ];
+    for uid in ["u1", "u2", "u3", "u4", "u5", "u6"] {
+        let mut turns: Vec<Turn> = ["ep-n1", "ep-n2", "ep-n3"]
+            .iter()
+            .map(|own| claim_turn(uid, own, "fast", GI, &all, STEP, MAX))
+            .collect();
+        turns.sort_by_key(|t| match t {
+            Turn::Now => Duration::ZERO,
+            Turn::After(d) => *d,
+            other => panic!("{other:?}"),
+        });
+        assert_eq!(
+            turns,
+            [Turn::Now, Turn::After(STEP), Turn::After(STEP * 2)],
+            "{uid}"
+        );
+    }
+}
+
+#[test]
+fn claims_spread_over_instances() {
+    let all = [
+        published("ep-n1", "fast", 100 * GI),
+        published("ep-n2", "fast", 100 * GI),
+        published("ep-n3", "fast", 100 * GI),
+    ];
+    let firsts: BTreeSet<&str> = (0..30)
+        .map(|i| format!("uid-{i}"))
+        .filter_map(|uid| {
+            ["ep-n1", "ep-n2", "ep-n3"]
+                .into_iter()
+                .find(|own| claim_turn(&uid, own, "fast", GI, &all, STEP, MAX) == Turn::Now)
+        })
+        .collect();
+    assert_eq!(firsts.len(), 3, "{firsts:?}");
+}
+
+#[test]
+fn only_instances_with_room_are_candidates() {
+    let all = [
+        published("ep-n1", "fast", 10 * GI),
+        published("ep-n2", "fast", 100 * GI),
+        published("ep-n3", "fast", 10 * GI),
+        published("ep-n1", "slow", 500 * GI),
+    ];
+    let want = 50 * GI;
+    assert_eq!(
+        claim_turn("u", "ep-n2", "fast", want, &all, STEP, MAX),
+        Turn::Now
+    );
+    for own in ["ep-n1", "ep-n3"] {
+        assert_eq!(
+            claim_turn("u", own, "fast", want, &all, STEP, MAX),
+            Turn::NoRoom { report: false }
+        );
+    }
+}
+
+#[test]
+fn a_too_small_maximum_volume_size_means_no_room() {
+    let mut small = published("ep-n1", "fast", 100 * GI);
+    small.maximum_volume_size = Some(GI);
+    let all = [small, published("ep-n2", "fast", 100 * GI)];
+    assert_eq!(
+        claim_turn("u", "ep-n1", "fast", 2 * GI, &all, STEP, MAX),
+        Turn::NoRoom { report: false }
+    );
+    assert_eq!(
+        claim_turn("u", "ep-n2", "fast", 2 * GI, &all, STEP, MAX),
+        Turn::Now
+    );
+}
+
+#[test]
+fn when_nobody_has_room_exactly_one_instance_reports_it() {
+    let all = [
+        published("ep-n1", "fast", GI),
+        published("ep-n2", "fast", GI),
+        published("ep-n3", "fast", GI),
+    ];
+    for uid in ["a", "b", "c", "d"] {
+        let reports = ["ep-n1", "ep-n2", "ep-n3"]
+            .iter()
+            .filter(|own| {
+                claim_turn(uid, own, "fast", 5 * GI, &all, STEP, MAX)
+                    == Turn::NoRoom { report: true }
+            })
+            .count();
+        assert_eq!(reports, 1, "{uid}");
+    }
+}
+
+#[test]
+fn without_objects_for_the_class_every_publishing_instance_is_ranked() {
+    // Capacity is published for late-binding classes only; the Immediate class has none.
+    let all = [
+        published("ep-n1", "wffc", GI),
+        published("ep-n2", "wffc", GI),
+    ];
+    let turns: Vec<Turn> = ["ep-n1", "ep-n2", "ep-n3"]
+        .iter()
+        .map(|own| claim_turn("u", own, "immediate", 50 * GI, &all, STEP, MAX))
+        .collect();
+    assert_eq!(
+        turns.iter().filter(|t| **t == Turn::Now).count(),
+        1,
+        "{turns:?}"
+    );
+    assert!(
+        turns
+            .iter()
+            .all(|t| matches!(t, Turn::Now | Turn::After(_)))
+    );
+    assert_eq!(
+        claim_turn("u", "ep-n1", "immediate", GI, &[], STEP, MAX),
+        Turn::Unranked
+    );
+}
+
+#[test]
+fn the_wait_is_capped() {
+    let names: Vec<String> = (0..40).map(|i| format!("ep-n{i}")).collect();
+    let all: Vec<Published<'_>> = names.iter().map(|n| published(n, "c", GI)).collect();
+    let longest = names
+        .iter()
+        .map(|own| match claim_turn("u", own, "c", 1, &all, STEP, MAX) {
+            Turn::Now => Duration::ZERO,
+            Turn::After(d) => d,
+            other => panic!("{other:?}"),
+        })
+        .max()
+        .unwrap();
+    assert_eq!(longest, MAX);
+}
+
+fn plan(requisite: &[&str]) -> ProvisionPlan {
+    let topology = |node: &&str| Topology {
+        segments: [("node".to_string(), node.to_string())]
+            .into_iter()
+            .collect(),
+    };
+    ProvisionPlan {
+        volume_name: "pvc-1".into(),
+        selected_node: Some("n1".into()),
+        fs_type: String::new(),
+        requested_bytes: GI,
+        capabilities: vec![csi::v1::VolumeCapability::default()],
+        parameters: [("kind".to_string(), "fast".to_string())]
+            .into_iter()
+            .collect(),
+        accessibility_requirements: (!requisite.is_empty()).then(|| csi::v1::TopologyRequirement {
+            requisite: requisite.iter().map(topology).collect(),
+            preferred: vec![],
+        }),
+        secrets: Default::default(),
+        volume_attributes_class: None,
+    }
+}
+
+#[test]
+fn the_capacity_check_asks_once_per_requisite_term() {
+    let per_term = capacity_requests(&plan(&["n1", "n2"]));
+    assert_eq!(per_term.len(), 2);
+    let nodes: Vec<&str> = per_term
+        .iter()
+        .map(|r| r.accessible_topology.as_ref().unwrap().segments["node"].as_str())
+        .collect();
+    assert_eq!(nodes, ["n1", "n2"]);
+    assert!(per_term.iter().all(|r| r.parameters["kind"] == "fast"));
+    assert!(per_term.iter().all(|r| r.volume_capabilities.len() == 1));
+    let plain = capacity_requests(&plan(&[]));
+    assert_eq!(plain.len(), 1);
+    assert!(plain[0].accessible_topology.is_none());
+}
