@@ -351,3 +351,96 @@ fn forbidden_in(metrics: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// daemonset.yaml's shape: `--node-deployment` with capacity owned by the instance's Pod,
+/// authenticated as the shipped ServiceAccount. An Immediate claim is taken for the node and a
+/// WaitForFirstConsumer claim is provisioned there, with zero Forbidden.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn node_deployment_needs_only_the_shipped_rbac() {
+    const KEY: &str = deploy_support::world::KEY;
+    let mut s = Scenario::new("rbac-node").await;
+    testenv::create_csi_driver(&s.client, &s.driver, true).await;
+    let node = s.node_names(&["a"]).remove(0);
+    testenv::create_fake_nodes(&s.client, &s.driver, KEY, &[node.as_str()]).await;
+    s.start_driver(&[
+        format!("--pool={KEY}={node}:10Gi"),
+        format!("--node-id={node}"),
+        format!("--node-topology={KEY}={node}"),
+    ]);
+    let kubeconfig = grant_shipped_rbac(&s, |_| {}).await;
+    create_pod(&s, OWNER_POD, "").await;
+    let port = deploy_support::free_port();
+    let http = format!("--http-endpoint=127.0.0.1:{port}");
+    let args = [
+        "--node-deployment",
+        "--enable-capacity",
+        "--capacity-for-immediate-binding",
+        "--capacity-ownerref-level=0",
+        "-v=5",
+        http.as_str(),
+    ];
+    let kc = kubeconfig.display().to_string();
+    let env = [
+        ("KUBECONFIG", kc.as_str()),
+        ("NAMESPACE", s.ns.as_str()),
+        ("POD_NAME", OWNER_POD),
+        ("NODE_NAME", node.as_str()),
+    ];
+    let socket = s.mock().socket.clone();
+    let mut prov =
+        testenv::Provisioner::start(&s.dir, "csi-provisioner", &kubeconfig, &socket, &args, &env);
+
+    let imm = s.class("imm", "Immediate", json!({})).await;
+    let wffc = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
+    let capacities: Api<CSIStorageCapacity> = Api::namespaced(s.client.clone(), &s.ns);
+    let objects = eventually("one object per class for the node", || async {
+        let list = capacities.list(&ListParams::default()).await.ok()?.items;
+        (list.len() == 2).then_some(list)
+    })
+    .await;
+    for o in &objects {
+        let labels = o.metadata.labels.as_ref().unwrap();
+        assert_eq!(
+            labels["csi.storage.k8s.io/managed-by"],
+            format!("external-provisioner-{node}")
+        );
+        let owner = &o.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("Pod", OWNER_POD)
+        );
+    }
+    s.claim("now", &imm, "1Gi", json!({})).await;
+    s.claim("late", &wffc, "1Gi", json!({})).await;
+    create_pod(&s, "user", "late").await;
+    let now = s.wait_bound("now").await;
+    s.wait_bound("late").await;
+    assert_eq!(
+        now.metadata.annotations.unwrap()["volume.kubernetes.io/selected-node"],
+        node,
+        "the Immediate claim was taken for the node"
+    );
+    let pv = s
+        .volumes()
+        .get(&now.spec.unwrap().volume_name.unwrap())
+        .await
+        .unwrap();
+    let identity = &pv.spec.unwrap().csi.unwrap().volume_attributes.unwrap()["storage.kubernetes.io/csiProvisionerIdentity"];
+    assert!(
+        identity.ends_with(&format!("-{}-{node}", s.driver)),
+        "{identity}"
+    );
+
+    let metrics = scrape(port).await.expect("metrics endpoint answers");
+    let forbidden = requests_with(&metrics, &[FORBIDDEN]);
+    assert_eq!(
+        forbidden,
+        0.0,
+        "Forbidden API calls:\n{}",
+        forbidden_in(&metrics)
+    );
+    assert_eq!(forbidden_lines(&prov.log()), Vec::<&str>::new());
+    assert!(prov.is_running(), "csi-provisioner exited");
+    prov.stop();
+}
