@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use controller_kit::events::EventRecorder;
 use controller_kit::reflect::Change;
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::base::Base;
@@ -109,7 +109,10 @@ pub(crate) async fn run_controllers(
         peers,
     } = changes;
     if let Some(stream) = peers {
-        tasks.spawn("capacity peers cache", drain(stream));
+        tasks.spawn(
+            "capacity peers recheck",
+            recheck_on_peer_changes(stream, claims.clone()),
+        );
     }
     tasks.spawn(
         "claim dispatch",
@@ -294,6 +297,20 @@ async fn recheck_waiting_claims(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         changes.borrow_and_update();
+        claims.enqueue_waiting();
+    }
+}
+
+/// Distributed provisioning: what the instances published changed, so who takes an unclaimed
+/// claim, and whether a waiting one fits anywhere, may have changed too. Debounced: one poll
+/// changes every instance's objects within moments.
+async fn recheck_on_peer_changes(
+    mut stream: BoxStream<'static, Change<k8s_openapi::api::storage::v1::CSIStorageCapacity>>,
+    claims: ClaimsController,
+) {
+    while stream.next().await.is_some() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        while let Some(Some(_)) = stream.next().now_or_never() {}
         claims.enqueue_waiting();
     }
 }

@@ -211,6 +211,27 @@ async fn late_binding_lands_on_the_node_with_room_and_only_its_driver_creates() 
         !reasons.iter().any(|r| r == "ProvisioningFailed"),
         "{reasons:?}"
     );
+
+    // A claim no node can hold waits, explained once by one of the instances.
+    s.claim("huge", &class, "500Gi", json!({})).await;
+    create_pod(&s, "waits", "huge", json!({})).await;
+    let event = s
+        .wait_event("huge", "NotEnoughCapacity", "needs 500Gi")
+        .await;
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.contains(&nodes[2].node),
+        "names the largest node: {message}"
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let explained = s
+        .events_for("huge")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("NotEnoughCapacity"))
+        .map(|e| e.count.unwrap_or(1))
+        .sum::<i32>();
+    assert_eq!(explained, 1);
 }
 
 #[tokio::test]
@@ -288,8 +309,14 @@ async fn an_immediate_claim_no_node_can_hold_is_explained_once() {
     let class = s.class("imm", "Immediate", json!({})).await;
     published_per_instance(&s, 3).await;
     s.claim("huge", &class, "50Gi", json!({})).await;
-    s.wait_event("huge", "NotEnoughCapacity", "no node has room for 50Gi")
+    let event = s
+        .wait_event("huge", "NotEnoughCapacity", "needs 50Gi")
         .await;
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.contains("largest published capacity is 10Gi"),
+        "{message}"
+    );
     // Several capacity polls later: still one event (one instance reports, once), no node.
     tokio::time::sleep(Duration::from_secs(6)).await;
     let events: Vec<_> = s

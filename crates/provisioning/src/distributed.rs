@@ -167,8 +167,7 @@ pub fn claim_turn(
         let ours: Vec<_> = for_class.iter().filter(|p| p.instance == own).collect();
         if !ours.is_empty() && !ours.iter().any(|p| p.fits(bytes)) {
             let anyone = for_class.iter().any(|p| p.fits(bytes));
-            let everyone: BTreeSet<&str> = for_class.iter().map(|p| p.instance).collect();
-            let report = !anyone && ranked(uid, everyone).first() == Some(&own);
+            let report = !anyone && reports(uid, own, class, published);
             return Turn::NoRoom { report };
         }
         for_class
@@ -187,6 +186,19 @@ pub fn claim_turn(
     } else {
         Turn::After(step.saturating_mul(rank as u32).min(max))
     }
+}
+
+/// Whether this instance is the one that tells a claim of `class` that nothing fits: the first
+/// by the claim's order among the instances publishing for the class (and us), so exactly one
+/// instance reports, whichever instances are up.
+pub fn reports(uid: &str, own: &str, class: &str, published: &[Published<'_>]) -> bool {
+    let instances: BTreeSet<&str> = published
+        .iter()
+        .filter(|p| p.class == class)
+        .map(|p| p.instance)
+        .chain([own])
+        .collect();
+    ranked(uid, instances).first() == Some(&own)
 }
 
 /// Upstream's `checkCapacity` requests for a claim about to be taken by this node: the

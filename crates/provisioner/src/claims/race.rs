@@ -14,8 +14,9 @@ use controller_kit::events::EventType;
 use controller_kit::workqueue::RateLimiter;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use provisioning::claim::{annotation, requested_bytes};
-use provisioning::distributed::{NodeOwner, Published, Turn, claim_turn, node_owner};
+use provisioning::distributed::{NodeOwner, Published, Turn, claim_turn, node_owner, reports};
 use provisioning::names::ANN_SELECTED_NODE;
 use provisioning::prepare::Prepared;
 
@@ -61,8 +62,11 @@ impl Races {
 pub(super) enum NodeStep {
     /// Handle it here as usual.
     Continue,
-    /// Not this instance's (another node's, or waiting for the scheduler): nothing to do.
+    /// Another node's: nothing to do.
     Skip,
+    /// Waiting for the scheduler to pick a node (or immediate binding is off): at most an
+    /// explanation when no node has room.
+    Wait,
     /// Unclaimed: try to take it.
     Race,
 }
@@ -79,14 +83,15 @@ impl ClaimsController {
             return NodeStep::Continue;
         };
         let owner = node_owner(claim, class, &node.name, node.immediate_binding);
-        if owner != NodeOwner::Unclaimed {
+        if matches!(owner, NodeOwner::ThisNode | NodeOwner::OtherNode) {
             self.races
                 .lock()
                 .forget(claim.metadata.uid.as_deref().unwrap_or_default());
         }
         match owner {
             NodeOwner::ThisNode => NodeStep::Continue,
-            NodeOwner::OtherNode | NodeOwner::NotYet => NodeStep::Skip,
+            NodeOwner::OtherNode => NodeStep::Skip,
+            NodeOwner::NotYet => NodeStep::Wait,
             NodeOwner::Unclaimed => NodeStep::Race,
         }
     }
@@ -141,10 +146,11 @@ impl ClaimsController {
             Turn::After(d) => d,
             Turn::Unranked => self.races.lock().draw(&uid, &node),
             Turn::NoRoom { report } => {
-                if report {
-                    self.report_no_room(claim, class);
-                }
-                return Ok(());
+                return if report {
+                    self.report_no_room(claim, class)
+                } else {
+                    Ok(())
+                };
             }
         };
         let waited = self.races.lock().waited(&uid, Instant::now());
@@ -191,35 +197,16 @@ impl ClaimsController {
         class: &StorageClass,
         node: &NodeDeployment,
     ) -> Turn {
-        let Some(peers) = &self.ctx.caches.peers else {
+        let Some(objects) = self.peer_objects() else {
             return Turn::Unranked;
         };
-        let objects = peers.state();
-        let published: Vec<Published<'_>> = objects
-            .iter()
-            .filter_map(|o| {
-                let instance = o
-                    .metadata
-                    .labels
-                    .as_ref()?
-                    .get(capacity::MANAGED_BY_LABEL)?;
-                let bytes = |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
-                    provisioning::quantity::parse_quantity(&q.0).ok()
-                };
-                Some(Published {
-                    instance,
-                    class: &o.storage_class_name,
-                    capacity: o.capacity.as_ref().and_then(bytes),
-                    maximum_volume_size: o.maximum_volume_size.as_ref().and_then(bytes),
-                })
-            })
-            .collect();
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         let class_name = class.metadata.name.as_deref().unwrap_or_default();
         let bytes = requested_bytes(claim).unwrap_or(0);
         // Rank k waits k quarter base delays (5 s by default): long enough for the first
         // choice's write to arrive, short enough to cover a dead one.
         let step = node.base_delay / 4;
+        let published = published(&objects);
         claim_turn(
             uid,
             &node.managed_by,
@@ -228,6 +215,40 @@ impl ClaimsController {
             &published,
             step,
             node.max_delay,
+        )
+    }
+
+    /// Every instance's CSIStorageCapacity objects of our driver (distributed provisioning
+    /// with capacity tracking only).
+    fn peer_objects(&self) -> Option<Vec<PeerObject>> {
+        let store = self.ctx.caches.peers.as_ref()?;
+        let bytes = |q: &Option<Quantity>| {
+            q.as_ref()
+                .and_then(|q| provisioning::quantity::parse_quantity(&q.0).ok())
+        };
+        Some(
+            store
+                .state()
+                .iter()
+                .filter_map(|o| {
+                    let instance = o
+                        .metadata
+                        .labels
+                        .as_ref()?
+                        .get(capacity::MANAGED_BY_LABEL)?;
+                    Some(PeerObject {
+                        instance: instance.clone(),
+                        class: o.storage_class_name.clone(),
+                        capacity: bytes(&o.capacity),
+                        maximum_volume_size: bytes(&o.maximum_volume_size),
+                        segment: o
+                            .node_topology
+                            .as_ref()
+                            .and_then(|t| t.match_labels.clone())
+                            .unwrap_or_default(),
+                    })
+                })
+                .collect(),
         )
     }
 
@@ -251,15 +272,56 @@ impl ClaimsController {
         false
     }
 
-    /// Beyond upstream ("no events are produced"): an Immediate claim no node has room for gets
-    /// one Warning, from one instance.
-    fn report_no_room(&self, claim: &PersistentVolumeClaim, class: &StorageClass) {
+    /// Beyond upstream: a claim of ours that no node's published capacity can hold gets one
+    /// `NotEnoughCapacity` Warning, from one instance ([`provisioning::distributed::reports`]),
+    /// worded as in central mode. For Immediate claims upstream says nothing at all ("no events
+    /// are produced"); late-binding claims are explained as the central provisioner does.
+    pub(super) fn report_no_room(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &StorageClass,
+    ) -> Result<(), SyncError> {
+        let (Some(node), Some(objects)) = (&self.ctx.node, self.peer_objects()) else {
+            return Ok(());
+        };
+        let waiting = class.provisioner == self.ctx.driver.name
+            && claim.metadata.deletion_timestamp.is_none()
+            && claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .is_none_or(str::is_empty)
+            && annotation(claim, ANN_SELECTED_NODE).is_none_or(str::is_empty);
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        let message = format!(
-            "no node has room for {}: the capacity every node's provisioner publishes for StorageClass {:?} is smaller; free space on a node or ask for less",
-            provisioning::claim::storage_request(claim).unwrap_or("this claim"),
-            class.metadata.name.as_deref().unwrap_or_default(),
-        );
+        let class_name = class.metadata.name.as_deref().unwrap_or_default();
+        if !waiting || !reports(uid, &node.managed_by, class_name, &published(&objects)) {
+            return Ok(());
+        }
+        // The other instances' objects reach each cache moments apart: judge from a settled
+        // view, or the explanation names too few places and changes a moment later.
+        let waited = self.races.lock().waited(uid, Instant::now());
+        if waited < EXPLAIN_AFTER {
+            return Err(SyncError::Turn(EXPLAIN_AFTER - waited));
+        }
+        let readings: Vec<(capacity::Segment, capacity::Capacity)> = objects
+            .into_iter()
+            .filter(|o| o.class == class_name && o.capacity.or(o.maximum_volume_size).is_some())
+            .map(|o| {
+                let reading = capacity::Capacity {
+                    available: o.capacity.unwrap_or(0),
+                    maximum_volume_size: o.maximum_volume_size,
+                };
+                (o.segment, reading)
+            })
+            .collect();
+        // Nothing published for the class (yet): nothing to explain from.
+        let (false, Ok(requested)) = (readings.is_empty(), requested_bytes(claim)) else {
+            return Ok(());
+        };
+        let Some(message) = capacity::explain::explain_exhaustion(class_name, requested, &readings)
+        else {
+            return Ok(());
+        };
         if self.memory.explain_once(uid, &message) {
             let reference = provisioning::pv::claim_reference(claim);
             self.ctx.recorder.event(
@@ -269,7 +331,32 @@ impl ClaimsController {
                 message,
             );
         }
+        Ok(())
     }
+}
+
+/// How long a claim waits before this instance says that no node has room for it.
+const EXPLAIN_AFTER: Duration = Duration::from_secs(2);
+
+/// One CSIStorageCapacity object of any instance, as read from the peers cache.
+struct PeerObject {
+    instance: String,
+    class: String,
+    capacity: Option<i64>,
+    maximum_volume_size: Option<i64>,
+    segment: capacity::Segment,
+}
+
+fn published(objects: &[PeerObject]) -> Vec<Published<'_>> {
+    objects
+        .iter()
+        .map(|o| Published {
+            instance: &o.instance,
+            class: &o.class,
+            capacity: o.capacity,
+            maximum_volume_size: o.maximum_volume_size,
+        })
+        .collect()
 }
 
 /// Whether the class limits where volumes may go (then a node it excludes never takes a claim).

@@ -53,6 +53,12 @@ impl ClaimsController {
             match self.node_step(&claim, class.as_deref()) {
                 NodeStep::Continue => {}
                 NodeStep::Skip => return Ok(()),
+                NodeStep::Wait => {
+                    return match class.as_deref() {
+                        Some(class) => self.report_no_room(&claim, class),
+                        None => Ok(()),
+                    };
+                }
                 NodeStep::Race => {
                     return match class.as_deref() {
                         Some(class) => self.race(&claim, class).await,
@@ -69,11 +75,19 @@ impl ClaimsController {
         klog::v!(5, claim = %format!("{}/{}", key.namespace, key.name), step = ?step, "Syncing claim");
         match step {
             Step::Ignore | Step::WaitForNode => {
-                self.explain_if_nothing_fits(&claim, class.as_deref());
                 if should == ShouldProvision::ClassForOtherProvisioner {
                     klog::v!(4, claim = %format!("{}/{}", key.namespace, key.name), "Class names another provisioner; ignoring claim");
                 }
-                Ok(())
+                match (&self.ctx.node, class.as_deref()) {
+                    // Each instance publishes one node's capacity: the explanation needs
+                    // every instance's objects, and one instance to give it.
+                    (Some(_), Some(class)) => self.report_no_room(&claim, class),
+                    (Some(_), None) => Ok(()),
+                    (None, _) => {
+                        self.explain_if_nothing_fits(&claim, class.as_deref());
+                        Ok(())
+                    }
+                }
             }
             Step::ClassMissing => Err(ClaimError::ClassMissing {
                 class: provisioning::claim::class_name(&claim)

@@ -303,3 +303,19 @@ fn the_capacity_check_asks_once_per_requisite_term() {
     assert_eq!(plain.len(), 1);
     assert!(plain[0].accessible_topology.is_none());
 }
+
+#[test]
+fn exactly_one_instance_reports_a_claim_whatever_it_asks_for() {
+    let all = [
+        published("ep-n1", "wffc", GI),
+        published("ep-n2", "wffc", GI),
+        published("ep-n3", "other", GI),
+    ];
+    for uid in ["a", "b", "c", "d", "e"] {
+        let reporters: Vec<&str> = ["ep-n1", "ep-n2"]
+            .into_iter()
+            .filter(|own| reports(uid, own, "wffc", &all))
+            .collect();
+        assert_eq!(reporters.len(), 1, "{uid}: {reporters:?}");
+    }
+}
