@@ -3,10 +3,10 @@
 //! `csi-provisioner` on the real control plane. The plugin's state file and its own log of
 //! gRPC calls are the ground truth.
 //!
-//! Central mode talks to one controller socket, so each test runs ONE plugin serving one fake
-//! node. The plugin's GetCapacity ignores topology, so per-node pools of different sizes (one
-//! plugin per node) need `--node-deployment`, which is not implemented yet; see
-//! docs/testing.md.
+//! Central mode talks to one controller socket, so those tests run ONE plugin serving one fake
+//! node. The plugin's GetCapacity ignores topology, so per-node pools of different sizes need
+//! one plugin and one `--node-deployment` provisioner per node: the plugin's own distributed
+//! deployment, tested at the end.
 
 mod support;
 
@@ -323,4 +323,169 @@ fn csi_sanity_controller_suite_passes_against_hostpathplugin() {
     eprintln!("csi-sanity against hostpathplugin: {}", run.summary);
     drop(plugin);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The plugin's distributed form: one plugin and one `--node-deployment` provisioner per fake
+/// node (upstream's `deploy/kubernetes-distributed` arguments), pools of 10, 10 and 100 Gi.
+/// A late-binding 50 Gi volume lands on the big node; each node's capacity object is what its
+/// plugin's GetCapacity says; Immediate claims are taken once each; every volume is deleted by
+/// its own plugin.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn distributed_plugins_one_per_node() {
+    let mut s = Scenario::new("hp-dist").await;
+    s.driver = format!("{}.hostpath.csi", s.ns);
+    testenv::create_csi_driver(&s.client, &s.driver, true).await;
+    let nodes = s.node_names(&["a", "b", "c"]);
+    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    testenv::create_fake_nodes(&s.client, &s.driver, HOSTPATH_TOPOLOGY_KEY, &names).await;
+    let mut plugins = Vec::new();
+    let mut provs = Vec::new();
+    for (node, size) in nodes.iter().zip(["10Gi", "10Gi", "100Gi"]) {
+        let dir = s.dir.join(node.rsplit('-').next().unwrap());
+        let pool = format!("--capacity=fast={size}");
+        let plugin = HostpathPlugin::start(&dir, &s.driver, node, &[pool.as_str()]);
+        provs.push(Provisioner::start(
+            &dir,
+            "csi-provisioner",
+            ControlPlane::shared().kubeconfig(),
+            &plugin.socket,
+            &[
+                "--node-deployment",
+                "--enable-capacity",
+                "--capacity-for-immediate-binding",
+                "--capacity-ownerref-level=-1",
+                "--capacity-poll-interval=2s",
+                "--strict-topology",
+                "--immediate-topology=false",
+                "-v=5",
+            ],
+            &[("NAMESPACE", s.ns.as_str()), ("NODE_NAME", node.as_str())],
+        ));
+        plugins.push(plugin);
+    }
+    let params = json!({"parameters": {"kind": "fast"}});
+    let late = s
+        .class("late", "WaitForFirstConsumer", params.clone())
+        .await;
+    let now = s.class("now", "Immediate", params).await;
+    let capacities = |class: String| {
+        let api: Api<CSIStorageCapacity> = Api::namespaced(s.client.clone(), &s.ns);
+        async move {
+            let mut out: Vec<(String, String)> = api
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|c| c.storage_class_name == class)
+                .map(|c| {
+                    let node = c
+                        .node_topology
+                        .and_then(|t| t.match_labels)
+                        .and_then(|l| l.get(HOSTPATH_TOPOLOGY_KEY).cloned())
+                        .unwrap_or_default();
+                    (node, c.capacity.map(|q| q.0).unwrap_or_default())
+                })
+                .collect();
+            out.sort();
+            out
+        }
+    };
+    let want = |sizes: [&str; 3]| -> Vec<(String, String)> {
+        nodes
+            .iter()
+            .cloned()
+            .zip(sizes.iter().map(|s| s.to_string()))
+            .collect()
+    };
+    eventually("one object per node with its plugin's capacity", || async {
+        (capacities(late.clone()).await == want(["10Gi", "10Gi", "100Gi"])).then_some(())
+    })
+    .await;
+
+    s.claim("big", &late, "50Gi", json!({})).await;
+    create_pod_on(&s, "app", "big", &nodes).await;
+    assert_eq!(support::pod_node(&s, "app").await, nodes[2]);
+    let pvc = s.wait_bound("big").await;
+    let pv = s
+        .volumes()
+        .get(&pvc.spec.unwrap().volume_name.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        pv_topology(&pv),
+        vec![(HOSTPATH_TOPOLOGY_KEY.to_string(), vec![nodes[2].clone()])]
+    );
+    let held: Vec<usize> = plugins.iter().map(|p| p.volumes().len()).collect();
+    assert_eq!(held, [0, 0, 1]);
+    eventually("the big node's object to drop to 50Gi", || async {
+        (capacities(late.clone()).await == want(["10Gi", "10Gi", "50Gi"])).then_some(())
+    })
+    .await;
+
+    // Immediate claims of 8Gi: taken once each, never by a node whose plugin cannot hold them.
+    for i in 0..6 {
+        s.claim(&format!("now{i}"), &now, "8Gi", json!({})).await;
+    }
+    for i in 0..6 {
+        s.wait_bound(&format!("now{i}")).await;
+    }
+    let created: Vec<usize> = plugins
+        .iter()
+        .map(|p| {
+            p.calls_of("CreateVolume")
+                .iter()
+                .filter(|c| c["Error"] == "")
+                .count()
+        })
+        .collect();
+    assert_eq!(created.iter().sum::<usize>(), 7, "{created:?}");
+    let failed: usize = plugins
+        .iter()
+        .map(|p| {
+            p.calls_of("CreateVolume")
+                .iter()
+                .filter(|c| c["Error"] != "")
+                .count()
+        })
+        .sum();
+    assert_eq!(failed, 0, "no node took a claim it had no room for");
+    let held: Vec<usize> = plugins.iter().map(|p| p.volumes().len()).collect();
+    assert_eq!(held, created);
+
+    for claim in ["big", "now0", "now1", "now2", "now3", "now4", "now5"] {
+        s.delete_claim(claim).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.ns);
+    // No kubelet runs it: only a forced deletion lets pvc-protection release the claim.
+    let force = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    pods.delete("app", &force).await.unwrap();
+    eventually("every plugin to be empty", || async {
+        plugins.iter().all(|p| p.volumes().is_empty()).then_some(())
+    })
+    .await;
+    let deletes: Vec<usize> = plugins
+        .iter()
+        .map(|p| p.calls_of("DeleteVolume").len())
+        .collect();
+    assert_eq!(
+        deletes, created,
+        "each volume deleted by its own node's instance only"
+    );
+    drop(provs);
+}
+
+/// A pod of `claim` that may only go to `nodes` (nodes are shared by parallel tests).
+async fn create_pod_on(s: &Scenario, name: &str, claim: &str, nodes: &[String]) {
+    let affinity = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}]}}}});
+    let pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.ns);
+    pods.create(&PostParams::default(), &support::pod(name, claim, affinity))
+        .await
+        .unwrap();
 }

@@ -72,6 +72,8 @@ pub struct ClaimsController {
     memory: Arc<Memory>,
     /// Distributed provisioning: unclaimed Immediate claims this instance waits on.
     races: Arc<parking_lot::Mutex<race::Races>>,
+    /// Distributed provisioning: one claim taken at a time (see `race.rs`).
+    taking: Arc<tokio::sync::Mutex<()>>,
     /// StorageClasses whose deprecated parameters were already warned about (by UID).
     warned_classes: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
     /// When this process began provisioning (Unix seconds): claims created since were never
@@ -87,6 +89,7 @@ impl ClaimsController {
             ctx,
             memory: Arc::default(),
             races: Arc::default(),
+            taking: Arc::default(),
             warned_classes: Arc::default(),
             started: k8s_openapi::jiff::Timestamp::now().as_second(),
         }

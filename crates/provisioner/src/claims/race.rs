@@ -15,6 +15,7 @@ use controller_kit::workqueue::RateLimiter;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{annotation, requested_bytes};
 use provisioning::distributed::{NodeOwner, Published, Turn, claim_turn, node_owner, reports};
 use provisioning::names::ANN_SELECTED_NODE;
@@ -30,6 +31,9 @@ pub struct Races {
     /// Upstream's jittered delays, for claims no order can be agreed on.
     lottery: Option<RateLimiter<String>>,
     drawn: HashMap<String, Duration>,
+    /// Claims this instance took whose volume may not exist yet, with their size: the
+    /// driver's GetCapacity does not count them, so the next take must.
+    taken: HashMap<String, (ObjectRef<PersistentVolumeClaim>, i64)>,
 }
 
 impl Races {
@@ -49,12 +53,18 @@ impl Races {
             .or_insert_with(|| lottery.when(&uid.to_string()))
     }
 
-    pub fn forget(&mut self, uid: &str) {
+    /// Forgets everything about the claim, except that this instance took it.
+    fn forget_wait(&mut self, uid: &str) {
         self.first_seen.remove(uid);
         self.drawn.remove(uid);
         if let Some(l) = &mut self.lottery {
             l.forget(&uid.to_string());
         }
+    }
+
+    pub fn forget(&mut self, uid: &str) {
+        self.forget_wait(uid);
+        self.taken.remove(uid);
     }
 }
 
@@ -84,9 +94,10 @@ impl ClaimsController {
         };
         let owner = node_owner(claim, class, &node.name, node.immediate_binding);
         if matches!(owner, NodeOwner::ThisNode | NodeOwner::OtherNode) {
+            // Taken: no more waiting (what it holds in flight is pruned by `in_flight`).
             self.races
                 .lock()
-                .forget(claim.metadata.uid.as_deref().unwrap_or_default());
+                .forget_wait(claim.metadata.uid.as_deref().unwrap_or_default());
         }
         match owner {
             NodeOwner::ThisNode => NodeStep::Continue,
@@ -139,7 +150,10 @@ impl ClaimsController {
                 return Ok(());
             }
             // Taken anyway, as upstream: provisioning then reports the problem on the claim.
-            Err(_) => None,
+            Err(e) => {
+                klog::v!(4, claim = %claim_name(claim), reason = %e, "Taking claim without the capacity pre-check");
+                None
+            }
         };
         let wait = match self.turn(claim, class, &node) {
             Turn::Now => Duration::ZERO,
@@ -157,8 +171,13 @@ impl ClaimsController {
         if waited < wait {
             return Err(SyncError::Turn(wait - waited));
         }
+        // One take at a time on this node, each counting the ones before it whose volumes the
+        // driver does not report yet: a burst must not pass one pre-check many times.
+        let _taking = self.taking.lock().await;
+        let in_flight = self.in_flight(&node);
+        klog::v!(4, claim = %claim_name(claim), in_flight, "Checking capacity before taking claim");
         if let Some(plan) = &plan
-            && !self.capacity_allows(plan).await
+            && !self.capacity_allows(plan, in_flight).await
         {
             klog::v!(3, claim = %claim_name(claim), node = %node.name, "GetCapacity says the volume does not fit on this node; not taking the claim");
             return Ok(());
@@ -179,12 +198,16 @@ impl ClaimsController {
             what: "set selected-node on",
             source,
         })?;
-        self.races.lock().forget(&uid);
+        let mut races = self.races.lock();
+        races.forget_wait(&uid);
         if stored
             .as_ref()
             .and_then(|c| annotation(c, ANN_SELECTED_NODE))
             == Some(&node.name)
         {
+            let reference = ObjectRef::from_obj(claim);
+            let bytes = requested_bytes(claim).unwrap_or(0);
+            races.taken.insert(uid.clone(), (reference, bytes));
             klog::v!(2, claim = %claim_name(claim), node = %node.name, waited = ?waited, "Took claim for this node");
         }
         Ok(())
@@ -252,16 +275,34 @@ impl ClaimsController {
         )
     }
 
+    /// Bytes of the claims this instance took whose volumes do not exist yet; claims that
+    /// got their PV, went to another node or are gone are dropped from the count.
+    fn in_flight(&self, node: &NodeDeployment) -> i64 {
+        let mut races = self.races.lock();
+        races.taken.retain(|uid, (reference, _)| {
+            self.ctx.caches.claims.get(reference).is_some_and(|c| {
+                c.metadata.uid.as_deref() == Some(uid.as_str())
+                    && annotation(&c, ANN_SELECTED_NODE) == Some(node.name.as_str())
+                    && !self.pv_exists(&c)
+            })
+        });
+        races.taken.values().map(|(_, bytes)| bytes).sum()
+    }
+
     /// Upstream's `checkCapacity`: GetCapacity for this node with the request's parameters;
     /// the claim is taken unless no requisite term has room. A failing call does not stop
     /// it (provisioning then fails with an event).
-    async fn capacity_allows(&self, plan: &provisioning::prepare::ProvisionPlan) -> bool {
+    async fn capacity_allows(
+        &self,
+        plan: &provisioning::prepare::ProvisionPlan,
+        in_flight: i64,
+    ) -> bool {
         if plan.requested_bytes == 0 || !self.ctx.driver.capabilities.get_capacity {
             return true;
         }
         for request in provisioning::distributed::capacity_requests(plan) {
             match self.ctx.driver.client.get_capacity(request).await {
-                Ok(r) if r.available_capacity >= plan.requested_bytes => return true,
+                Ok(r) if r.available_capacity - in_flight >= plan.requested_bytes => return true,
                 Ok(_) => {}
                 Err(status) => {
                     klog::v!(3, error = %csi::status::go_error_string(&status), "GetCapacity before taking a claim failed; taking it anyway");
