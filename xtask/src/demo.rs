@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::demo_driver::{DemoDriver, Flavor};
+use crate::demo_driver::{DemoDriver, Flavor, Instance};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -113,22 +113,38 @@ async fn story(root: &Path, dir: &Path, f: &Flavor) -> Result<()> {
     );
 
     heading(&format!("Starting {} and csi-provisioner", f.name()));
-    let socket = f.start(root, &dir)?;
-    start_provisioner(root, &dir, &kubeconfig, &socket)?;
+    let instances = f.start(root, &dir)?;
+    for instance in &instances {
+        start_provisioner(root, &dir, &kubeconfig, instance)?;
+    }
     f.describe_nodes();
-    println!(
-        "csi-provisioner --enable-capacity (its log: {}/logs/csi-provisioner.log)",
-        dir.display()
-    );
+    if f.distributed() {
+        println!(
+            "csi-provisioner --node-deployment --enable-capacity, one per node (logs: {}/logs/csi-provisioner-<node>.log)",
+            dir.display()
+        );
+    } else {
+        println!(
+            "csi-provisioner --enable-capacity (its log: {}/logs/csi-provisioner.log)",
+            dir.display()
+        );
+    }
 
-    immediate_volume(&client, &socket, f).await?;
+    let sockets: Vec<&Path> = instances.iter().map(|i| i.socket.as_path()).collect();
+    immediate_volume(&client, &sockets, f).await?;
     capacity_aware_placement(&client, f).await
 }
 
-fn start_provisioner(root: &Path, dir: &Path, kubeconfig: &Path, socket: &Path) -> Result<()> {
+/// One central provisioner, or one `--node-deployment` instance for `instance.node`.
+fn start_provisioner(
+    root: &Path,
+    dir: &Path,
+    kubeconfig: &Path,
+    instance: &Instance,
+) -> Result<()> {
     let mut cmd = Command::new(root.join("target/debug/csi-provisioner"));
     cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--csi-address={}", socket.display()))
+        .arg(format!("--csi-address={}", instance.socket.display()))
         .args([
             "--enable-capacity",
             "--capacity-ownerref-level=-1",
@@ -136,13 +152,29 @@ fn start_provisioner(root: &Path, dir: &Path, kubeconfig: &Path, socket: &Path) 
             "-v=2",
         ])
         .env("NAMESPACE", NAMESPACE);
-    let process = testenv::spawn_detached("csi-provisioner", cmd, &dir.join("logs"))?;
-    testenv::record_detached(dir, "csi-provisioner", process.disown())?;
+    let name = match instance.node {
+        Some(node) => {
+            // The plugin's distributed deployment: strict topology, no immediate topology.
+            // Capacity for Immediate classes too: the instances order themselves by it when
+            // they take an Immediate claim.
+            cmd.args([
+                "--node-deployment",
+                "--strict-topology",
+                "--immediate-topology=false",
+                "--capacity-for-immediate-binding",
+            ])
+            .env("NODE_NAME", node);
+            format!("csi-provisioner-{node}")
+        }
+        None => "csi-provisioner".to_string(),
+    };
+    let process = testenv::spawn_detached(&name, cmd, &dir.join("logs"))?;
+    testenv::record_detached(dir, &name, process.disown())?;
     Ok(())
 }
 
 /// Part 1: an Immediate claim becomes Bound to a PV whose volume the driver holds.
-async fn immediate_volume(client: &Client, socket: &Path, f: &Flavor) -> Result<()> {
+async fn immediate_volume(client: &Client, sockets: &[&Path], f: &Flavor) -> Result<()> {
     heading("1. A volume for a claim (StorageClass with volumeBindingMode: Immediate)");
     create(client, class(f, "demo-immediate", "Immediate")).await?;
     create(client, claim("data", "demo-immediate", "1Gi")).await?;
@@ -189,15 +221,19 @@ async fn immediate_volume(client: &Client, socket: &Path, f: &Flavor) -> Result<
             placed.join(", ")
         );
     }
-    let csi_client =
-        csi::Client::connect(&format!("unix://{}", socket.display()), Default::default()).await?;
-    let volumes = csi_client.list_volumes(Default::default()).await?;
-    for entry in volumes.entries {
-        if let Some(v) = entry.volume {
-            println!(
-                "driver (ListVolumes): volume {} of {} bytes",
-                v.volume_id, v.capacity_bytes
-            );
+    for socket in sockets {
+        let endpoint = format!("unix://{}", socket.display());
+        let csi_client = csi::Client::connect(&endpoint, Default::default()).await?;
+        let volumes = csi_client.list_volumes(Default::default()).await?;
+        for entry in volumes.entries {
+            if let Some(v) = entry.volume {
+                println!(
+                    "driver (ListVolumes on {}): volume {} of {} bytes",
+                    socket.display(),
+                    v.volume_id,
+                    v.capacity_bytes
+                );
+            }
         }
     }
     Ok(())

@@ -16,6 +16,13 @@ pub enum DemoDriver {
     Hostpath,
 }
 
+/// One driver process the story started, and the node it serves (distributed form) or `None`
+/// (one central driver for all nodes).
+pub struct Instance {
+    pub node: Option<&'static str>,
+    pub socket: PathBuf,
+}
+
 /// What the story needs to know about its driver.
 pub struct Flavor {
     pub kind: DemoDriver,
@@ -49,17 +56,21 @@ impl Flavor {
                     ("app-4", "500Gi"),
                 ],
             },
-            // Central mode serves ONE controller socket and the plugin's GetCapacity ignores
-            // topology: one plugin stands for one node's storage. A plugin per node needs
-            // --node-deployment, which is not implemented yet.
+            // The plugin's GetCapacity ignores topology, so each node gets its own plugin and
+            // its own `--node-deployment` provisioner: the plugin's distributed deployment.
             DemoDriver::Hostpath => Flavor {
                 kind,
                 driver: "hostpath.csi.k8s.io",
                 topology_key: "topology.hostpath.csi/node",
-                pools: &[("node-1", "10Gi")],
-                bare_nodes: &["node-2", "node-3"],
+                pools: &[("node-1", "10Gi"), ("node-2", "20Gi"), ("node-3", "100Gi")],
+                bare_nodes: &[],
                 parameters: json!({"kind": "fast"}),
-                pods: &[("app-1", "3Gi"), ("app-2", "4Gi"), ("app-3", "5Gi")],
+                pods: &[
+                    ("app-1", "5Gi"),
+                    ("app-2", "15Gi"),
+                    ("app-3", "50Gi"),
+                    ("app-4", "500Gi"),
+                ],
             },
         }
     }
@@ -71,51 +82,53 @@ impl Flavor {
         }
     }
 
-    /// Starts the driver detached in `dir` (stopped by `cluster down`) and returns its socket.
-    pub fn start(&self, root: &Path, dir: &Path) -> Result<PathBuf> {
-        let socket = dir.join("csi.sock");
-        let (name, cmd) = match self.kind {
+    /// Whether a provisioner runs per node (`--node-deployment`) instead of one central one.
+    pub fn distributed(&self) -> bool {
+        self.kind == DemoDriver::Hostpath
+    }
+
+    /// Starts the driver detached in `dir` (stopped by `cluster down`): one mock driver for
+    /// all nodes, or one hostpathplugin per node.
+    pub fn start(&self, root: &Path, dir: &Path) -> Result<Vec<Instance>> {
+        match self.kind {
             DemoDriver::Mock => {
                 let mut cmd = Command::new(root.join("target/debug/mock-csi-driver"));
                 cmd.arg(format!("--driver-name={}", self.driver));
                 for (node, size) in self.pools {
                     cmd.arg(format!("--pool={}={node}:{size}", self.topology_key));
                 }
-                ("mock-csi-driver", cmd)
+                let socket = launch("mock-csi-driver", cmd, dir, &dir.join("csi.sock"))?;
+                Ok(vec![Instance { node: None, socket }])
             }
             DemoDriver::Hostpath => {
-                let (node, size) = self.pools[0];
-                // A previous run's volumes would still count against the capacity.
-                let state = dir.join("hostpath-state");
-                if state.exists() {
-                    std::fs::remove_dir_all(&state)
-                        .with_context(|| format!("removing {}", state.display()))?;
+                let binary = testenv::try_go_binary("hostpathplugin")?;
+                let mut out = Vec::new();
+                for (node, size) in self.pools {
+                    // Short: unix socket paths are limited to 108 bytes.
+                    let own = dir.join(format!("hp-{node}"));
+                    // A previous run's volumes would still count against the capacity.
+                    let state = own.join("state");
+                    if state.exists() {
+                        std::fs::remove_dir_all(&state)
+                            .with_context(|| format!("removing {}", state.display()))?;
+                    }
+                    std::fs::create_dir_all(&own)?;
+                    let mut cmd = Command::new(&binary);
+                    cmd.arg(format!("--drivername={}", self.driver))
+                        .arg(format!("--nodeid={node}"))
+                        .arg(format!("--statedir={}", state.display()))
+                        .arg(format!("--capacity=fast={size}"))
+                        .arg("--v=3");
+                    let name = format!("hostpathplugin-{node}");
+                    let socket = launch(&name, cmd, dir, &own.join("csi.sock"))?;
+                    out.push(Instance {
+                        node: Some(node),
+                        socket,
+                    });
                 }
-                let mut cmd = Command::new(testenv::try_go_binary("hostpathplugin")?);
-                cmd.arg(format!("--drivername={}", self.driver))
-                    .arg(format!("--nodeid={node}"))
-                    .arg(format!("--statedir={}", state.display()))
-                    .arg(format!("--capacity=fast={size}"))
-                    .arg("--v=3");
-                ("hostpathplugin", cmd)
+                Ok(out)
             }
-        };
-        let mut cmd = cmd;
-        cmd.arg(format!("--endpoint=unix://{}", socket.display()));
-        let process = testenv::spawn_detached(name, cmd, &dir.join("logs"))?;
-        testenv::record_detached(dir, name, process.disown())?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !socket.exists() {
-            if Instant::now() > deadline {
-                bail!(
-                    "{name} did not create {}; see {}/logs/{name}.log",
-                    socket.display(),
-                    dir.display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(socket)
     }
 
     /// One line per node: what storage it has.
@@ -124,14 +137,32 @@ impl Flavor {
             match self.kind {
                 DemoDriver::Mock => println!("  pool on {node}: {size}"),
                 DemoDriver::Hostpath => println!(
-                    "  {node}: hostpathplugin --nodeid={node} --capacity=fast={size} (the provisioner's controller)"
+                    "  {node}: hostpathplugin --nodeid={node} --capacity=fast={size}, and csi-provisioner --node-deployment with NODE_NAME={node}"
                 ),
             }
         }
         for node in self.bare_nodes {
-            println!(
-                "  {node}: no plugin (a plugin per node needs --node-deployment, not implemented yet)"
-            );
+            println!("  {node}: no driver");
         }
     }
+}
+
+/// Starts `cmd` detached with `--endpoint=unix://<socket>`, recorded in `dir` for
+/// `cluster down`, and waits for its socket.
+fn launch(name: &str, mut cmd: Command, dir: &Path, socket: &Path) -> Result<PathBuf> {
+    cmd.arg(format!("--endpoint=unix://{}", socket.display()));
+    let process = testenv::spawn_detached(name, cmd, &dir.join("logs"))?;
+    testenv::record_detached(dir, name, process.disown())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        if Instant::now() > deadline {
+            bail!(
+                "{name} did not create {}; see {}/logs/{name}.log",
+                socket.display(),
+                dir.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(socket.to_path_buf())
 }
