@@ -423,6 +423,18 @@ async fn distributed_plugins_one_per_node() {
         (capacities(late.clone()).await == want(["10Gi", "10Gi", "50Gi"])).then_some(())
     })
     .await;
+    // What each node's object says is what its own plugin's GetCapacity answers.
+    for (plugin, want) in plugins.iter().zip([10 * GI, 10 * GI, 50 * GI]) {
+        let client = csi::Client::connect(&plugin.endpoint(), Default::default())
+            .await
+            .unwrap();
+        let req = csi::v1::GetCapacityRequest {
+            parameters: [("kind".to_string(), "fast".to_string())].into(),
+            ..Default::default()
+        };
+        let got = client.get_capacity(req).await.unwrap().available_capacity;
+        assert_eq!(got, want, "GetCapacity of {}", plugin.node_id);
+    }
 
     // Immediate claims of 8Gi: taken once each, never by a node whose plugin cannot hold them.
     for i in 0..6 {
