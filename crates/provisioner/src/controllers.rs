@@ -161,6 +161,19 @@ pub(crate) async fn run_controllers(
         "resync",
         resync(claims.clone(), volumes.clone(), cancel.clone()),
     );
+    if let (Some(node), Some(peers)) = (&base.node, &caches.peers) {
+        tasks.spawn(
+            "capacity of deleted nodes",
+            crate::orphans::run(
+                base.capacity_client.clone(),
+                namespace.clone(),
+                peers.clone(),
+                node.managed_by.clone(),
+                opts.capacity_poll_interval,
+                cancel.clone(),
+            ),
+        );
+    }
     tasks.spawn(
         "admission policy watch",
         crate::policy_watch::run(

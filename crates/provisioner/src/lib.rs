@@ -17,6 +17,7 @@ pub mod http;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod node;
+pub mod orphans;
 pub mod policy_watch;
 pub mod secrets;
 pub mod stopped;

@@ -445,3 +445,64 @@ async fn a_restarted_instance_adopts_its_object_instead_of_duplicating_it() {
         "node b's instance publishes its object again"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn a_deleted_nodes_capacity_objects_are_removed_by_a_survivor() {
+    let (s, mut nodes) = distributed(
+        "nd-gone",
+        &[("a", "10Gi"), ("b", "20Gi"), ("c", "30Gi")],
+        &[],
+    )
+    .await;
+    s.class("wffc", "WaitForFirstConsumer", json!({})).await;
+    s.class("other", "WaitForFirstConsumer", json!({})).await;
+    published_per_instance(&s, 3).await;
+    let names_of = |objects: Vec<CSIStorageCapacity>, node: &str| -> BTreeSet<String> {
+        objects
+            .into_iter()
+            .filter(|o| o.labels()["csi.storage.k8s.io/managed-by"].ends_with(node))
+            .map(|o| o.name_any())
+            .collect()
+    };
+    let objects = capacity_objects(&s).await;
+    assert_eq!(objects.len(), 6, "two classes on three nodes");
+    let kept: BTreeSet<String> = names_of(objects.clone(), &nodes[1].node)
+        .union(&names_of(objects, &nodes[2].node))
+        .cloned()
+        .collect();
+    // Node a goes away with its instance. It was first in line to clean up, so b takes over.
+    nodes[0].prov.kill9();
+    let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(s.client.clone());
+    node_api
+        .delete(&nodes[0].node, &DeleteParams::default())
+        .await
+        .unwrap();
+    let left = eventually_within(
+        "node a's objects to be deleted",
+        Duration::from_secs(60),
+        || async {
+            let objects = capacity_objects(&s).await;
+            names_of(objects.clone(), &nodes[0].node)
+                .is_empty()
+                .then_some(objects)
+        },
+    )
+    .await;
+    let left: BTreeSet<String> = left.into_iter().map(|o| o.name_any()).collect();
+    assert_eq!(left, kept, "the other nodes' objects stay as they were");
+    let b_log = nodes[1].prov.log();
+    assert_eq!(
+        b_log
+            .matches("Deleted CSIStorageCapacity of a node that no longer exists")
+            .count(),
+        2,
+        "node b's instance cleaned up both objects"
+    );
+    assert!(
+        !nodes[2]
+            .prov
+            .log()
+            .contains("Deleted CSIStorageCapacity of a node that no longer exists")
+    );
+}
