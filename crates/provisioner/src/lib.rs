@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod node;
 pub mod orphans;
 pub mod policy_watch;
+pub mod release_node;
 pub mod secrets;
 pub mod stopped;
 mod supervise;

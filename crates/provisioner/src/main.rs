@@ -7,6 +7,9 @@ fn main() -> ExitCode {
     if csi_provisioner::admission_policy::requested(&args) {
         return admission_policy(&args[2..]);
     }
+    if csi_provisioner::release_node::requested(&args) {
+        return release_node(&args[2..]);
+    }
     let opts = match cli::parse_from(args.clone(), &cli::process_env) {
         Ok(opts) => opts,
         Err(err) => {
@@ -73,6 +76,35 @@ fn admission_policy(args: &[String]) -> ExitCode {
         Err(err) => {
             eprintln!("{err}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// `csi-provisioner release-node ...`: release a lost node's volumes (dry run by default).
+fn release_node(args: &[String]) -> ExitCode {
+    use csi_provisioner::release_node::{parse, run};
+    let args = match parse(args) {
+        Ok(args) => args,
+        Err(err) => {
+            eprintln!("{err}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("release-node: {}", anyhow::Error::from(err));
+            ExitCode::FAILURE
         }
     }
 }

@@ -506,3 +506,86 @@ async fn a_deleted_nodes_capacity_objects_are_removed_by_a_survivor() {
             .contains("Deleted CSIStorageCapacity of a node that no longer exists")
     );
 }
+
+/// Runs `csi-provisioner release-node <args>` as the admin; (exit code, stdout + stderr).
+fn release_node(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(testenv::workspace_binary("csi-provisioner"))
+        .arg("release-node")
+        .args(args)
+        .arg(format!(
+            "--kubeconfig={}",
+            ControlPlane::shared().kubeconfig().display()
+        ))
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run csi-provisioner release-node");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
+    let (s, mut nodes) = distributed(
+        "nd-release",
+        &[("a", "100Gi"), ("b", "100Gi")],
+        &["--node-deployment-base-delay=2s"],
+    )
+    .await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    // As if the scheduler had picked node a for it.
+    let on_a = json!({"metadata": {"annotations": {
+        "volume.kubernetes.io/selected-node": nodes[0].node}}});
+    s.claim("data", &class, "5Gi", on_a).await;
+    let before = s.wait_bound("data").await;
+    let old_pv = before.spec.clone().unwrap().volume_name.unwrap();
+    assert_eq!(nodes[0].mock.succeeded("CreateVolume"), 1);
+
+    // While the node exists, nothing is released.
+    let (code, out) = release_node(&[&nodes[0].node, "--dry-run=false"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("still exists"), "{out}");
+    assert!(s.volumes().get_opt(&old_pv).await.unwrap().is_some());
+
+    // Node a is lost for good.
+    nodes[0].prov.kill9();
+    let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(s.client.clone());
+    node_api
+        .delete(&nodes[0].node, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // A dry run (the default) lists the volume and its claim and changes nothing.
+    let driver = format!("--driver-name={}", s.driver);
+    let (code, out) = release_node(&[&nodes[0].node, &driver]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 PersistentVolume(s) pinned to it"), "{out}");
+    assert!(out.contains(&old_pv), "{out}");
+    assert!(out.contains(&format!("claim {}/data", s.ns)), "{out}");
+    assert!(out.contains("dry run: nothing changed"), "{out}");
+    assert!(s.volumes().get_opt(&old_pv).await.unwrap().is_some());
+    let same = s.claims().get("data").await.unwrap();
+    assert_eq!(same.metadata.uid, before.metadata.uid);
+
+    // For real: the PV goes, the claim comes back and gets a volume on node b.
+    let (code, out) = release_node(&[&nodes[0].node, &driver, "--dry-run=false"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&format!("{old_pv}: deleted")), "{out}");
+    assert!(out.contains("created again"), "{out}");
+    support::wait_gone(&s.volumes(), &old_pv).await;
+    let after = s.wait_bound("data").await;
+    assert_ne!(after.metadata.uid, before.metadata.uid);
+    let new_pv = s
+        .volumes()
+        .get(&after.spec.unwrap().volume_name.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(pv_node(&new_pv), nodes[1].node);
+    assert_eq!(nodes[1].mock.succeeded("CreateVolume"), 1);
+    // The lost node's driver was never asked to delete anything (it is gone).
+    assert_eq!(nodes[0].mock.calls_of("DeleteVolume").len(), 0);
+}

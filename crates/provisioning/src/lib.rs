@@ -59,6 +59,7 @@ pub mod distributed;
 pub mod errors;
 pub mod fstype;
 pub mod lifecycle;
+pub mod lost_node;
 pub mod names;
 pub mod parameters;
 pub mod prepare;

@@ -1,0 +1,137 @@
+//! Releasing the volumes of a node that is gone for good (`csi-provisioner release-node`): the
+//! seed README's manual recipe for local volumes, as pure decisions. Which PVs are pinned to the
+//! node, and the claim to create again so that it gets a new volume elsewhere.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::names;
+
+/// Annotations that tie a claim to its old volume or node; a re-created claim drops them.
+const BINDING_ANNOTATIONS: [&str; 6] = [
+    "pv.kubernetes.io/bind-completed",
+    "pv.kubernetes.io/bound-by-controller",
+    names::ANN_STORAGE_PROVISIONER,
+    names::ANN_BETA_STORAGE_PROVISIONER,
+    names::ANN_SELECTED_NODE,
+    names::ANN_ALPHA_SELECTED_NODE,
+];
+
+/// Whether the PV can only be used on `node`: every required node selector term names `node`
+/// as the only value of an `In` expression (a local volume). Volumes reachable from other nodes
+/// too (a zone, several hosts) are not the lost node's alone and are never released.
+pub fn pinned_to(pv: &PersistentVolume, node: &str) -> bool {
+    let terms = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    !terms.is_empty()
+        && terms.iter().all(|term| {
+            term.match_expressions
+                .iter()
+                .flatten()
+                .any(|e| e.operator == "In" && e.values.as_deref() == Some(&[node.to_string()][..]))
+        })
+}
+
+/// The PV's CSI driver, if it is a CSI volume.
+pub fn driver_of(pv: &PersistentVolume) -> Option<&str> {
+    Some(pv.spec.as_ref()?.csi.as_ref()?.driver.as_str())
+}
+
+/// The claim as the user wrote it, without what bound it to the lost volume and node: same
+/// name, labels, other annotations, owners and spec, no `volumeName`, no status.
+pub fn recreated(claim: &PersistentVolumeClaim) -> PersistentVolumeClaim {
+    let annotations: BTreeMap<String, String> = claim
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| !BINDING_ANNOTATIONS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut spec = claim.spec.clone();
+    if let Some(s) = spec.as_mut() {
+        s.volume_name = None;
+    }
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: claim.metadata.name.clone(),
+            namespace: claim.metadata.namespace.clone(),
+            labels: claim.metadata.labels.clone(),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            owner_references: claim.metadata.owner_references.clone(),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pv(terms: serde_json::Value) -> PersistentVolume {
+        serde_json::from_value(json!({"metadata": {"name": "pv"}, "spec": {
+            "csi": {"driver": "d", "volumeHandle": "h"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": terms}}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_volumes_of_that_node_alone_are_pinned() {
+        let on = |key: &str, values: &[&str]| json!({"matchExpressions": [{"key": key, "operator": "In", "values": values}]});
+        let cases = [
+            (json!([on("topology.hostpath.csi/node", &["n1"])]), true),
+            (json!([on("kubernetes.io/hostname", &["n1"])]), true),
+            (json!([on("topology.hostpath.csi/node", &["n2"])]), false),
+            (json!([on("node", &["n1", "n2"])]), false),
+            (json!([on("node", &["n1"]), on("node", &["n2"])]), false),
+            (json!([on("zone", &["a"])]), false),
+            (json!([]), false),
+        ];
+        for (i, (terms, want)) in cases.into_iter().enumerate() {
+            assert_eq!(pinned_to(&pv(terms), "n1"), want, "case {i}");
+        }
+        let no_affinity: PersistentVolume =
+            serde_json::from_value(json!({"metadata": {"name": "pv"}, "spec": {}})).unwrap();
+        assert!(!pinned_to(&no_affinity, "n1"));
+        assert_eq!(driver_of(&pv(json!([]))), Some("d"));
+    }
+
+    #[test]
+    fn a_recreated_claim_forgets_its_volume_and_node() {
+        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "data", "namespace": "ns", "uid": "u1", "resourceVersion": "9",
+                "labels": {"app": "db"},
+                "annotations": {"pv.kubernetes.io/bind-completed": "yes",
+                    "pv.kubernetes.io/bound-by-controller": "yes",
+                    "volume.kubernetes.io/storage-provisioner": "d",
+                    "volume.kubernetes.io/selected-node": "n1",
+                    "team": "storage"},
+                "finalizers": ["kubernetes.io/pvc-protection"]},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                "volumeName": "pvc-u1", "resources": {"requests": {"storage": "5Gi"}}},
+            "status": {"phase": "Lost"}
+        }))
+        .unwrap();
+        let fresh = serde_json::to_value(recreated(&claim)).unwrap();
+        assert_eq!(
+            fresh,
+            json!({
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "namespace": "ns", "labels": {"app": "db"},
+                    "annotations": {"team": "storage"}},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                    "resources": {"requests": {"storage": "5Gi"}}}
+            })
+        );
+    }
+}
