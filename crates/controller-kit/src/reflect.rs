@@ -124,6 +124,23 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
+    informer_keeping(api, config, strip, |_| true)
+}
+
+/// [`informer`] that caches only the objects `keep` accepts. An object that stops being
+/// accepted leaves the cache (its change is reported as a deletion), so the cache never holds
+/// a stale copy of it. For distributed provisioning, where an instance needs only its node's
+/// volumes and claims.
+pub fn informer_keeping<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+    keep: impl Fn(&K) -> bool + Send + 'static,
+) -> (Store<K>, BoxStream<'static, Change<K>>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
     let (reader, writer) = reflector::store();
     let changes = watcher::watcher(api, config)
         .default_backoff()
@@ -131,10 +148,24 @@ where
             strip_metadata(obj);
             strip(obj);
         })
+        .filter_map(move |event| future::ready(kept(event, &keep)))
         .reflect(writer)
         .filter_map(|event| future::ready(to_change(event)))
         .boxed();
     (reader, changes)
+}
+
+/// What the cache sees of a watch event when it keeps only what `keep` accepts: a rejected
+/// object is removed (or, during a list, never added).
+fn kept<K>(
+    event: Result<Event<K>, watcher::Error>,
+    keep: &impl Fn(&K) -> bool,
+) -> Option<Result<Event<K>, watcher::Error>> {
+    match event {
+        Ok(Event::Apply(obj)) if !keep(&obj) => Some(Ok(Event::Delete(obj))),
+        Ok(Event::InitApply(obj)) if !keep(&obj) => None,
+        other => Some(other),
+    }
 }
 
 /// A cache that never watches: it holds `objects` and is ready at once. Its change stream
@@ -335,5 +366,38 @@ mod tests {
         let next = tokio::time::timeout(Duration::from_secs(3600), changes.next()).await;
         assert!(next.is_err(), "the stream must neither end nor change");
         assert_eq!(store.state().len(), 2);
+    }
+
+    #[test]
+    fn rejected_objects_leave_the_cache_or_never_enter_it() {
+        let keep = &|cm: &ConfigMap| cm.metadata.name.as_deref() == Some("cm");
+        let mut other = config_map(&[]);
+        other.metadata.name = Some("other".into());
+        let name = |e: Option<Result<Event<ConfigMap>, watcher::Error>>| match e {
+            Some(Ok(Event::Apply(o))) => format!("apply {}", o.metadata.name.unwrap()),
+            Some(Ok(Event::InitApply(o))) => format!("init {}", o.metadata.name.unwrap()),
+            Some(Ok(Event::Delete(o))) => format!("delete {}", o.metadata.name.unwrap()),
+            Some(Ok(_)) => "other".into(),
+            Some(Err(_)) => "error".into(),
+            None => "dropped".into(),
+        };
+        assert_eq!(
+            name(kept(Ok(Event::Apply(config_map(&[]))), keep)),
+            "apply cm"
+        );
+        assert_eq!(
+            name(kept(Ok(Event::Apply(other.clone())), keep)),
+            "delete other"
+        );
+        assert_eq!(
+            name(kept(Ok(Event::InitApply(other.clone())), keep)),
+            "dropped"
+        );
+        assert_eq!(
+            name(kept(Ok(Event::InitApply(config_map(&[]))), keep)),
+            "init cm"
+        );
+        assert_eq!(name(kept(Ok(Event::Delete(other)), keep)), "delete other");
+        assert_eq!(name(kept(Ok(Event::InitDone), keep)), "other");
     }
 }

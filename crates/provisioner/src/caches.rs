@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use controller_kit::fresh::Fresh;
 use controller_kit::reflect::{
-    Change, InitialList, ReflectError, fixed, informer, wait_until_ready,
+    Change, InitialList, ReflectError, fixed, informer, informer_keeping, wait_until_ready,
 };
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -72,8 +72,29 @@ impl Caches {
         opts: &CacheOptions,
     ) -> (Caches, Changes) {
         let cfg = || opts.initial_list.watcher_config();
-        let (claims, claim_changes) = fresh(informer(Api::all(client.clone()), cfg(), |_| {}));
-        let (volumes, volume_changes) = fresh(informer(Api::all(client.clone()), cfg(), |_| {}));
+        // Distributed provisioning: only this node's claims and volumes (and unclaimed claims).
+        let (keep_claim, keep_volume) = match &opts.fixed_node {
+            Some((_, node)) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let topology = node.metadata.labels.clone().unwrap_or_default();
+                let claim = move |c: &PersistentVolumeClaim| not_for_other_node(c, &name);
+                let volume = move |pv: &PersistentVolume| on_node(pv, &topology);
+                (Box::new(claim) as Keep<_>, Box::new(volume) as Keep<_>)
+            }
+            None => (keep_all(), keep_all()),
+        };
+        let (claims, claim_changes) = fresh(informer_keeping(
+            Api::all(client.clone()),
+            cfg(),
+            |_| {},
+            keep_claim,
+        ));
+        let (volumes, volume_changes) = fresh(informer_keeping(
+            Api::all(client.clone()),
+            cfg(),
+            |_| {},
+            keep_volume,
+        ));
         let (classes, class_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
         let ((csi_nodes, csi_node_changes), (nodes, node_changes)) = match &opts.fixed_node {
             Some((csi_node, node)) => (fixed(vec![csi_node.clone()]), fixed(vec![node.clone()])),
@@ -174,6 +195,25 @@ where
         .inspect(move |change| confirm.observe(change))
         .boxed();
     (fresh, changes)
+}
+
+/// Which objects a cache keeps.
+type Keep<K> = Box<dyn Fn(&K) -> bool + Send + Sync>;
+
+fn keep_all<K>() -> Keep<K> {
+    Box::new(|_| true)
+}
+
+/// A claim that another node's instance handles is none of ours.
+fn not_for_other_node(claim: &PersistentVolumeClaim, node: &str) -> bool {
+    provisioning::claim::annotation(claim, provisioning::names::ANN_SELECTED_NODE)
+        .is_none_or(|n| n.is_empty() || n == node)
+}
+
+/// A volume this node can reach (node affinity is immutable, so this never changes).
+fn on_node(pv: &PersistentVolume, topology: &std::collections::BTreeMap<String, String>) -> bool {
+    let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
+    provisioning::distributed::volume_is_accessible(affinity, topology)
 }
 
 /// Node annotations (often kilobytes per node) are never read; only labels are.

@@ -491,20 +491,13 @@ async fn a_deleted_nodes_capacity_objects_are_removed_by_a_survivor() {
     .await;
     let left: BTreeSet<String> = left.into_iter().map(|o| o.name_any()).collect();
     assert_eq!(left, kept, "the other nodes' objects stay as they were");
-    let b_log = nodes[1].prov.log();
-    assert_eq!(
-        b_log
-            .matches("Deleted CSIStorageCapacity of a node that no longer exists")
-            .count(),
-        2,
-        "node b's instance cleaned up both objects"
-    );
-    assert!(
-        !nodes[2]
-            .prov
-            .log()
-            .contains("Deleted CSIStorageCapacity of a node that no longer exists")
-    );
+    // Logged right after each delete returns: wait for the second line too.
+    let deleted_line = "Deleted CSIStorageCapacity of a node that no longer exists";
+    eventually("node b's instance to log both deletions", || async {
+        (nodes[1].prov.log().matches(deleted_line).count() == 2).then_some(())
+    })
+    .await;
+    assert!(!nodes[2].prov.log().contains(deleted_line));
 }
 
 /// Runs `csi-provisioner release-node <args>` as the admin; (exit code, stdout + stderr).
