@@ -73,6 +73,10 @@ enum Cmd {
         /// Use the release binaries already in target/release instead of building them.
         #[arg(long)]
         no_build: bool,
+        /// Scenarios 1 and 2: run only ours with the admission policy, next to the plain
+        /// variants' runs kept from the results already there.
+        #[arg(long)]
+        policy_only: bool,
     },
 }
 
@@ -158,12 +162,14 @@ fn run(cli: Cli) -> Result<()> {
             quick,
             report_only,
             no_build,
+            policy_only,
         } => {
             let opts = bench::Options {
                 scenarios: scenario,
                 runs,
                 quick,
                 report_only,
+                policy_only,
             };
             if report_only {
                 return bench::run(&root, &root, &opts);

@@ -44,6 +44,8 @@ pub struct Options {
     pub quick: bool,
     /// Only re-render BENCHMARKS.md and the plots from the JSON results.
     pub report_only: bool,
+    /// Scenarios 1 and 2: only the admission-policy variants, merged with the kept results.
+    pub policy_only: bool,
 }
 
 /// Where results go: the committed files for full runs, `target/bench-quick/` for `--quick`.
@@ -168,7 +170,7 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
             work: work.clone(),
             command: Box::new(move |s| command_line(s, runs, quick)),
         };
-        run_scenarios(&ctx, &scenarios, &outputs).await
+        run_scenarios(&ctx, &scenarios, &outputs, opts.policy_only).await
     })?;
     println!(
         "bench: done in {:.1} min; results in {}, report {}",
@@ -179,7 +181,12 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
     Ok(())
 }
 
-async fn run_scenarios(ctx: &Ctx, scenarios: &[u8], outputs: &Outputs) -> Result<()> {
+async fn run_scenarios(
+    ctx: &Ctx,
+    scenarios: &[u8],
+    outputs: &Outputs,
+    policy_only: bool,
+) -> Result<()> {
     let mut throughput_done = false;
     for &s in scenarios {
         let began = Instant::now();
@@ -189,7 +196,21 @@ async fn run_scenarios(ctx: &Ctx, scenarios: &[u8], outputs: &Outputs) -> Result
             // One measured run covers both: deletion needs the claims creation made.
             1 | 2 if !throughput_done => {
                 throughput_done = true;
-                let (c, d) = throughput::run(ctx).await;
+                let (c, d) = if policy_only {
+                    let (kept, _) = results::read_all(&outputs.results)?;
+                    let of = |n: u8| {
+                        kept.iter()
+                            .find(|r| r.scenario == n)
+                            .map(|r| (r.runs.clone(), r.finished_at.clone()))
+                            .unwrap_or_default()
+                    };
+                    let ((c, d), kept_from) =
+                        throughput::run_policy_only(ctx, of(1), of(2)).await?;
+                    notes.push(kept_from);
+                    (c, d)
+                } else {
+                    throughput::run(ctx).await
+                };
                 if scenarios.contains(&1) {
                     produced.push((1, c));
                 }

@@ -307,6 +307,47 @@ pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<RunRecord>) {
     (creates, deletes)
 }
 
+/// `--policy-only`: runs ours with the admission policy in both policy variants and merges
+/// the records with the kept ones (`(runs, finished_at)` of scenarios 1 and 2): the plain
+/// variants stay as they were, and upstream's plain runs are repeated under the policy
+/// variants. Returns the records and a note saying where the kept runs come from.
+pub async fn run_policy_only(
+    ctx: &Ctx,
+    (kept_creates, created_at): (Vec<RunRecord>, String),
+    (kept_deletes, _): (Vec<RunRecord>, String),
+) -> Result<((Vec<RunRecord>, Vec<RunRecord>), String)> {
+    let plain = |records: Vec<RunRecord>| -> Vec<RunRecord> {
+        records
+            .into_iter()
+            .filter(|r| !r.variant.ends_with(WITH_POLICY))
+            .collect()
+    };
+    let (mut creates, mut deletes) = (plain(kept_creates), plain(kept_deletes));
+    if creates.is_empty() {
+        anyhow::bail!(
+            "--policy-only needs the plain variants' results of scenarios 1 and 2 in bench/results; run `cargo xtask bench --scenario 1,2` first"
+        );
+    }
+    for variant in VARIANTS.into_iter().filter(|v| v.policy) {
+        let name = variant.name();
+        let from = variant.plain().name();
+        for run in 1..=ctx.runs {
+            let slot = ctx.slot(1, &name, Impl::Ours, run);
+            println!("bench: scenarios 1+2, {name}, run {run}, ours");
+            let (c, d) = measure(ctx, &slot, variant).await;
+            println!("  create {:?}\n  delete {:?}", c.values, d.values);
+            creates.push(c);
+            deletes.push(d);
+            creates.extend(repeated(&creates, &from, &name, run));
+            deletes.extend(repeated(&deletes, &from, &name, run));
+        }
+    }
+    let note = format!(
+        "the plain variants' runs (both provisioners) are those finished {created_at}; the admission-policy variants were run afterwards with `--policy-only`, so their upstream columns repeat those upstream runs"
+    );
+    Ok(((creates, deletes), note))
+}
+
 /// Upstream's record of run `run` in variant `from`, renamed to variant `to`.
 fn repeated(records: &[RunRecord], from: &str, to: &str, run: u32) -> Option<RunRecord> {
     let mut r = records
