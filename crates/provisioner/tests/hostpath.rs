@@ -77,24 +77,32 @@ impl World {
 
     /// Our CSIStorageCapacity objects for `class`, as (node label, bytes).
     async fn capacities(&self, class: &str) -> Vec<(String, i64)> {
-        let api: Api<CSIStorageCapacity> = Api::namespaced(self.s.client.clone(), &self.s.ns);
-        let list = api.list(&ListParams::default()).await.unwrap().items;
-        list.into_iter()
-            .filter(|c| c.storage_class_name == class)
-            .map(|c| {
-                let node = c
-                    .node_topology
-                    .and_then(|t| t.match_labels)
-                    .and_then(|l| l.get(HOSTPATH_TOPOLOGY_KEY).cloned())
-                    .unwrap_or_default();
-                let bytes = c
-                    .capacity
-                    .and_then(|q| provisioning::quantity::parse_quantity(&q.0).ok())
-                    .unwrap_or(-1);
-                (node, bytes)
-            })
-            .collect()
+        capacities_of(&self.s, class).await
     }
+}
+
+/// The scenario's CSIStorageCapacity objects for `class`, as (node label, bytes), by node.
+async fn capacities_of(s: &Scenario, class: &str) -> Vec<(String, i64)> {
+    let api: Api<CSIStorageCapacity> = Api::namespaced(s.client.clone(), &s.ns);
+    let list = api.list(&ListParams::default()).await.unwrap().items;
+    let mut out: Vec<(String, i64)> = list
+        .into_iter()
+        .filter(|c| c.storage_class_name == class)
+        .map(|c| {
+            let node = c
+                .node_topology
+                .and_then(|t| t.match_labels)
+                .and_then(|l| l.get(HOSTPATH_TOPOLOGY_KEY).cloned())
+                .unwrap_or_default();
+            let bytes = c
+                .capacity
+                .and_then(|q| provisioning::quantity::parse_quantity(&q.0).ok())
+                .unwrap_or(-1);
+            (node, bytes)
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 fn pv_topology(pv: &PersistentVolume) -> Vec<(String, Vec<String>)> {
@@ -369,38 +377,11 @@ async fn distributed_plugins_one_per_node() {
         .class("late", "WaitForFirstConsumer", params.clone())
         .await;
     let now = s.class("now", "Immediate", params).await;
-    let capacities = |class: String| {
-        let api: Api<CSIStorageCapacity> = Api::namespaced(s.client.clone(), &s.ns);
-        async move {
-            let mut out: Vec<(String, String)> = api
-                .list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter(|c| c.storage_class_name == class)
-                .map(|c| {
-                    let node = c
-                        .node_topology
-                        .and_then(|t| t.match_labels)
-                        .and_then(|l| l.get(HOSTPATH_TOPOLOGY_KEY).cloned())
-                        .unwrap_or_default();
-                    (node, c.capacity.map(|q| q.0).unwrap_or_default())
-                })
-                .collect();
-            out.sort();
-            out
-        }
-    };
-    let want = |sizes: [&str; 3]| -> Vec<(String, String)> {
-        nodes
-            .iter()
-            .cloned()
-            .zip(sizes.iter().map(|s| s.to_string()))
-            .collect()
+    let want = |sizes: [i64; 3]| -> Vec<(String, i64)> {
+        nodes.iter().cloned().zip(sizes.map(|g| g * GI)).collect()
     };
     eventually("one object per node with its plugin's capacity", || async {
-        (capacities(late.clone()).await == want(["10Gi", "10Gi", "100Gi"])).then_some(())
+        (capacities_of(&s, &late).await == want([10, 10, 100])).then_some(())
     })
     .await;
 
@@ -420,7 +401,7 @@ async fn distributed_plugins_one_per_node() {
     let held: Vec<usize> = plugins.iter().map(|p| p.volumes().len()).collect();
     assert_eq!(held, [0, 0, 1]);
     eventually("the big node's object to drop to 50Gi", || async {
-        (capacities(late.clone()).await == want(["10Gi", "10Gi", "50Gi"])).then_some(())
+        (capacities_of(&s, &late).await == want([10, 10, 50])).then_some(())
     })
     .await;
     // What each node's object says is what its own plugin's GetCapacity answers.

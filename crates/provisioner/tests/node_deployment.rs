@@ -24,9 +24,25 @@ struct Instance {
     prov: Provisioner,
 }
 
-/// Nodes with a pool each (`(short name, size)`), their Node + CSINode, a CSIDriver with
-/// storage capacity, and a driver + provisioner (plus `prov_args`) per node.
+/// [`nodes_with`] with capacity tracking (objects owned by nobody, polled every 2 s).
 async fn distributed(
+    prefix: &str,
+    pools: &[(&str, &str)],
+    prov_args: &[&str],
+) -> (Scenario, Vec<Instance>) {
+    let mut args = vec![
+        "--enable-capacity",
+        "--capacity-ownerref-level=-1",
+        "--capacity-poll-interval=2s",
+    ];
+    args.extend_from_slice(prov_args);
+    nodes_with(prefix, pools, &args).await
+}
+
+/// Nodes with a pool each (`(short name, size)`), their Node + CSINode, a CSIDriver with
+/// storage capacity, and a driver + `--node-deployment` provisioner (plus `prov_args`) per
+/// node.
+async fn nodes_with(
     prefix: &str,
     pools: &[(&str, &str)],
     prov_args: &[&str],
@@ -58,13 +74,7 @@ async fn distributed(
                 &format!("--node-topology={NODE_KEY}={node}"),
             ],
         );
-        let mut args = vec![
-            "--node-deployment",
-            "--enable-capacity",
-            "--capacity-ownerref-level=-1",
-            "--capacity-poll-interval=2s",
-            "-v=5",
-        ];
+        let mut args = vec!["--node-deployment", "-v=5"];
         args.extend_from_slice(prov_args);
         let prov = Provisioner::start(
             &dir,
@@ -340,48 +350,12 @@ async fn an_immediate_claim_no_node_can_hold_is_explained_once() {
 #[ignore = "needs the control plane (cargo xtask test)"]
 async fn without_published_capacity_upstreams_random_delay_still_picks_one_node() {
     // No capacity tracking: nothing to rank by, so instances race after a random delay.
-    let s = Scenario::new("nd-lottery").await;
-    let short = ["a", "b"];
-    let names = s.node_names(&short);
-    testenv::create_fake_nodes(
-        &s.client,
-        &s.driver,
-        NODE_KEY,
-        &names.iter().map(String::as_str).collect::<Vec<_>>(),
+    let (s, nodes) = nodes_with(
+        "nd-lottery",
+        &[("a", "100Gi"), ("b", "100Gi")],
+        &["--node-deployment-base-delay=2s"],
     )
     .await;
-    let cp = ControlPlane::shared();
-    let mut nodes = Vec::new();
-    for node in &names {
-        let dir = s.dir.join(node.rsplit('-').next().unwrap());
-        std::fs::create_dir_all(&dir).unwrap();
-        let mock = MockDriver::start(
-            &dir,
-            &[
-                &format!("--driver-name={}", s.driver),
-                &format!("--pool={NODE_KEY}={node}:100Gi"),
-                &format!("--node-id={node}"),
-                &format!("--node-topology={NODE_KEY}={node}"),
-            ],
-        );
-        let prov = Provisioner::start(
-            &dir,
-            "csi-provisioner",
-            cp.kubeconfig(),
-            &mock.socket,
-            &[
-                "--node-deployment",
-                "--node-deployment-base-delay=2s",
-                "-v=5",
-            ],
-            &[("NODE_NAME", node.as_str())],
-        );
-        nodes.push(Instance {
-            node: node.clone(),
-            mock,
-            prov,
-        });
-    }
     let class = s.class("imm", "Immediate", json!({})).await;
     for i in 0..4 {
         s.claim(&format!("c{i}"), &class, "1Gi", json!({})).await;

@@ -53,16 +53,25 @@ impl ClaimsController {
                 }
             }
         }
+        self.remove_finalizer(claim).await?;
+        // A queued sync reads the claim through this write: no finalizer, nothing to clean.
+        self.memory.forget(&uid);
+        Ok(())
+    }
+
+    /// Drops our finalizer from a claim being let go.
+    pub(super) async fn remove_finalizer(
+        &self,
+        claim: &PersistentVolumeClaim,
+    ) -> Result<(), ClaimError> {
         update::remove_finalizer(&self.ctx.client, &self.ctx.caches.claims, claim)
             .await
+            .map(drop)
             .map_err(|source| ClaimError::ClaimWrite {
                 claim: claim_name(claim),
                 what: "remove the finalizer from",
                 source,
-            })?;
-        // A queued sync reads the claim through this write: no finalizer, nothing to clean.
-        self.memory.forget(&uid);
-        Ok(())
+            })
     }
 
     /// DeleteVolume for a volume a CreateVolume of claim `uid` returned. `Ok(false)`: a PV of

@@ -123,13 +123,7 @@ impl ClaimsController {
             // policy's) only has to go.
             self.races.lock().forget(&uid);
             if provisioning::lifecycle::has_finalizer(claim) {
-                update::remove_finalizer(&self.ctx.client, &self.ctx.caches.claims, claim)
-                    .await
-                    .map_err(|source| ClaimError::ClaimWrite {
-                        claim: claim_name(claim),
-                        what: "remove the finalizer from",
-                        source,
-                    })?;
+                self.remove_finalizer(claim).await?;
             }
             return Ok(());
         }
