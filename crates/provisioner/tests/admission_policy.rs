@@ -7,12 +7,11 @@
 mod ops_support;
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use csi_provisioner::admission_policy::api_resource;
 use kube::Api;
-use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::api::{DeleteParams, DynamicObject};
 use serde_json::json;
 use support::{Scenario, eventually, holds_finalizer, no_pv_of_class, wait_gone};
 
@@ -30,77 +29,11 @@ fn our_claim_writes(s: &Scenario) -> Vec<testenv::audit::Write> {
         .collect()
 }
 
-/// Installs the policy for the scenario's driver, as printed by our binary, and waits until the
-/// API server applies it (a probe claim gets the finalizer).
-async fn install_policy(s: &Scenario) {
-    let out = Command::new(testenv::workspace_binary("csi-provisioner"))
-        .args([
-            "admission-policy",
-            "--driver-name",
-            &s.driver,
-            "--output=json",
-        ])
-        .output()
-        .expect("run csi-provisioner admission-policy");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON List");
-    for item in list["items"].as_array().expect("items") {
-        let binding = item["kind"] == "MutatingAdmissionPolicyBinding";
-        let kind = item["kind"].as_str().unwrap_or_default();
-        let api: Api<DynamicObject> = Api::all_with(s.client.clone(), &api_resource(binding));
-        let obj: DynamicObject = serde_json::from_value(item.clone()).unwrap();
-        api.create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("the API server refused the {kind}: {e}"));
-    }
-    // No class: kube-controller-manager leaves the probe alone, only the policy acts on it.
-    let probe = "policy-probe";
-    let annotated = json!({"metadata": {"annotations": {
-        "volume.kubernetes.io/storage-provisioner": s.driver}}});
-    eventually("the policy to be in force", || async {
-        let _ = s.claims().delete(probe, &DeleteParams::default()).await;
-        wait_gone(&s.claims(), probe).await;
-        let claim = s
-            .claim(probe, "no-such-class", "1Gi", annotated.clone())
-            .await;
-        holds_finalizer(&claim).then_some(())
-    })
-    .await;
-    // Let the probe go: deleted first, so the policy does not add the finalizer back, then
-    // released by hand (no volume was ever asked for it; kube-controller-manager's
-    // pvc-protection removal may conflict with us, so until it is gone).
-    let _ = s.claims().delete(probe, &DeleteParams::default()).await;
-    let claims = s.claims();
-    eventually("the probe claim released", || async {
-        let Some(mut held) = claims.get_opt(probe).await.unwrap() else {
-            return Some(());
-        };
-        if holds_finalizer(&held) {
-            let kept = held
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .filter(|f| f.as_str() != support::CREATING)
-                .cloned()
-                .collect();
-            held.metadata.finalizers = Some(kept);
-            let _ = claims.replace(probe, &PostParams::default(), &held).await;
-        }
-        None
-    })
-    .await;
-}
-
 /// A scenario with the policy in force, an Immediate class, and the driver's CreateVolume taking
 /// `delay_ms` (long enough to act while it runs).
 async fn with_policy(prefix: &str, prov_args: &[&str], delay_ms: u64) -> (Scenario, String) {
     let s = Scenario::start(prefix, &[], prov_args).await;
-    install_policy(&s).await;
+    support::install_policy(&s).await;
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": delay_ms}}));
     let class = s.class("imm", "Immediate", json!({})).await;
@@ -175,7 +108,7 @@ async fn a_claim_deleted_during_create_volume_leaves_no_volume_under_the_policy(
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn other_drivers_and_unscheduled_claims_get_no_finalizer() {
     let s = Scenario::start("adm-others", &[], &[]).await;
-    install_policy(&s).await;
+    support::install_policy(&s).await;
     let other = json!({"metadata": {"annotations": {
         "volume.kubernetes.io/storage-provisioner": "other.csi.example"}}});
     let theirs = s.claim("theirs", "no-such-class", "1Gi", other).await;
@@ -244,7 +177,7 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
         (gauge().await? == 0.0).then_some(())
     })
     .await;
-    install_policy(&s).await;
+    support::install_policy(&s).await;
     eventually("the gauge at 1 with the policy", || async {
         (gauge().await? == 1.0).then_some(())
     })

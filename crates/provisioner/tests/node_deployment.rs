@@ -556,3 +556,28 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
     // The lost node's driver was never asked to delete anything (it is gone).
     assert_eq!(nodes[0].mock.calls_of("DeleteVolume").len(), 0);
 }
+
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn with_the_admission_policy_an_unclaimed_deleted_claim_is_let_go_without_a_call() {
+    // No node has room: nobody takes the claim, but the policy puts our finalizer on it.
+    let (s, nodes) = distributed(
+        "nd-policy",
+        &[("a", "1Gi"), ("b", "1Gi")],
+        &["--capacity-for-immediate-binding"],
+    )
+    .await;
+    support::install_policy(&s).await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    published_per_instance(&s, 2).await;
+    s.claim("big", &class, "50Gi", json!({})).await;
+    let held = s.wait_finalizer("big").await;
+    assert!(support::holds_finalizer(&held));
+    s.wait_event("big", "NotEnoughCapacity", "needs 50Gi").await;
+    s.delete_claim("big").await;
+    support::wait_gone(&s.claims(), "big").await;
+    for i in &nodes {
+        assert_eq!(i.mock.calls_of("CreateVolume").len(), 0, "{}", i.node);
+        assert_eq!(i.mock.calls_of("DeleteVolume").len(), 0, "{}", i.node);
+    }
+}

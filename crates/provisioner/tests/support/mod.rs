@@ -448,3 +448,78 @@ pub async fn no_pv_of_class(s: &Scenario, class: &str) {
     )
     .await;
 }
+
+/// Installs the policy for the scenario's driver, as printed by our binary, and waits until the
+/// API server applies it (a probe claim gets the finalizer).
+pub async fn install_policy(s: &Scenario) {
+    let out = std::process::Command::new(testenv::workspace_binary("csi-provisioner"))
+        .args([
+            "admission-policy",
+            "--driver-name",
+            &s.driver,
+            "--output=json",
+        ])
+        .output()
+        .expect("run csi-provisioner admission-policy");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON List");
+    for item in list["items"].as_array().expect("items") {
+        let binding = item["kind"] == "MutatingAdmissionPolicyBinding";
+        let kind = item["kind"].as_str().unwrap_or_default();
+        let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+            s.client.clone(),
+            &csi_provisioner::admission_policy::api_resource(binding),
+        );
+        let obj: kube::api::DynamicObject = serde_json::from_value(item.clone()).unwrap();
+        api.create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("the API server refused the {kind}: {e}"));
+    }
+    // No class: kube-controller-manager leaves the probe alone, only the policy acts on it.
+    let probe = "policy-probe";
+    let annotated = json!({"metadata": {"annotations": {
+        "volume.kubernetes.io/storage-provisioner": s.driver}}});
+    eventually("the policy to be in force", || async {
+        let _ = s
+            .claims()
+            .delete(probe, &kube::api::DeleteParams::default())
+            .await;
+        wait_gone(&s.claims(), probe).await;
+        let claim = s
+            .claim(probe, "no-such-class", "1Gi", annotated.clone())
+            .await;
+        holds_finalizer(&claim).then_some(())
+    })
+    .await;
+    // Let the probe go: deleted first, so the policy does not add the finalizer back, then
+    // released by hand (no volume was ever asked for it; kube-controller-manager's
+    // pvc-protection removal may conflict with us, so until it is gone).
+    let _ = s
+        .claims()
+        .delete(probe, &kube::api::DeleteParams::default())
+        .await;
+    let claims = s.claims();
+    eventually("the probe claim released", || async {
+        let Some(mut held) = claims.get_opt(probe).await.unwrap() else {
+            return Some(());
+        };
+        if holds_finalizer(&held) {
+            let kept = held
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .filter(|f| f.as_str() != CREATING)
+                .cloned()
+                .collect();
+            held.metadata.finalizers = Some(kept);
+            let _ = claims.replace(probe, &PostParams::default(), &held).await;
+        }
+        None
+    })
+    .await;
+}
