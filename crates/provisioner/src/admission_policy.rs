@@ -31,14 +31,8 @@ pub struct UsageError(String);
 
 /// The API resource of the MutatingAdmissionPolicy (`binding: false`) or of its binding.
 pub fn api_resource(binding: bool) -> kube::api::ApiResource {
-    let (kind, plural) = if binding {
-        (
-            "MutatingAdmissionPolicyBinding",
-            "mutatingadmissionpolicybindings",
-        )
-    } else {
-        ("MutatingAdmissionPolicy", "mutatingadmissionpolicies")
-    };
+    use provisioning::admission::{BINDING, POLICY};
+    let (kind, plural) = if binding { BINDING } else { POLICY };
     kube::api::ApiResource {
         group: "admissionregistration.k8s.io".into(),
         version: "v1".into(),

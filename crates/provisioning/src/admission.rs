@@ -21,6 +21,15 @@ use crate::names::{
 /// The API group and version of MutatingAdmissionPolicy (GA in Kubernetes 1.36).
 pub const API_VERSION: &str = "admissionregistration.k8s.io/v1";
 
+/// Kind and plural resource name of the policy.
+pub const POLICY: (&str, &str) = ("MutatingAdmissionPolicy", "mutatingadmissionpolicies");
+
+/// Kind and plural resource name of its binding.
+pub const BINDING: (&str, &str) = (
+    "MutatingAdmissionPolicyBinding",
+    "mutatingadmissionpolicybindings",
+);
+
 /// The policy's (and binding's) name: one per driver, so several drivers' provisioners can
 /// each install their own.
 pub fn policy_name(driver: &str) -> String {
@@ -64,7 +73,7 @@ pub fn policy(driver: &str) -> Value {
          string(object.metadata.finalizers.indexOf(variables.finalizer))}] : [])";
     json!({
         "apiVersion": API_VERSION,
-        "kind": "MutatingAdmissionPolicy",
+        "kind": POLICY.0,
         "metadata": {"name": policy_name(driver)},
         "spec": {
             "matchConstraints": {
@@ -98,7 +107,7 @@ pub fn policy(driver: &str) -> Value {
 pub fn binding(driver: &str) -> Value {
     json!({
         "apiVersion": API_VERSION,
-        "kind": "MutatingAdmissionPolicyBinding",
+        "kind": BINDING.0,
         "metadata": {"name": policy_name(driver)},
         "spec": {"policyName": policy_name(driver)},
     })

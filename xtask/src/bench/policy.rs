@@ -19,12 +19,12 @@ use super::launch::Running;
 
 const GAUGE: &str = "csi_provisioner_admission_policy_active";
 
+/// The API resource of the printed object of `kind` (the policy or its binding).
 fn resource(kind: &str) -> Result<ApiResource> {
-    let plural = match kind {
-        "MutatingAdmissionPolicy" => "mutatingadmissionpolicies",
-        "MutatingAdmissionPolicyBinding" => "mutatingadmissionpolicybindings",
-        other => bail!("unexpected kind {other:?} in the printed policy"),
-    };
+    let (kind, plural) = [admission::POLICY, admission::BINDING]
+        .into_iter()
+        .find(|(k, _)| *k == kind)
+        .ok_or_else(|| anyhow::anyhow!("unexpected kind {kind:?} in the printed policy"))?;
     Ok(ApiResource {
         group: "admissionregistration.k8s.io".into(),
         version: "v1".into(),
@@ -87,7 +87,7 @@ pub async fn install(client: &Client, ours: &Path, driver: &str, namespace: &str
 /// Removes the policy and binding of `driver` (after the run; errors are reported only).
 pub async fn remove(client: &Client, driver: &str) {
     let name = admission::policy_name(driver);
-    for kind in ["MutatingAdmissionPolicyBinding", "MutatingAdmissionPolicy"] {
+    for (kind, _) in [admission::BINDING, admission::POLICY] {
         let Ok(r) = resource(kind) else { continue };
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &r);
         if let Err(e) = api.delete(&name, &DeleteParams::default()).await {

@@ -38,16 +38,19 @@ impl ClaimsController {
         };
         let class_name = class.metadata.name.as_deref().unwrap_or_default();
         if let Some(message) = capacity.explain(class_name, requested) {
-            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-            if self.memory.explain_once(uid, &message) {
-                let reference = provisioning::pv::claim_reference(claim);
-                self.ctx.recorder.event(
-                    &reference,
-                    EventType::Warning,
-                    NOT_ENOUGH_CAPACITY,
-                    message,
-                );
-            }
+            self.explain(claim, message);
+        }
+    }
+
+    /// Puts `message` on the claim as our `NotEnoughCapacity` Warning, unless this process
+    /// already said the same there.
+    pub(super) fn explain(&self, claim: &PersistentVolumeClaim, message: String) {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        if self.memory.explain_once(uid, &message) {
+            let reference = provisioning::pv::claim_reference(claim);
+            self.ctx
+                .recorder
+                .event(&reference, EventType::Warning, NOT_ENOUGH_CAPACITY, message);
         }
     }
 }

@@ -10,7 +10,6 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use controller_kit::events::EventType;
 use controller_kit::workqueue::RateLimiter;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -357,15 +356,7 @@ impl ClaimsController {
         else {
             return Ok(());
         };
-        if self.memory.explain_once(uid, &message) {
-            let reference = provisioning::pv::claim_reference(claim);
-            self.ctx.recorder.event(
-                &reference,
-                EventType::Warning,
-                super::explain::NOT_ENOUGH_CAPACITY,
-                message,
-            );
-        }
+        self.explain(claim, message);
         Ok(())
     }
 }
