@@ -196,11 +196,13 @@ numbers are median (min–max). CPU is user + system seconds and RSS comes from
 ratios before the absolute numbers.
 
 To reproduce: `cargo xtask bench [--scenario N[,M]] [--runs K] [--quick] [--no-build]
-[--report-only]`. It builds release binaries of ours and the mock driver (the upstream binary
+[--report-only] [--policy-only]`. It builds release binaries of ours and the mock driver (the upstream binary
 is built once and cached, as by `cargo xtask testenv build --with-upstream`), starts one
 control plane, runs the scenarios, and writes `bench/results/<n>.json`, this file and
 `bench/plots/`. Scenarios 1 and 2 share their runs. `--quick` uses small sizes and writes to
-`target/bench-quick/` instead; `--report-only` re-renders this file from the JSON. Logs of
+`target/bench-quick/` instead; `--report-only` re-renders this file from the JSON;
+`--policy-only` runs only ours in the admission-policy variants of scenarios 1 and 2 and keeps
+the other variants' runs already in the JSON. Logs of
 every run (both provisioners, the driver and its call log, the control plane) stay in
 `target/bench-runs/<time>/`. API requests are counted by the API server
 (`apiserver_flowcontrol_dispatched_requests_total` of a FlowSchema that matches only the
