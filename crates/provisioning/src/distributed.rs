@@ -144,8 +144,8 @@ pub enum Turn {
 /// instance from what all of them published, instead of upstream's random 0–20 s lottery.
 ///
 /// Candidates are the instances whose object for the claim's class holds `bytes` (or, when
-/// nobody publishes objects for that class, every instance that publishes any object, plus
-/// us). They are ordered by a hash of (claim UID, instance), so claims spread evenly; the
+/// nobody publishes objects for that class, every instance that publishes any object); an
+/// instance that is not a candidate itself comes after them all. They are ordered by a hash of (claim UID, instance), so claims spread evenly; the
 /// first claims at once and the k-th waits `k × step` (at most `max`), which covers a dead
 /// first choice without a race among the living.
 pub fn claim_turn(
@@ -162,7 +162,7 @@ pub fn claim_turn(
     }
     let for_class: Vec<&Published<'_>> = published.iter().filter(|p| p.class == class).collect();
     let candidates: BTreeSet<&str> = if for_class.is_empty() {
-        published.iter().map(|p| p.instance).chain([own]).collect()
+        published.iter().map(|p| p.instance).collect()
     } else {
         let ours: Vec<_> = for_class.iter().filter(|p| p.instance == own).collect();
         if !ours.is_empty() && !ours.iter().any(|p| p.fits(bytes)) {
@@ -174,13 +174,12 @@ pub fn claim_turn(
             .iter()
             .filter(|p| p.fits(bytes))
             .map(|p| p.instance)
-            .chain([own])
             .collect()
     };
-    let rank = ranked(uid, candidates)
-        .iter()
-        .position(|i| *i == own)
-        .unwrap_or_default();
+    // An instance the others do not see among the candidates (it publishes nothing that
+    // counts yet) goes after all of them, so that every instance agrees on who is first.
+    let order = ranked(uid, candidates);
+    let rank = order.iter().position(|i| *i == own).unwrap_or(order.len());
     if rank == 0 {
         Turn::Now
     } else {
@@ -222,11 +221,25 @@ pub fn capacity_requests(plan: &ProvisionPlan) -> Vec<GetCapacityRequest> {
     }
 }
 
-/// Instances ordered by the hash of (claim UID, instance); ties by name.
+/// Instances ordered by the hash of (instance, claim UID); ties by name.
+///
+/// Instance names differ only at their end (`…-node-1`, `…-node-2`), and FNV mixes a byte
+/// into the bytes after it only: with the name last, the order would hardly depend on the
+/// claim, and one instance would be first for most claims. Hence the name first, and a final
+/// avalanche step (MurmurHash3's `fmix32`) over the result.
 fn ranked<'a>(uid: &str, instances: BTreeSet<&'a str>) -> Vec<&'a str> {
     let mut out: Vec<&str> = instances.into_iter().collect();
-    out.sort_by_key(|i| (fnv32(format!("{uid}/{i}").as_bytes()), *i));
+    out.sort_by_key(|i| (mix(fnv32(format!("{i}/{uid}").as_bytes())), *i));
     out
+}
+
+/// MurmurHash3's 32-bit finaliser: every input bit affects every output bit.
+fn mix(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
 }
 
 #[cfg(test)]

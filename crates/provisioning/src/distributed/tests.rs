@@ -166,6 +166,42 @@ fn claims_spread_over_instances() {
     assert_eq!(firsts.len(), 3, "{firsts:?}");
 }
 
+/// Real instance names differ only in their last characters; every instance must still be
+/// first for about its share of the claims (one taking most of them serialises a burst on
+/// one node's API budget).
+#[test]
+fn names_differing_at_the_end_share_the_claims_evenly() {
+    let names: Vec<String> = (1..=20)
+        .map(|k| format!("external-provisioner-node-{k}"))
+        .collect();
+    let all: Vec<Published<'_>> = names
+        .iter()
+        .map(|n| published(n, "fast", 100 * GI))
+        .collect();
+    let mut firsts: BTreeMap<&str, usize> = BTreeMap::new();
+    let claims = 2000_u64;
+    for i in 0..claims {
+        let uid = format!(
+            "{:08x}-4e2b-4c1d-9a7b-{:012x}",
+            i.wrapping_mul(2_654_435_761) as u32,
+            i * 7919
+        );
+        let first = names
+            .iter()
+            .find(|own| claim_turn(&uid, own, "fast", GI, &all, STEP, MAX) == Turn::Now)
+            .expect("one instance goes first");
+        *firsts.entry(first.as_str()).or_default() += 1;
+    }
+    let share = claims as usize / names.len();
+    assert_eq!(firsts.len(), names.len(), "{firsts:?}");
+    for (name, n) in &firsts {
+        assert!(
+            (share * 6 / 10..=share * 14 / 10).contains(n),
+            "{name} is first for {n} of {claims} claims (fair share {share}): {firsts:?}"
+        );
+    }
+}
+
 #[test]
 fn only_instances_with_room_are_candidates() {
     let all = [
