@@ -27,6 +27,8 @@ use crate::node::NodeDeployment;
 #[derive(Default)]
 pub struct Races {
     first_seen: HashMap<String, Instant>,
+    /// The wait of this instance's place in each claim's order when last computed.
+    turns: HashMap<String, Duration>,
     /// Upstream's jittered delays, for claims no order can be agreed on.
     lottery: Option<RateLimiter<String>>,
     drawn: HashMap<String, Duration>,
@@ -39,6 +41,18 @@ impl Races {
     /// How long this instance has waited on the claim.
     fn waited(&mut self, uid: &str, now: Instant) -> Duration {
         now - *self.first_seen.entry(uid.to_string()).or_insert(now)
+    }
+
+    /// How long this instance has waited on the claim at its current place in the order. A
+    /// new place restarts the wait: when the first choice fills up or goes away, the places
+    /// shift, and without the restart the new second would find its turn already due while
+    /// the new first is taking the claim, and the two would collide.
+    fn waited_for_turn(&mut self, uid: &str, wait: Duration, now: Instant) -> Duration {
+        let before = self.turns.insert(uid.to_string(), wait);
+        if restarts_wait(before, wait) {
+            self.first_seen.insert(uid.to_string(), now);
+        }
+        self.waited(uid, now)
     }
 
     /// Upstream's delay for a claim nobody ranks: drawn once per wait.
@@ -55,6 +69,7 @@ impl Races {
     /// Forgets everything about the claim, except that this instance took it.
     fn forget_wait(&mut self, uid: &str) {
         self.first_seen.remove(uid);
+        self.turns.remove(uid);
         self.drawn.remove(uid);
         if let Some(l) = &mut self.lottery {
             l.forget(&uid.to_string());
@@ -160,7 +175,10 @@ impl ClaimsController {
                 };
             }
         };
-        let waited = self.races.lock().waited(&uid, Instant::now());
+        let waited = self
+            .races
+            .lock()
+            .waited_for_turn(&uid, wait, Instant::now());
         if waited < wait {
             return Err(SyncError::Turn(wait - waited));
         }
@@ -361,6 +379,12 @@ impl ClaimsController {
     }
 }
 
+/// Whether a claim's wait starts again: this instance's place in the order changed, and it is
+/// not first now (the first takes the claim at once anyway).
+fn restarts_wait(before: Option<Duration>, now: Duration) -> bool {
+    before.is_some_and(|b| b != now) && !now.is_zero()
+}
+
 /// How long a claim waits before this instance says that no node has room for it.
 const EXPLAIN_AFTER: Duration = Duration::from_secs(2);
 
@@ -401,4 +425,37 @@ fn on_node(claim: &PersistentVolumeClaim, node: &str) -> PersistentVolumeClaim {
         .get_or_insert_with(Default::default)
         .insert(ANN_SELECTED_NODE.to_string(), node.to_string());
     here
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_place_restarts_the_wait_unless_first() {
+        let s = Duration::from_secs;
+        let cases = [
+            (None, s(5), false, "first look"),
+            (Some(s(5)), s(5), false, "same place"),
+            (Some(s(10)), s(5), true, "moved up to second"),
+            (Some(s(5)), s(10), true, "moved down"),
+            (Some(s(5)), s(0), false, "now first: take at once"),
+            (Some(s(0)), s(5), true, "no longer first"),
+        ];
+        for (before, now, want, what) in cases {
+            assert_eq!(restarts_wait(before, now), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn waits_restart_from_the_shift() {
+        let mut races = Races::default();
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(races.waited_for_turn("u", s(10), t0), s(0));
+        assert_eq!(races.waited_for_turn("u", s(10), t0 + s(3)), s(3));
+        // Third became second at 3 s: its 5 s wait counts from then, not from 0.
+        assert_eq!(races.waited_for_turn("u", s(5), t0 + s(3)), s(0));
+        assert_eq!(races.waited_for_turn("u", s(5), t0 + s(6)), s(3));
+    }
 }
