@@ -30,6 +30,8 @@ pub struct Write {
     pub namespace: String,
     pub name: String,
     pub user_agent: String,
+    /// The authenticated user (`system:serviceaccount:<ns>:<name>` for a ServiceAccount).
+    pub user: String,
     pub code: Option<i64>,
 }
 
@@ -62,6 +64,10 @@ pub fn parse(text: &str) -> Vec<Write> {
                 .unwrap_or_default()
                 .to_string(),
             user_agent: e["userAgent"].as_str().unwrap_or_default().to_string(),
+            user: e["user"]["username"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
             code: e["responseStatus"]["code"].as_i64(),
         })
         .collect()
@@ -73,7 +79,7 @@ mod tests {
 
     #[test]
     fn parses_complete_events_only() {
-        let log = r#"{"kind":"Event","stage":"ResponseComplete","verb":"update","objectRef":{"resource":"persistentvolumeclaims","namespace":"ns","name":"a"},"userAgent":"csi-provisioner/0.1.0","responseStatus":{"code":200}}
+        let log = r#"{"kind":"Event","stage":"ResponseComplete","verb":"update","objectRef":{"resource":"persistentvolumeclaims","namespace":"ns","name":"a"},"userAgent":"csi-provisioner/0.1.0","user":{"username":"system:serviceaccount:ns:sa"},"responseStatus":{"code":200}}
 {"kind":"Event","stage":"Panic","verb":"update","objectRef":{"namespace":"ns","name":"b"}}
 not json"#;
         assert_eq!(
@@ -83,6 +89,7 @@ not json"#;
                 namespace: "ns".into(),
                 name: "a".into(),
                 user_agent: "csi-provisioner/0.1.0".into(),
+                user: "system:serviceaccount:ns:sa".into(),
                 code: Some(200),
             }]
         );

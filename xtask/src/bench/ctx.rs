@@ -29,6 +29,9 @@ pub struct Sizes {
     pub s5_intervals: u32,
     pub s6_nodes: usize,
     pub s6_pods: usize,
+    pub s7_nodes: usize,
+    pub s7_claims: usize,
+    pub s7_volumes: usize,
     /// Upper bound for any one wait, so a stuck provisioner cannot hang the run.
     pub long_wait: Duration,
 }
@@ -45,6 +48,9 @@ impl Sizes {
             s5_intervals: 10,
             s6_nodes: 20,
             s6_pods: 200,
+            s7_nodes: 20,
+            s7_claims: 500,
+            s7_volumes: 10_000,
             long_wait: Duration::from_secs(1800),
         }
     }
@@ -60,6 +66,9 @@ impl Sizes {
             s5_intervals: 3,
             s6_nodes: 4,
             s6_pods: 40,
+            s7_nodes: 5,
+            s7_claims: 40,
+            s7_volumes: 400,
             long_wait: Duration::from_secs(300),
         }
     }
@@ -68,6 +77,8 @@ impl Sizes {
 pub struct Ctx {
     pub client: Client,
     pub kubeconfig: PathBuf,
+    /// The API server's audit log of claim writes (`testenv::audit`).
+    pub audit_log: PathBuf,
     pub bins: Binaries,
     pub runs: u32,
     pub quick: bool,
@@ -132,7 +143,8 @@ impl Ctx {
         .await?;
         let addr = launch::free_addr()?;
         let args = launch::provisioner_args(budget, &kubeconfig, &driver.socket, &addr);
-        launch::start_provisioner(&self.bins, slot.which, &slot.dir, &args, &slot.namespace)
+        let env = [("NAMESPACE", slot.namespace.as_str())];
+        launch::start_provisioner(&self.bins, slot.which, &slot.dir, &args, &env)
     }
 
     /// Stops the provisioner (SIGTERM, then SIGKILL) and the driver, then sweeps the slot's
@@ -295,6 +307,7 @@ mod tests {
         assert!(q.s1_claims < f.s1_claims && q.s3_volumes < f.s3_volumes);
         assert!(q.s4_volumes < f.s4_volumes && q.s5_nodes < f.s5_nodes);
         assert!(q.s6_pods < f.s6_pods && q.long_wait < f.long_wait);
+        assert!(q.s7_claims < f.s7_claims && q.s7_volumes < f.s7_volumes);
         // Scenario 6 must fit: 9 Gi claims, 11 per 100 Gi node.
         for s in [f, q] {
             assert!(s.s6_pods <= s.s6_nodes * 11, "{s:?}");

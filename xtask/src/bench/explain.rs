@@ -200,6 +200,23 @@ pub fn explain(r: &ScenarioResult) -> String {
             n(med(r, Impl::Upstream, &first, "scraped_depth_max")),
             n(med(r, Impl::Ours, &first, "scraped_depth_max")),
         ),
+        7 => format!(
+            "upstream's instances each wait a random part of the base delay before trying to \
+             take an unclaimed claim, and all but one of the instances that try lose the race \
+             with a conflict; ours ranks the instances for each claim by a hash among those \
+             whose published capacity fits, the first takes it at once and the others only \
+             after their turn (time ratio {}, conflicts ours {} vs upstream {}, claims taken \
+             by a node without room {} vs {}). Every upstream instance caches every PV and PVC \
+             of the cluster; ours keeps its own node's volumes and the claims it may take (RSS \
+             per instance {} vs {} MiB).",
+            r2(ratio(r, &first, "bound_s")),
+            n(med(r, Impl::Ours, &first, "conflicts")),
+            n(med(r, Impl::Upstream, &first, "conflicts")),
+            n(med(r, Impl::Ours, &first, "exhausted_calls")),
+            n(med(r, Impl::Upstream, &first, "exhausted_calls")),
+            n(med(r, Impl::Ours, &first, "rss_median_mib")),
+            n(med(r, Impl::Upstream, &first, "rss_median_mib")),
+        ),
         _ => {
             let ours = med(r, Impl::Ours, &first, "exhausted_calls");
             let upstream = med(r, Impl::Upstream, &first, "exhausted_calls");
@@ -270,6 +287,13 @@ mod tests {
                 2.0,
                 40.0,
                 "ours 2.00 vs upstream 40.0",
+            ),
+            (
+                7,
+                "conflicts",
+                3.0,
+                120.0,
+                "conflicts ours 3.00 vs upstream 120",
             ),
         ];
         for (s, key, a, b, want) in cases {

@@ -149,7 +149,7 @@ pub fn start_provisioner(
     which: Impl,
     dir: &Path,
     args: &[String],
-    namespace: &str,
+    env: &[(&str, &str)],
 ) -> Result<Running> {
     let http_addr = args
         .iter()
@@ -157,7 +157,7 @@ pub fn start_provisioner(
         .context("provisioner arguments without --http-endpoint")?
         .to_string();
     let mut cmd = Command::new(bins.provisioner(which));
-    cmd.args(args).env("NAMESPACE", namespace);
+    cmd.args(args).envs(env.iter().copied());
     let process = testenv::try_spawn(&format!("csi-provisioner-{which}"), cmd, dir)?;
     Ok(Running {
         which,

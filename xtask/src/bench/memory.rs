@@ -71,16 +71,28 @@ async fn populate(ctx: &Ctx) -> Result<Vec<String>> {
     cluster::create_csi_driver(&ctx.client, DRIVER, false).await?;
     let class = objects::storage_class(DRIVER, DRIVER, "Immediate", "Retain");
     create_all(&Api::all(ctx.client.clone()), vec![class]).await?;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), NAMESPACE);
+    create_bound_pairs(ctx, NAMESPACE, DRIVER, DRIVER, &nodes, ctx.sizes.s3_volumes).await?;
+    Ok(nodes)
+}
+
+/// `count` PVs of `driver` (class `class`), each bound to its claim in `namespace`, spread
+/// over `nodes` by node affinity, with Bound status written up front.
+pub async fn create_bound_pairs(
+    ctx: &Ctx,
+    namespace: &str,
+    class: &str,
+    driver: &str,
+    nodes: &[String],
+    count: usize,
+) -> Result<()> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
     let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    let names: Vec<String> = (0..ctx.sizes.s3_volumes)
-        .map(|i| format!("at-rest-{i}"))
-        .collect();
+    let names: Vec<String> = (0..count).map(|i| format!("at-rest-{i}")).collect();
     let made = create_all(
         &claims,
         names
             .iter()
-            .map(|n| objects::prebound_claim(n, DRIVER))
+            .map(|n| objects::prebound_claim(n, class))
             .collect(),
     )
     .await?;
@@ -91,10 +103,10 @@ async fn populate(ctx: &Ctx) -> Result<Vec<String>> {
             let node = &nodes[i % nodes.len()];
             objects::prebound_volume(
                 &c.name_any(),
-                NAMESPACE,
+                namespace,
                 &c.uid().unwrap_or_default(),
-                DRIVER,
-                DRIVER,
+                class,
+                driver,
                 node,
             )
         })
@@ -118,7 +130,7 @@ async fn populate(ctx: &Ctx) -> Result<Vec<String>> {
         .try_collect::<Vec<()>>()
         .await
         .context("marking the pairs Bound")?;
-    Ok(nodes)
+    Ok(())
 }
 
 async fn measure(ctx: &Ctx, slot: &Slot, nodes: &[String]) -> Result<RunRecord> {

@@ -6,6 +6,7 @@
 mod calllog;
 mod cluster;
 mod ctx;
+mod distributed;
 mod explain;
 mod freshness;
 mod identity;
@@ -35,6 +36,9 @@ use testenv::{ControlPlane, ControlPlaneOptions};
 use ctx::{Ctx, Sizes};
 use launch::Binaries;
 use results::{RunRecord, ScenarioResult};
+
+/// The number of the last scenario.
+const LAST: u8 = 7;
 
 /// What `cargo xtask bench` was asked to do.
 #[derive(Debug, Clone)]
@@ -87,13 +91,13 @@ impl Outputs {
     }
 }
 
-/// The scenarios to run, sorted, without duplicates; all six when none are named.
+/// The scenarios to run, sorted, without duplicates; all of them when none are named.
 pub fn selection(asked: &[u8]) -> Result<Vec<u8>> {
-    if let Some(bad) = asked.iter().find(|s| !(1..=6).contains(*s)) {
-        bail!("there is no scenario {bad}: scenarios are 1 to 6");
+    if let Some(bad) = asked.iter().find(|s| !(1..=LAST).contains(*s)) {
+        bail!("there is no scenario {bad}: scenarios are 1 to {LAST}");
     }
     let mut s: Vec<u8> = if asked.is_empty() {
-        (1..=6).collect()
+        (1..=LAST).collect()
     } else {
         asked.to_vec()
     };
@@ -163,6 +167,7 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
         let ctx = Ctx {
             client: cp.try_client().await?,
             kubeconfig: cp.kubeconfig().to_path_buf(),
+            audit_log: cp.audit_log(),
             bins,
             runs,
             quick,
@@ -224,11 +229,12 @@ async fn run_scenarios(
                 produced.push((3, runs));
                 notes.extend(n);
             }
-            4..=6 => {
+            4..=LAST => {
                 let (runs, n) = match s {
                     4 => freshness::run(ctx).await,
                     5 => scale::run(ctx).await,
-                    _ => placement::run(ctx).await,
+                    6 => placement::run(ctx).await,
+                    _ => distributed::run(ctx).await,
                 };
                 produced.push((s, runs));
                 notes.extend(n);
@@ -287,11 +293,17 @@ fn assemble(
             scale::metrics(),
             scale::plot(),
         ),
-        _ => (
+        6 => (
             "Placement under a burst",
             placement::setup(sizes),
             placement::metrics(),
             placement::plot(),
+        ),
+        _ => (
+            "Distributed provisioning",
+            distributed::setup(sizes),
+            distributed::metrics(),
+            distributed::plot(),
         ),
     };
     ScenarioResult {
@@ -317,10 +329,10 @@ mod tests {
 
     #[test]
     fn scenario_selection() {
-        assert_eq!(selection(&[]).unwrap(), vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(selection(&[]).unwrap(), vec![1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(selection(&[4, 1, 4]).unwrap(), vec![1, 4]);
-        let err = selection(&[7]).unwrap_err().to_string();
-        assert!(err.contains("no scenario 7"), "{err}");
+        let err = selection(&[8]).unwrap_err().to_string();
+        assert!(err.contains("no scenario 8"), "{err}");
         assert!(selection(&[0]).is_err());
     }
 

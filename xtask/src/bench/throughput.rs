@@ -349,7 +349,8 @@ pub async fn run_policy_only(
 }
 
 /// Upstream's record of run `run` in variant `from`, renamed to variant `to`.
-fn repeated(records: &[RunRecord], from: &str, to: &str, run: u32) -> Option<RunRecord> {
+/// Upstream's run `run` of variant `from`, renamed to variant `to`.
+pub fn repeated(records: &[RunRecord], from: &str, to: &str, run: u32) -> Option<RunRecord> {
     let mut r = records
         .iter()
         .find(|r| r.implementation == Impl::Upstream && r.variant == from && r.run == run)?
