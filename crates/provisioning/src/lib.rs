@@ -25,7 +25,8 @@
 //! | When may a failed claim be attempted again? | [`retry::hold_after_failure`], [`retry::wait`] |
 //! | How is a byte count written as a quantity? | [`quantity::format_binary_si`] |
 //! | Does a PV get our finalizer, lose it, get deleted or ignored? | [`volume::decide::decide`] (ours: [`volume::decide::is_ours`]) |
-//! | Is a PV an in-tree one migrated to our driver, which we leave alone? | [`volume::decide::is_migrated_in_tree`], [`volume::decide::migrated_from`] |
+//! | Which in-tree plugin does our driver replace (CSI migration)? | [`volume::decide::migrated_from`], [`migration::in_tree_name`] |
+//! | Is this class / PV an in-tree one, and what is its CSI / in-tree form? | [`migration::class_to_csi`], [`migration::csi_pv_to_in_tree`], [`migration::in_tree_pv_to_csi`] |
 //! | Which secret does DeleteVolume use? | [`volume::decide::deletion_secret`] |
 //! | Which deletion steps of a released PV remain? | [`volume::steps::remaining`] |
 //! | Which MutatingAdmissionPolicy keeps our finalizer at no API cost? | [`admission::policy`], [`admission::binding`] |
@@ -60,6 +61,7 @@ pub mod errors;
 pub mod fstype;
 pub mod lifecycle;
 pub mod lost_node;
+pub mod migration;
 pub mod names;
 pub mod parameters;
 pub mod prepare;
