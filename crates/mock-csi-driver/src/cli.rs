@@ -21,6 +21,8 @@ pub struct Config {
     pub call_log: Option<PathBuf>,
     /// Thin pools: CreateVolume may exceed a pool's free space.
     pub overcommit: bool,
+    /// `--volume-id-format`.
+    pub volume_id_format: Option<String>,
 }
 
 /// A CSI driver for tests: in-memory pools per topology segment, fault injection, a call log.
@@ -73,6 +75,10 @@ struct Args {
     /// Refuse volumes with this CSI access mode (e.g. MULTI_NODE_MULTI_WRITER), repeatable.
     #[arg(long, value_name = "MODE", value_parser = access_mode_arg)]
     reject_access_mode: Vec<Mode>,
+    /// Volume ids shaped like a cloud driver's, e.g. `projects/p/zones/{segment}/disks/{name}`
+    /// (`{seq}`, `{name}`, `{segment}` are replaced; default `mock-vol-{seq}`).
+    #[arg(long, value_name = "FORMAT")]
+    volume_id_format: Option<String>,
 }
 
 fn access_mode_arg(s: &str) -> Result<Mode, String> {
@@ -152,6 +158,7 @@ where
         faults: a.faults,
         call_log: a.call_log,
         overcommit: a.overcommit,
+        volume_id_format: a.volume_id_format,
     })
 }
 

@@ -19,6 +19,7 @@
 //!                 [--faults FILE] [--call-log FILE]
 //!                 [--publish-unpublish] [--single-node-multi-writer] [--modify-volume]
 //!                 [--no-topology] [--no-capacity] [--overcommit]
+//!                 [--volume-id-format FORMAT]            e.g. `vol-{seq}`; `{name}`, `{segment}` too
 //! ```
 //!
 //! SEGMENT is `key=value[,key=value...]` or empty; SIZE is a Kubernetes quantity (`10Gi`,
@@ -42,7 +43,7 @@
 //!   With `--overcommit` (thin pools) the first matching pool takes the volume even without
 //!   room; a pool's free space never reads below 0.
 //!   The same name again returns the same volume if its size fits the new range and the kind
-//!   is the same, else ALREADY_EXISTS. Volume ids are `mock-vol-<n>`; `volume_context` holds
+//!   is the same, else ALREADY_EXISTS. Volume ids are `mock-vol-<n>` (or `--volume-id-format`); `volume_context` holds
 //!   `kind` and `pool` (the pool's index); `accessible_topology` is the pool's segment.
 //! - ListVolumes tokens are creation numbers: deleting volumes between pages is harmless and
 //!   a token the driver never issued gives ABORTED. `--max-volume-size` is not enforced by

@@ -108,6 +108,8 @@ pub struct Pools {
     volumes: BTreeMap<u64, Volume>,
     by_name: HashMap<String, u64>,
     by_id: HashMap<String, u64>,
+    /// `--volume-id-format`: how volume ids look (`None`: `mock-vol-<n>`).
+    id_format: Option<String>,
     next_seq: u64,
     /// Thin pools: a matching pool takes a volume even without room.
     overcommit: bool,
@@ -131,6 +133,20 @@ pub fn volume_size(required: i64, limit: i64) -> Result<i64, PoolError> {
     Ok(if limit > 0 { size.min(limit) } else { size })
 }
 
+/// A new volume's id: `mock-vol-<seq>`, or `format` with `{seq}`, `{name}` and `{segment}`
+/// (the pool segment's values joined by `_`) replaced. Tests of CSI migration need ids in a
+/// cloud driver's shape, which the in-tree translation parses.
+pub fn volume_id(format: Option<&str>, seq: u64, name: &str, segment: &Segment) -> String {
+    let Some(format) = format else {
+        return format!("mock-vol-{seq}");
+    };
+    let values: Vec<&str> = segment.values().map(String::as_str).collect();
+    format
+        .replace("{seq}", &seq.to_string())
+        .replace("{name}", name)
+        .replace("{segment}", &values.join("_"))
+}
+
 /// Placement terms in the order they are tried: preferred, then requisite; none means anywhere.
 pub fn placement_terms(preferred: &[Segment], requisite: &[Segment]) -> Vec<Segment> {
     if preferred.is_empty() && requisite.is_empty() {
@@ -151,6 +167,7 @@ impl Pools {
             by_id: HashMap::new(),
             next_seq: 0,
             overcommit: false,
+            id_format: None,
         }
     }
 
@@ -158,6 +175,12 @@ impl Pools {
     /// volumes may add up to more than its size (its free space then reads 0).
     pub fn with_overcommit(mut self, overcommit: bool) -> Self {
         self.overcommit = overcommit;
+        self
+    }
+
+    /// Volume ids shaped like a real driver's (`--volume-id-format`), see [`volume_id`].
+    pub fn with_id_format(mut self, format: Option<String>) -> Self {
+        self.id_format = format;
         self
     }
 
@@ -195,7 +218,12 @@ impl Pools {
         let pool = &mut self.pools[index];
         pool.used += size;
         let volume = Volume {
-            id: format!("mock-vol-{seq}"),
+            id: volume_id(
+                self.id_format.as_deref(),
+                seq,
+                &req.name,
+                &pool.spec.segment,
+            ),
             name: req.name.clone(),
             kind: req.kind.clone(),
             pool: index,

@@ -43,7 +43,9 @@ pub fn driver(cfg: &Config) -> Result<MockDriver, ServeError> {
     let log = cfg.call_log.as_deref().map(CallLog::open).transpose()?;
     Ok(MockDriver::new(
         cfg.driver.clone(),
-        Pools::new(cfg.pools.clone()).with_overcommit(cfg.overcommit),
+        Pools::new(cfg.pools.clone())
+            .with_overcommit(cfg.overcommit)
+            .with_id_format(cfg.volume_id_format.clone()),
         cfg.faults.clone(),
         log,
     ))

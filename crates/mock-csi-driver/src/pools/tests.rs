@@ -270,3 +270,24 @@ fn topology_is_advertised_only_with_segments() {
     assert!(three_nodes().has_topology());
     assert!(!pools(&[":1Ti", "fast@:1Gi"]).has_topology());
 }
+
+#[test]
+fn volume_ids_follow_the_format() {
+    let segment: Segment = [(
+        "topology.gke.io/zone".to_string(),
+        "europe-west1-b".to_string(),
+    )]
+    .into_iter()
+    .collect();
+    let cases = [
+        (None, "mock-vol-7"),
+        (Some("vol-{seq}"), "vol-7"),
+        (
+            Some("projects/p/zones/{segment}/disks/{name}"),
+            "projects/p/zones/europe-west1-b/disks/pvc-1",
+        ),
+    ];
+    for (format, want) in cases {
+        assert_eq!(volume_id(format, 7, "pvc-1", &segment), want, "{format:?}");
+    }
+}
