@@ -60,6 +60,8 @@ pub struct Client {
     timeout: Duration,
     metrics: Option<CallMetrics>,
     address: Arc<str>,
+    /// Whether this handle's calls serve in-tree volumes (CSI migration), for the metrics.
+    migrated: bool,
 }
 
 macro_rules! rpc {
@@ -85,6 +87,7 @@ impl Client {
             timeout: opts.timeout,
             metrics: opts.metrics,
             address: shown.into(),
+            migrated: false,
         })
     }
 
@@ -101,6 +104,23 @@ impl Client {
     /// The metrics this client records into, if any.
     pub fn metrics(&self) -> Option<&CallMetrics> {
         self.metrics.as_ref()
+    }
+
+    /// A handle whose calls count as `migrated="true"` (or not) in the metrics; the connection
+    /// is shared.
+    pub fn migrated(&self, migrated: bool) -> Client {
+        Client {
+            migrated,
+            ..self.clone()
+        }
+    }
+
+    /// Adds the `migrated` label to every call's metrics: the driver replaces an in-tree
+    /// plugin. Without metrics this does nothing.
+    pub fn enable_migration_label(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.enable_migration_label();
+        }
     }
 
     /// Sets the `driver_name` metric label (call it after GetPluginInfo, as upstream does).
@@ -232,7 +252,7 @@ impl Client {
         };
         if let Some(metrics) = &self.metrics {
             let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
-            metrics.record(method, code, start.elapsed());
+            metrics.record(method, code, start.elapsed(), self.migrated);
         }
         match &result {
             Ok(response) => klog::v!(5, method, response = %sanitize(response), "GRPC response"),

@@ -1,10 +1,11 @@
 //! The csi-lib-utils call histogram `csi_sidecar_operations_seconds`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric as _};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -27,13 +28,9 @@ pub const BUCKETS: [f64; 13] = [
 /// The `driver_name` label before the driver's name is known.
 pub const UNKNOWN_DRIVER: &str = "unknown-driver";
 
-// Fields in alphabetical order: that is the label order the Go client prints.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CallLabels {
-    driver_name: String,
-    grpc_status_code: String,
-    method_name: String,
-}
+/// Label pairs in alphabetical order: that is the label order the Go client prints. A list,
+/// not a struct, because `migrated` is there only for migration drivers.
+type CallLabels = Vec<(&'static str, String)>;
 
 fn new_histogram() -> Histogram {
     Histogram::new(BUCKETS)
@@ -50,6 +47,8 @@ fn new_histogram() -> Histogram {
 pub struct CallMetrics {
     family: Family<CallLabels, Histogram, fn() -> Histogram>,
     driver_name: Arc<RwLock<String>>,
+    /// Whether calls carry the `migrated` label (the driver replaces an in-tree plugin).
+    migration: Arc<AtomicBool>,
 }
 
 impl Default for CallMetrics {
@@ -64,6 +63,7 @@ impl CallMetrics {
         Self {
             family: Family::new_with_constructor(new_histogram as fn() -> Histogram),
             driver_name: Arc::new(RwLock::new(UNKNOWN_DRIVER.to_string())),
+            migration: Arc::default(),
         }
     }
 
@@ -95,14 +95,24 @@ impl CallMetrics {
             .clone()
     }
 
+    /// From now on every call carries `migrated="true"|"false"`, as csi-lib-utils' metrics
+    /// manager does for a driver that replaces an in-tree plugin.
+    pub fn enable_migration_label(&self) {
+        self.migration.store(true, Ordering::Relaxed);
+    }
+
     /// Records one finished call of the full gRPC `method` (e.g.
-    /// `/csi.v1.Controller/CreateVolume`).
-    pub fn record(&self, method: &str, code: Code, elapsed: Duration) {
-        let labels = CallLabels {
-            driver_name: self.driver_name(),
-            grpc_status_code: go_code_name(code).to_string(),
-            method_name: method.to_string(),
-        };
+    /// `/csi.v1.Controller/CreateVolume`); `migrated` says whether it served an in-tree volume
+    /// (shown only once [`CallMetrics::enable_migration_label`] was called).
+    pub fn record(&self, method: &str, code: Code, elapsed: Duration, migrated: bool) {
+        let mut labels: CallLabels = vec![
+            ("driver_name", self.driver_name()),
+            ("grpc_status_code", go_code_name(code).to_string()),
+            ("method_name", method.to_string()),
+        ];
+        if self.migration.load(Ordering::Relaxed) {
+            labels.push(("migrated", migrated.to_string()));
+        }
         self.family
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
@@ -138,6 +148,7 @@ mod tests {
             "/csi.v1.Controller/ControllerGetCapabilities",
             Code::Ok,
             Duration::from_secs(20),
+            false,
         );
         let out = scrape(&metrics);
         let labels = r#"driver_name="hostpath.csi.k8s.io",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerGetCapabilities""#;
@@ -184,13 +195,39 @@ mod tests {
             "/csi.v1.Identity/Probe",
             Code::Unavailable,
             Duration::from_millis(1),
+            false,
         );
         metrics.set_driver_name("d");
-        clone.record("/csi.v1.Identity/Probe", Code::Ok, Duration::from_millis(1));
+        clone.record(
+            "/csi.v1.Identity/Probe",
+            Code::Ok,
+            Duration::from_millis(1),
+            false,
+        );
         metrics.set_driver_name("");
         assert_eq!(clone.driver_name(), UNKNOWN_DRIVER);
         let out = scrape(&metrics);
         assert!(out.contains(r#"{le="+Inf",driver_name="unknown-driver",grpc_status_code="Unavailable",method_name="/csi.v1.Identity/Probe"} 1"#), "{out}");
         assert!(out.contains(r#"{le="+Inf",driver_name="d",grpc_status_code="OK",method_name="/csi.v1.Identity/Probe"} 1"#), "{out}");
+    }
+
+    #[test]
+    fn migration_drivers_label_every_call() {
+        let metrics = CallMetrics::new();
+        metrics.set_driver_name("pd.csi.storage.gke.io");
+        let call = "/csi.v1.Controller/DeleteVolume";
+        metrics.record(call, Code::Ok, Duration::from_millis(1), true);
+        let out = scrape(&metrics);
+        assert!(!out.contains("migrated"), "{out}");
+        metrics.enable_migration_label();
+        metrics.record(call, Code::Ok, Duration::from_millis(1), true);
+        metrics.record(call, Code::Ok, Duration::from_millis(1), false);
+        let out = scrape(&metrics);
+        for migrated in ["true", "false"] {
+            let want = format!(
+                r#"{{le="+Inf",driver_name="pd.csi.storage.gke.io",grpc_status_code="OK",method_name="{call}",migrated="{migrated}"}} 1"#
+            );
+            assert!(out.contains(&want), "missing {want} in:\n{out}");
+        }
     }
 }

@@ -48,8 +48,9 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     call_metrics.register(&mut registry);
     let driver = driver::connect(&opts.csi_address, opts.timeout, call_metrics).await?;
     if let Some(in_tree) = provisioning::volume::decide::migrated_from(&driver.name) {
-        tracing::warn!(driver = %driver.name, in_tree_plugin = in_tree,
-            "CSI migration is not supported by this provisioner: claims and classes naming the in-tree plugin are not provisioned, and in-tree PersistentVolumes migrated to this driver are left alone");
+        driver.client.enable_migration_label();
+        tracing::info!(driver = %driver.name, in_tree_plugin = in_tree,
+            "CSI migration: also serving StorageClasses and PersistentVolumes of the in-tree plugin");
     }
     let node = if opts.node_deployment {
         Some(Arc::new(NodeDeployment::discover(&opts, &driver).await?))

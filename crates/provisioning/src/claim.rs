@@ -97,10 +97,10 @@ pub fn volume_attributes_class(claim: &PersistentVolumeClaim) -> Option<&str> {
 ///
 /// `class` is the StorageClass named by [`class_name`], looked up by the caller.
 ///
-/// Differs from upstream: CSI migration is not supported. For a driver that is a migration target
-/// (for example `ebs.csi.aws.com`) upstream also accepts claims and classes naming the in-tree
-/// plugin; here only `driver_name` is known, and `pv.kubernetes.io/migrated-to` does not make a
-/// claim ours (upstream's library ignores it too unless the in-tree name is known).
+/// CSI migration: when `driver_name` replaces an in-tree plugin (for example `ebs.csi.aws.com`
+/// and `kubernetes.io/aws-ebs`), a claim naming the in-tree plugin is ours when
+/// kube-controller-manager has marked it `pv.kubernetes.io/migrated-to: <driver>`, and a class
+/// naming the in-tree plugin is ours too (upstream's `AdditionalProvisionerNames`).
 pub fn should_provision(
     claim: &PersistentVolumeClaim,
     class: Option<&StorageClass>,
@@ -112,8 +112,12 @@ pub fn should_provision(
     {
         return ShouldProvision::AlreadyBound;
     }
-    if provisioner_of(claim) != Some(driver_name) {
-        return ShouldProvision::NotOurs;
+    let in_tree = crate::migration::in_tree_name(driver_name);
+    let known = |p: &str| p == driver_name || Some(p) == in_tree;
+    let migrated = annotation(claim, names::ANN_MIGRATED_TO) == Some(driver_name);
+    match provisioner_of(claim) {
+        Some(p) if known(p) && (p == driver_name || migrated) => {}
+        _ => return ShouldProvision::NotOurs,
     }
     let Some(class) = class else {
         return ShouldProvision::ClassMissing;
@@ -124,7 +128,7 @@ pub fn should_provision(
     if late_binding && !node_selected {
         return ShouldProvision::WaitForNode;
     }
-    if class.provisioner != driver_name {
+    if !known(&class.provisioner) {
         return ShouldProvision::ClassForOtherProvisioner;
     }
     ShouldProvision::Provision

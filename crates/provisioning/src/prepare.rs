@@ -116,6 +116,10 @@ pub struct ProvisionPlan {
     pub secrets: SecretRefs,
     /// The VolumeAttributesClass to fetch and check with [`check_volume_attributes_class`].
     pub volume_attributes_class: Option<String>,
+    /// CSI migration: the in-tree plugin the claim's class names. Its parameters were
+    /// translated for the driver, and the PV must be turned into the in-tree form
+    /// ([`crate::migration::csi_pv_to_in_tree`]).
+    pub migrated_from: Option<&'static str>,
 }
 
 impl ProvisionPlan {
@@ -160,6 +164,19 @@ pub fn prepare(inputs: &PrepareInputs<'_>) -> Result<Prepared, ProvisionError> {
     if let Some(kind) = data_source_kind(claim, claim_name)? {
         return Ok(Prepared::ExternalPopulator { kind });
     }
+    // CSI migration: a class of the in-tree plugin is provisioned with its parameters and
+    // topology translated for the driver, as upstream's TranslateInTreeStorageClassToCSI.
+    let migrated_from = crate::migration::in_tree_plugin_name(&class.provisioner);
+    let translated;
+    let class = match migrated_from {
+        Some(_) => {
+            translated = crate::migration::class_to_csi(class).map_err(|e| {
+                ProvisionError::finished(format!("failed to translate storage class: {e}"))
+            })?;
+            &translated
+        }
+        None => class,
+    };
 
     let vac_name =
         claim::volume_attributes_class(claim).filter(|_| config.volume_attributes_class_enabled);
@@ -236,6 +253,7 @@ pub fn prepare(inputs: &PrepareInputs<'_>) -> Result<Prepared, ProvisionError> {
         accessibility_requirements,
         secrets,
         volume_attributes_class: vac_name.map(str::to_string),
+        migrated_from,
     })))
 }
 

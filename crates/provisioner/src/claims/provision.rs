@@ -111,7 +111,8 @@ impl ClaimsController {
                 .into());
             }
         };
-        let volume = match ctx.driver.client.create_volume(request.clone()).await {
+        let client = ctx.driver.client.migrated(plan.migrated_from.is_some());
+        let volume = match client.create_volume(request.clone()).await {
             Ok(resp) => match resp.volume {
                 Some(v) => v,
                 None => {
@@ -149,10 +150,7 @@ impl ClaimsController {
         let capacity = match capacity_decision(plan.requested_bytes, volume.capacity_bytes) {
             CapacityDecision::TooSmall { got, want } => {
                 // Upstream deletes the volume and retries in the background.
-                if self
-                    .delete_too_small(&uid, &volume.volume_id, &request)
-                    .await
-                {
+                if self.delete_unkept(&uid, &volume.volume_id, &request).await {
                     let state = after_call(&before, &CallResult::Final);
                     self.memory.set_volume_state(&uid, state, Some(request));
                 }
@@ -186,11 +184,29 @@ impl ClaimsController {
                 affinity: pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
             });
         }
+        let pv = match plan.migrated_from {
+            None => pv,
+            Some(_) => match provisioning::migration::csi_pv_to_in_tree(&pv) {
+                Ok(pv) => pv,
+                Err(e) => {
+                    // No PV can be written for it: the volume goes again, as upstream.
+                    if self.delete_unkept(&uid, &volume.volume_id, &request).await {
+                        let state = after_call(&before, &CallResult::Final);
+                        self.memory.set_volume_state(&uid, state, Some(request));
+                    }
+                    let err = ProvisionError::finished(format!(
+                        "failed to translate CSI PV to in-tree due to: {e}. Deleting provisioned PV"
+                    ));
+                    return self.fail(&claim, class, err, false).await;
+                }
+            },
+        };
         self.save_pv(&claim, pv, started).await
     }
 
-    /// Best-effort DeleteVolume for a volume we will not keep (too small); whether it is gone.
-    pub(super) async fn delete_too_small(
+    /// Best-effort DeleteVolume for a volume we will not keep (too small, or a migrated one
+    /// whose PV cannot be written); whether it is gone.
+    pub(super) async fn delete_unkept(
         &self,
         uid: &str,
         volume_id: &str,
@@ -202,7 +218,7 @@ impl ClaimsController {
         {
             Ok(deleted) => deleted,
             Err(status) => {
-                tracing::error!(volume = %volume_id, err = %csi::status::go_error_string(&status), "Failed to delete the volume that was too small; retrying CreateVolume will find it again");
+                tracing::error!(volume = %volume_id, err = %csi::status::go_error_string(&status), "Failed to delete a volume that is not kept; retrying CreateVolume will find it again");
                 false
             }
         }

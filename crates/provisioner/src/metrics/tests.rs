@@ -256,6 +256,7 @@ fn whole_exposition_uses_upstream_sample_names() {
         "/csi.v1.Controller/CreateVolume",
         tonic::Code::Ok,
         std::time::Duration::from_millis(5),
+        false,
     );
     controller.provision_succeeded("c", "", 1.0);
     controller.provision_failed("c", "");

@@ -10,6 +10,9 @@ pub enum VolumeError {
     /// A PV of our driver without `spec.csi`: nothing to delete it with.
     #[error("invalid CSI PV {pv}: it has no spec.csi")]
     NoCsiSource { pv: String },
+    /// An in-tree PV (CSI migration) that cannot be put in CSI form.
+    #[error("failed to translate in-tree PersistentVolume {pv} to CSI: {message}")]
+    Translation { pv: String, message: String },
     /// A VolumeAttachment still names the PV (upstream's wording).
     #[error("persistentvolume {pv} is still attached to node {node}")]
     StillAttached { pv: String, node: String },
@@ -44,7 +47,7 @@ pub enum VolumeError {
 impl Failure for VolumeError {
     fn kind(&self) -> &'static str {
         match self {
-            VolumeError::NoCsiSource { .. } => "invalid_pv",
+            VolumeError::NoCsiSource { .. } | VolumeError::Translation { .. } => "invalid_pv",
             VolumeError::StillAttached { .. } => "still_attached",
             VolumeError::SecretReference { .. } | VolumeError::SecretFetch { .. } => {
                 "deletion_secret"

@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use controller_kit::events::EventType;
@@ -37,8 +36,6 @@ pub struct VolumesController {
     /// PVs (by UID) whose DeleteVolume succeeded while the PV object still exists: later syncs
     /// only finish the object (no second DeleteVolume). No object records this, so we do.
     volume_deleted: Arc<Mutex<HashSet<String>>>,
-    /// A migrated in-tree PV was left alone and said so (logged once per process).
-    migration_logged: Arc<AtomicBool>,
 }
 
 impl VolumesController {
@@ -48,7 +45,6 @@ impl VolumesController {
             queue: WorkQueue::new("volumes", limiter, Some(metrics)),
             ctx,
             volume_deleted: Arc::default(),
-            migration_logged: Arc::default(),
         }
     }
 
@@ -86,12 +82,6 @@ impl VolumesController {
         let Some(pv) = self.ctx.caches.volumes.get(&ObjectRef::new(name)) else {
             return Outcome::Done;
         };
-        if decide::is_migrated_in_tree(&pv, &self.ctx.driver.name)
-            && !self.migration_logged.swap(true, Ordering::Relaxed)
-        {
-            tracing::warn!(pv = %name, driver = %self.ctx.driver.name,
-                "CSI migration is not supported: leaving in-tree PersistentVolumes migrated to this driver alone (no finalizer, no deletion); delete their volumes by hand. Logged once");
-        }
         let result = match decide::decide(&pv, &self.ctx.driver.name) {
             Action::Ignore => Ok(()),
             // Distributed provisioning: another node's volume is that node's instance's, for
@@ -193,6 +183,20 @@ impl VolumesController {
 
     async fn delete_volume(&self, pv: &PersistentVolume, class: &str) -> Result<(), VolumeError> {
         let name = pv.name_any();
+        // CSI migration: an in-tree PV is deleted through the driver in its CSI form.
+        let translated;
+        let (pv, migrated) = match provisioning::migration::in_tree_plugin_of(pv) {
+            Some(_) => {
+                translated = provisioning::migration::in_tree_pv_to_csi(pv).map_err(|e| {
+                    VolumeError::Translation {
+                        pv: name.clone(),
+                        message: e.to_string(),
+                    }
+                })?;
+                (&translated, true)
+            }
+            None => (pv, false),
+        };
         let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
             return Err(VolumeError::NoCsiSource { pv: name });
         };
@@ -200,6 +204,14 @@ impl VolumesController {
             return Err(VolumeError::StillAttached { pv: name, node });
         }
         let class_obj = self.ctx.caches.classes.get(&ObjectRef::new(class));
+        // An in-tree class names its secrets in the driver's terms only once translated.
+        let class_obj = class_obj.map(|c| {
+            let in_tree = provisioning::migration::in_tree_plugin_name(&c.provisioner);
+            match in_tree.and_then(|_| provisioning::migration::class_to_csi(&c).ok()) {
+                Some(t) => std::sync::Arc::new(t),
+                None => c,
+            }
+        });
         let secret_data = match decide::deletion_secret(pv, class_obj.as_deref()) {
             Ok(DeletionSecret::None) => BTreeMap::new(),
             Ok(DeletionSecret::Annotated(r)) => match secrets::fetch(&self.ctx.client, &r).await {
@@ -231,6 +243,7 @@ impl VolumesController {
         self.ctx
             .driver
             .client
+            .migrated(migrated)
             .delete_volume(request)
             .await
             .map(|_| ())

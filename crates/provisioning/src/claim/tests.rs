@@ -209,3 +209,89 @@ fn should_provision_table() {
         assert_eq!(should_provision(claim, class, DRIVER), want, "{name}");
     }
 }
+
+/// CSI migration, as upstream's TestProvisionWithMigration: the driver replaces
+/// `kubernetes.io/gce-pd`.
+#[test]
+fn migrated_claims_and_classes_of_the_replaced_plugin_are_ours() {
+    const PD: &str = "pd.csi.storage.gke.io";
+    const IN_TREE: &str = "kubernetes.io/gce-pd";
+    let in_tree_class = class(IN_TREE);
+    let csi_class = class(PD);
+    let named = |p: &str| {
+        annotate(
+            without_annotations(claim()),
+            names::ANN_STORAGE_PROVISIONER,
+            p,
+        )
+    };
+    let beta_named = |p: &str| {
+        annotate(
+            without_annotations(claim()),
+            names::ANN_BETA_STORAGE_PROVISIONER,
+            p,
+        )
+    };
+    let migrated = |c: PersistentVolumeClaim, to: &str| annotate(c, names::ANN_MIGRATED_TO, to);
+    use ShouldProvision::*;
+    let cases = [
+        (
+            "in-tree name, migrated to us",
+            migrated(named(IN_TREE), PD),
+            &in_tree_class,
+            Provision,
+        ),
+        (
+            "beta in-tree name, migrated to us",
+            migrated(beta_named(IN_TREE), PD),
+            &in_tree_class,
+            Provision,
+        ),
+        (
+            "our name, in-tree class",
+            named(PD),
+            &in_tree_class,
+            Provision,
+        ),
+        (
+            "our name and migrated-to, in-tree class",
+            migrated(named(PD), PD),
+            &in_tree_class,
+            Provision,
+        ),
+        ("native CSI", named(PD), &csi_class, Provision),
+        (
+            "in-tree name, not migrated: the in-tree plugin's",
+            named(IN_TREE),
+            &in_tree_class,
+            NotOurs,
+        ),
+        (
+            "in-tree name migrated to another driver",
+            migrated(named(IN_TREE), "other.csi"),
+            &in_tree_class,
+            NotOurs,
+        ),
+        (
+            "another in-tree plugin migrated to us",
+            migrated(named("kubernetes.io/aws-ebs"), PD),
+            &in_tree_class,
+            NotOurs,
+        ),
+        (
+            "class of another in-tree plugin",
+            named(PD),
+            &class("kubernetes.io/aws-ebs"),
+            ClassForOtherProvisioner,
+        ),
+    ];
+    for (name, claim, class, want) in cases {
+        assert_eq!(should_provision(&claim, Some(class), PD), want, "{name}");
+    }
+    // A driver that replaces no plugin knows no in-tree name.
+    let not_migrating = migrated(named(IN_TREE), DRIVER);
+    assert_eq!(
+        should_provision(&not_migrating, Some(&class(DRIVER)), DRIVER),
+        NotOurs
+    );
+}

@@ -318,3 +318,32 @@ fn failures_in_upstream_order() {
         );
     }
 }
+
+/// CSI migration: an in-tree class is provisioned with its translated parameters, and the plan
+/// says which plugin it came from (upstream's TranslateInTreeStorageClassToCSI step).
+#[test]
+fn in_tree_class_is_translated() {
+    let mut sc = class("kubernetes.io/aws-ebs");
+    sc.parameters = Some(map(&[("fstype", "xfs"), ("type", "gp3")]));
+    let got = plan(run(&claim(), Some(&sc), &CONFIG, caps()));
+    assert_eq!(got.migrated_from, Some("kubernetes.io/aws-ebs"));
+    assert_eq!(got.fs_type, "xfs");
+    assert_eq!(got.parameters, map(&[("type", "gp3")]));
+    let native = plan(run(
+        &claim(),
+        Some(&class_with(&[("type", "gp3")])),
+        &CONFIG,
+        caps(),
+    ));
+    assert_eq!(native.migrated_from, None);
+
+    // An in-tree class the translation refuses: zones and allowedTopologies together.
+    sc.parameters = Some(map(&[("zone", "us-east-1a")]));
+    sc.allowed_topologies = Some(vec![Default::default()]);
+    let (state, message) = failure(run(&claim(), Some(&sc), &CONFIG, caps()));
+    assert_eq!(state, Finished);
+    assert!(
+        message.starts_with("failed to translate storage class: "),
+        "{message}"
+    );
+}

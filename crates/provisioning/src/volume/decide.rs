@@ -18,18 +18,23 @@ pub enum Action {
 }
 
 /// Whether the PV belongs to `driver`: dynamically provisioned by it, or (no provisioned-by
-/// annotation) a static CSI PV of it — upstream manages the finalizer of those too.
+/// annotation) a static CSI PV of it — upstream manages the finalizer of those too. With CSI
+/// migration the in-tree plugin's name counts as the driver's, in `provisioned-by` and in
+/// `pv.kubernetes.io/migrated-to` (upstream's `isProvisionerForVolume`).
 pub fn is_ours(pv: &PersistentVolume, driver: &str) -> bool {
     let annotations = pv.metadata.annotations.as_ref();
     let ann = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    let in_tree = migrated_from(driver);
+    let known = |p: &str| p == driver || Some(p) == in_tree;
+    let migrated = ann(ANN_MIGRATED_TO).is_some_and(known);
     match ann(ANN_PROVISIONED_BY) {
-        Some(p) => p == driver || ann(ANN_MIGRATED_TO) == Some(driver),
+        Some(p) => known(p) || migrated,
         None => {
             pv.spec
                 .as_ref()
                 .and_then(|s| s.csi.as_ref())
                 .is_some_and(|c| c.driver == driver)
-                || ann(ANN_MIGRATED_TO) == Some(driver)
+                || migrated
         }
     }
 }
@@ -54,17 +59,6 @@ pub fn migrated_from(driver: &str) -> Option<&'static str> {
         .map(|(in_tree, _)| *in_tree)
 }
 
-/// An in-tree PV that is ours only through `pv.kubernetes.io/migrated-to`: it has no
-/// `spec.csi`, so it cannot be deleted without CSI migration's translation, which we do not
-/// implement. Such PVs are left alone (upstream translates them).
-pub fn is_migrated_in_tree(pv: &PersistentVolume, driver: &str) -> bool {
-    let annotations = pv.metadata.annotations.as_ref();
-    let ann = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
-    pv.spec.as_ref().is_none_or(|s| s.csi.is_none())
-        && ann(ANN_MIGRATED_TO) == Some(driver)
-        && ann(ANN_PROVISIONED_BY) != Some(driver)
-}
-
 /// Whether the PV carries our finalizer.
 pub fn has_finalizer(pv: &PersistentVolume) -> bool {
     pv.metadata
@@ -78,14 +72,6 @@ pub fn has_finalizer(pv: &PersistentVolume) -> bool {
 pub fn decide(pv: &PersistentVolume, driver: &str) -> Action {
     if !is_ours(pv, driver) {
         return Action::Ignore;
-    }
-    if is_migrated_in_tree(pv, driver) {
-        // Earlier versions put our finalizer on such PVs; nothing of ours would ever drop it.
-        return if has_finalizer(pv) {
-            Action::RemoveFinalizer
-        } else {
-            Action::Ignore
-        };
     }
     let reclaim = pv
         .spec
@@ -225,40 +211,39 @@ mod tests {
         p
     }
 
+    /// In-tree PVs of the plugin our driver replaces follow the same rules as our own (their
+    /// deletion translates them to CSI first), as upstream's TestDeleteMigration.
     #[test]
-    fn migrated_in_tree_volumes_are_left_alone() {
+    fn migrated_in_tree_volumes_are_ours() {
         use Action::*;
-        let d = "drv";
+        const PD: &str = "pd.csi.storage.gke.io";
+        const IN_TREE: &str = "kubernetes.io/gce-pd";
         let cases = [
-            // Bound: no finalizer.
-            (in_tree(None, d, "Bound", false), true, Ignore),
+            (in_tree(None, PD, "Bound", false), PD, AddFinalizer),
+            (in_tree(Some(IN_TREE), PD, "Bound", false), PD, AddFinalizer),
+            (in_tree(Some(IN_TREE), PD, "Released", true), PD, Delete),
+            (in_tree(Some(IN_TREE), PD, "Released", false), PD, Delete),
+            // Provisioned by the in-tree plugin, not (yet) marked as migrated: still ours.
+            (in_tree(Some(IN_TREE), "", "Bound", false), PD, AddFinalizer),
+            // The beta migrated-to value naming the in-tree plugin counts too.
+            (in_tree(None, IN_TREE, "Bound", false), PD, AddFinalizer),
+            // Migrated to another driver, or another plugin's: not ours at all.
+            (in_tree(None, "other", "Bound", true), PD, Ignore),
             (
-                in_tree(Some("kubernetes.io/gce-pd"), d, "Bound", false),
-                true,
+                in_tree(Some("kubernetes.io/aws-ebs"), "", "Bound", false),
+                PD,
                 Ignore,
             ),
-            // Released: no DeleteVolume (it would fail: no spec.csi).
-            (in_tree(None, d, "Released", false), true, Ignore),
+            // A driver that replaces no plugin knows no in-tree name.
+            (in_tree(Some(IN_TREE), "", "Bound", false), "drv", Ignore),
             (
-                in_tree(Some("kubernetes.io/gce-pd"), d, "Released", false),
-                true,
-                Ignore,
+                in_tree(Some(IN_TREE), "drv", "Released", true),
+                "drv",
+                Delete,
             ),
-            // A finalizer an earlier version added goes, or the PV could never be deleted.
-            (
-                in_tree(Some("kubernetes.io/gce-pd"), d, "Released", true),
-                true,
-                RemoveFinalizer,
-            ),
-            (in_tree(None, d, "Bound", true), true, RemoveFinalizer),
-            // Migrated to another driver: not ours at all.
-            (in_tree(None, "other", "Bound", true), false, Ignore),
-            // Provisioned by us yet without spec.csi is not migration: deletion reports it.
-            (in_tree(Some(d), d, "Released", false), false, Delete),
         ];
-        for (i, (pv, migrated, want)) in cases.iter().enumerate() {
-            assert_eq!(is_migrated_in_tree(pv, d), *migrated, "case {i}");
-            assert_eq!(decide(pv, d), *want, "case {i}");
+        for (i, (pv, driver, want)) in cases.iter().enumerate() {
+            assert_eq!(decide(pv, driver), *want, "case {i}");
         }
     }
 
