@@ -77,7 +77,9 @@ impl Caches {
             Some((_, node)) => {
                 let name = node.metadata.name.clone().unwrap_or_default();
                 let topology = node.metadata.labels.clone().unwrap_or_default();
-                let claim = move |c: &PersistentVolumeClaim| not_for_other_node(c, &name);
+                let claim = move |c: &PersistentVolumeClaim| {
+                    provisioning::distributed::concerns_node(c, &name)
+                };
                 let volume = move |pv: &PersistentVolume| on_node(pv, &topology);
                 (Box::new(claim) as Keep<_>, Box::new(volume) as Keep<_>)
             }
@@ -202,12 +204,6 @@ type Keep<K> = Box<dyn Fn(&K) -> bool + Send + Sync>;
 
 fn keep_all<K>() -> Keep<K> {
     Box::new(|_| true)
-}
-
-/// A claim that another node's instance handles is none of ours.
-fn not_for_other_node(claim: &PersistentVolumeClaim, node: &str) -> bool {
-    provisioning::claim::annotation(claim, provisioning::names::ANN_SELECTED_NODE)
-        .is_none_or(|n| n.is_empty() || n == node)
 }
 
 /// A volume this node can reach (node affinity is immutable, so this never changes).

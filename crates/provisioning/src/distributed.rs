@@ -32,6 +32,24 @@ pub enum NodeOwner {
     NotYet,
 }
 
+/// Whether an instance on `node` keeps a claim in its cache at all: claims whose
+/// `selected-node` names it, and claims still waiting for a node (unbound, none selected).
+/// Everything else (other nodes' claims, claims bound without any node selected) no step of
+/// this instance reads, so with local storage each instance holds its own node's claims
+/// instead of the cluster's.
+///
+/// Differs from upstream: its instances cache every claim of the cluster.
+pub fn concerns_node(claim: &PersistentVolumeClaim, node: &str) -> bool {
+    match annotation(claim, names::ANN_SELECTED_NODE).filter(|n| !n.is_empty()) {
+        Some(selected) => selected == node,
+        None => claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_none_or(str::is_empty),
+    }
+}
+
 /// Upstream's `checkNode`: only the GA `selected-node` annotation counts, and an empty value
 /// means none. A class without a binding mode is Immediate (the API server's default).
 pub fn node_owner(

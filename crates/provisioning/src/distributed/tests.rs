@@ -356,3 +356,35 @@ fn exactly_one_instance_reports_a_claim_whatever_it_asks_for() {
         assert_eq!(reporters.len(), 1, "{uid}: {reporters:?}");
     }
 }
+
+#[test]
+fn an_instance_keeps_its_own_and_waiting_claims_only() {
+    let bound = |selected: Option<&str>| {
+        let mut c = claim(selected);
+        c.spec = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+            volume_name: Some("pv-1".into()),
+            ..Default::default()
+        });
+        c
+    };
+    let cases = [
+        (claim(None), true, "waiting for a node"),
+        (claim(Some("")), true, "empty selected-node is none"),
+        (claim(Some("n1")), true, "ours"),
+        (claim(Some("n2")), false, "another node's"),
+        (
+            bound(Some("n1")),
+            true,
+            "ours, bound (its finalizer may still go)",
+        ),
+        (bound(Some("n2")), false, "another node's, bound"),
+        (
+            bound(None),
+            false,
+            "bound without a node: nothing to do here",
+        ),
+    ];
+    for (c, want, what) in cases {
+        assert_eq!(concerns_node(&c, "n1"), want, "{what}");
+    }
+}
