@@ -32,9 +32,17 @@ pub struct Races {
     /// Upstream's jittered delays, for claims no order can be agreed on.
     lottery: Option<RateLimiter<String>>,
     drawn: HashMap<String, Duration>,
-    /// Claims this instance took whose volume may not exist yet, with their size: the
-    /// driver's GetCapacity does not count them, so the next take must.
-    taken: HashMap<String, (ObjectRef<PersistentVolumeClaim>, i64)>,
+    /// Claims this instance took (or is taking) whose volume may not exist yet: the driver's
+    /// GetCapacity does not count them, so the next take must.
+    taken: HashMap<String, Taken>,
+}
+
+/// A claim this instance took or is taking.
+struct Taken {
+    claim: ObjectRef<PersistentVolumeClaim>,
+    bytes: i64,
+    /// Whether our `selected-node` write has landed (before that the cache cannot confirm it).
+    written: bool,
 }
 
 impl Races {
@@ -79,6 +87,18 @@ impl Races {
     pub fn forget(&mut self, uid: &str) {
         self.forget_wait(uid);
         self.taken.remove(uid);
+    }
+
+    /// Bytes of the takes whose volumes may not exist yet. A take whose write is still on its
+    /// way always counts; a written one counts while `still_ours(uid, claim)` (the cached claim
+    /// still names our node and has no PV), and is dropped once it does not.
+    fn in_flight(
+        &mut self,
+        still_ours: impl Fn(&str, &ObjectRef<PersistentVolumeClaim>) -> bool,
+    ) -> i64 {
+        self.taken
+            .retain(|uid, t| !t.written || still_ours(uid, &t.claim));
+        self.taken.values().map(|t| t.bytes).sum()
     }
 }
 
@@ -182,18 +202,28 @@ impl ClaimsController {
         if waited < wait {
             return Err(SyncError::Turn(wait - waited));
         }
-        // One take at a time on this node, each counting the ones before it whose volumes the
-        // driver does not report yet: a burst must not pass one pre-check many times.
-        let _taking = self.taking.lock().await;
-        let in_flight = self.in_flight(&node);
-        klog::v!(4, claim = %claim_name(claim), in_flight, "Checking capacity before taking claim");
-        if let Some(plan) = &plan
-            && !self.capacity_allows(plan, in_flight).await
+        // One pre-check at a time on this node, each counting the takes before it whose
+        // volumes the driver does not report yet: a burst must not pass one pre-check many
+        // times. The write itself goes out after the lock, so takes do not wait for each
+        // other's round trip behind the rest of the API budget.
         {
-            klog::v!(3, claim = %claim_name(claim), node = %node.name, "GetCapacity says the volume does not fit on this node; not taking the claim");
-            return Ok(());
+            let _taking = self.taking.lock().await;
+            let in_flight = self.in_flight(&node);
+            klog::v!(4, claim = %claim_name(claim), in_flight, "Checking capacity before taking claim");
+            if let Some(plan) = &plan
+                && !self.capacity_allows(plan, in_flight).await
+            {
+                klog::v!(3, claim = %claim_name(claim), node = %node.name, "GetCapacity says the volume does not fit on this node; not taking the claim");
+                return Ok(());
+            }
+            let taking = Taken {
+                claim: ObjectRef::from_obj(claim),
+                bytes: requested_bytes(claim).unwrap_or(0),
+                written: false,
+            };
+            self.races.lock().taken.insert(uid.clone(), taking);
         }
-        let stored = update::modify_claim(&self.ctx.client, &self.ctx.caches.claims, claim, |c| {
+        let written = update::modify_claim(&self.ctx.client, &self.ctx.caches.claims, claim, |c| {
             if annotation(c, ANN_SELECTED_NODE).is_some_and(|n| !n.is_empty()) {
                 return false; // another instance was faster
             }
@@ -203,25 +233,33 @@ impl ClaimsController {
                 .insert(ANN_SELECTED_NODE.to_string(), node.name.clone());
             true
         })
-        .await
-        .map_err(|source| ClaimError::ClaimWrite {
-            claim: claim_name(claim),
-            what: "set selected-node on",
-            source,
-        })?;
+        .await;
         let mut races = self.races.lock();
         races.forget_wait(&uid);
-        if stored
-            .as_ref()
-            .and_then(|c| annotation(c, ANN_SELECTED_NODE))
-            == Some(&node.name)
-        {
-            let reference = ObjectRef::from_obj(claim);
-            let bytes = requested_bytes(claim).unwrap_or(0);
-            races.taken.insert(uid.clone(), (reference, bytes));
+        let ours = written.as_ref().ok().and_then(|stored| {
+            stored
+                .as_ref()
+                .and_then(|c| annotation(c, ANN_SELECTED_NODE))
+                .filter(|n| *n == node.name)
+        });
+        match races.taken.get_mut(&uid) {
+            Some(t) if ours.is_some() => t.written = true,
+            _ => {
+                races.taken.remove(&uid);
+            }
+        }
+        if ours.is_some() {
             klog::v!(2, claim = %claim_name(claim), node = %node.name, waited = ?waited, "Took claim for this node");
         }
-        Ok(())
+        drop(races);
+        written.map(drop).map_err(|source| {
+            ClaimError::ClaimWrite {
+                claim: claim_name(claim),
+                what: "set selected-node on",
+                source,
+            }
+            .into()
+        })
     }
 
     /// This instance's place in the order for the claim.
@@ -289,15 +327,13 @@ impl ClaimsController {
     /// Bytes of the claims this instance took whose volumes do not exist yet; claims that
     /// got their PV, went to another node or are gone are dropped from the count.
     fn in_flight(&self, node: &NodeDeployment) -> i64 {
-        let mut races = self.races.lock();
-        races.taken.retain(|uid, (reference, _)| {
+        self.races.lock().in_flight(|uid, reference| {
             self.ctx.caches.claims.get(reference).is_some_and(|c| {
-                c.metadata.uid.as_deref() == Some(uid.as_str())
+                c.metadata.uid.as_deref() == Some(uid)
                     && annotation(&c, ANN_SELECTED_NODE) == Some(node.name.as_str())
                     && !self.pv_exists(&c)
             })
-        });
-        races.taken.values().map(|(_, bytes)| bytes).sum()
+        })
     }
 
     /// Upstream's `checkCapacity`: GetCapacity for this node with the request's parameters;
@@ -445,6 +481,26 @@ mod tests {
         for (before, now, want, what) in cases {
             assert_eq!(restarts_wait(before, now), want, "{what}");
         }
+    }
+
+    #[test]
+    fn takes_on_their_way_count_until_the_cache_can_judge_them() {
+        let mut races = Races::default();
+        let take = |name: &str, bytes, written| Taken {
+            claim: ObjectRef::new(name).within("ns"),
+            bytes,
+            written,
+        };
+        races.taken.insert("sent".into(), take("a", 1, false));
+        races.taken.insert("landed".into(), take("b", 10, true));
+        races.taken.insert("bound".into(), take("c", 100, true));
+        // Only "landed" is still ours in the cache; "sent" is not in the cache yet at all.
+        let still_ours = |uid: &str, _: &ObjectRef<PersistentVolumeClaim>| uid == "landed";
+        assert_eq!(races.in_flight(still_ours), 11);
+        assert!(!races.taken.contains_key("bound"), "a judged take leaves");
+        assert!(races.taken.contains_key("sent"), "a take on its way stays");
+        races.forget("sent");
+        assert_eq!(races.in_flight(|_, _| false), 0);
     }
 
     #[test]
