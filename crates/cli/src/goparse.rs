@@ -20,11 +20,7 @@ impl std::fmt::Display for NumError {
 
 /// `strconv.ParseBool`: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False.
 pub fn parse_go_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
+    gofmt::parse_bool(s).ok()
 }
 
 /// `strconv.ParseInt(s, 0, 64)`: optional sign, then a number as [`parse_go_uint`] reads it.

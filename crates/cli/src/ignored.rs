@@ -4,8 +4,6 @@
 use crate::gates::Feature;
 use crate::options::Options;
 
-const DATA_SOURCES: &str = "volume data sources (snapshots, clones) are not implemented yet";
-
 /// `(flag, why)` for flags that take effect upstream but not here. A flag appears when it was
 /// given on the command line, or when its value switches on something we lack.
 const RULES: &[(&str, &str)] = &[
@@ -33,9 +31,10 @@ const RULES: &[(&str, &str)] = &[
         "log-json-info-buffer-size",
         "alpha option behind the LoggingAlphaOptions gate; only 0 (no buffering) is accepted, as upstream",
     ),
-    ("snapshot-orphan-sweep-interval", DATA_SOURCES),
-    ("cloning-protection-threads", DATA_SOURCES),
-    ("prevent-volume-mode-conversion", DATA_SOURCES),
+    (
+        "cloning-protection-threads",
+        "cloning protection runs inside the claim workers (--worker-threads), not in a pool of its own",
+    ),
 ];
 
 impl Options {
@@ -54,7 +53,7 @@ impl Options {
         {
             out.push((
                 "feature-gates",
-                "CrossNamespaceVolumeDataSource: volume data sources are not implemented yet",
+                "CrossNamespaceVolumeDataSource: cross-namespace data sources (ReferenceGrant) are not implemented yet; such claims are refused as with the gate off",
             ));
         }
         out

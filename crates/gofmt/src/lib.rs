@@ -78,6 +78,19 @@ fn is_printable(c: char) -> bool {
         | '\u{f0000}'..='\u{10ffff}')
 }
 
+/// Go's `strconv.ParseBool`: 1, t, T, TRUE, true, True and their false counterparts; the error
+/// reads like Go's (`strconv.ParseBool: parsing "x": invalid syntax`).
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "strconv.ParseBool: parsing {}: invalid syntax",
+            quote(s)
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +124,23 @@ mod tests {
         assert_eq!(quote_list::<&str>(&[]), "[]");
         assert_eq!(list(&["zone", "rack"]), "[zone rack]");
         assert_eq!(list::<String>(&[]), "[]");
+    }
+
+    #[test]
+    fn parse_bool_like_go() {
+        for (input, want) in [
+            ("1", true),
+            ("t", true),
+            ("True", true),
+            ("0", false),
+            ("F", false),
+            ("FALSE", false),
+        ] {
+            assert_eq!(parse_bool(input), Ok(want), "{input}");
+        }
+        assert_eq!(
+            parse_bool("yes"),
+            Err("strconv.ParseBool: parsing \"yes\": invalid syntax".to_string())
+        );
     }
 }

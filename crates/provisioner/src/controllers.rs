@@ -174,6 +174,15 @@ pub(crate) async fn run_controllers(
             ),
         );
     }
+    if let Some(every) = opts.snapshot_orphan_sweep_interval
+        && base.driver.capabilities.create_delete_snapshot
+    {
+        let cache = base.node.is_none().then(|| caches.claims.clone());
+        tasks.spawn(
+            "snapshot orphan sweep",
+            crate::snapshot_sweep::run(base.client.clone(), cache, every, cancel.clone()),
+        );
+    }
     tasks.spawn(
         "admission policy watch",
         crate::policy_watch::run(

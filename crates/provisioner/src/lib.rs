@@ -5,6 +5,7 @@
 //! controllers ([`claims`], [`volumes`], [`capacity_controller`]) under leader election.
 
 pub mod admission_policy;
+mod api_error;
 pub mod app;
 mod base;
 pub mod caches;
@@ -21,6 +22,7 @@ pub mod orphans;
 pub mod policy_watch;
 pub mod release_node;
 pub mod secrets;
+pub mod snapshot_sweep;
 pub mod stopped;
 mod supervise;
 pub mod volumes;

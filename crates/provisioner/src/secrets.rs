@@ -10,7 +10,7 @@ use provisioning::secrets::SecretRef;
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
     /// The API server's own words (`secrets "x" not found`), as upstream prints them.
-    #[error("{}", api_message(.0))]
+    #[error("{}", crate::api_error::message(.0))]
     Get(#[from] kube::Error),
     #[error("key {key:?} is not valid UTF-8 text; CSI secrets must be strings")]
     NotText { key: String },
@@ -33,11 +33,4 @@ pub async fn fetch(
             Err(_) => Err(SecretError::NotText { key }),
         })
         .collect()
-}
-
-fn api_message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
-    }
 }

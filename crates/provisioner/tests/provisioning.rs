@@ -309,13 +309,21 @@ async fn bad_input_gets_a_clear_event_and_no_volume() {
         json!({"spec": {"accessModes": ["ReadWriteMany"]}}),
     )
     .await;
-    s.claim(
+    let restore = s.claim(
         "snapshot",
         &ok,
         "1Gi",
         json!({"spec": {"dataSource": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "snap"}}}),
     )
     .await;
+    let clone = s
+        .claim(
+            "clone",
+            &ok,
+            "1Gi",
+            json!({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "bogus"}}}),
+        )
+        .await;
     s.claim(
         "populated",
         &ok,
@@ -333,9 +341,14 @@ async fn bad_input_gets_a_clear_event_and_no_volume() {
         ("twofs", "fstype"),
         ("selector", "claim Selector is not supported"),
         ("rwx", "InvalidArgument"),
+        // The mock driver reports neither CREATE_DELETE_SNAPSHOT nor CLONE_VOLUME.
         (
             "snapshot",
-            "data sources (snapshots and clones) are not supported yet",
+            "CSI driver does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability is not reported",
+        ),
+        (
+            "clone",
+            "CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported",
         ),
     ] {
         let event = s.wait_event(claim, "ProvisioningFailed", needle).await;
@@ -355,6 +368,11 @@ async fn bad_input_gets_a_clear_event_and_no_volume() {
         .filter(|c| c.get("response").is_some())
         .collect();
     assert!(created.is_empty(), "no volume may be created: {created:#?}");
+    // A driver that cannot restore or clone is never asked to.
+    for c in [&restore, &clone] {
+        let name = format!("pvc-{}", c.metadata.uid.as_deref().unwrap_or_default());
+        assert_eq!(s.create_calls(&name).len(), 0, "CreateVolume for {name}");
+    }
     assert!(s.driver_volumes().await.is_empty());
     assert!(
         s.provisioner().is_running(),

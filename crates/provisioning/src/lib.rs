@@ -56,6 +56,7 @@ pub mod admission;
 pub mod attempt;
 pub mod capabilities;
 pub mod claim;
+pub mod data_source;
 pub mod distributed;
 pub mod errors;
 pub mod fstype;

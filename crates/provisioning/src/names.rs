@@ -37,6 +37,15 @@ pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finali
 /// either the PV exists or the volume is known to be gone. See `lifecycle`.
 pub const CREATING_VOLUME_FINALIZER: &str =
     "external-provisioner.volume.kubernetes.io/creating-volume";
+/// Finalizer on a claim that is the source of a clone still being provisioned.
+pub const CLONE_SOURCE_FINALIZER: &str = "provisioner.storage.kubernetes.io/cloning-protection";
+/// Finalizer on a VolumeSnapshot a claim is being restored from (ours; the snapshotter has its
+/// own `snapshot.storage.kubernetes.io/...` one).
+pub const SNAPSHOT_SOURCE_FINALIZER: &str =
+    "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection";
+/// VolumeSnapshotContent annotation allowing a restore to change the volume mode.
+pub const ANN_ALLOW_VOLUME_MODE_CHANGE: &str =
+    "snapshot.storage.kubernetes.io/allow-volume-mode-change";
 /// kube-controller-manager's finalizer on every claim, removed once no pod uses the claim.
 pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
 /// `spec.csi.volumeAttributes` key holding the provisioner identity.
@@ -64,6 +73,22 @@ pub const EVENT_PROVISIONING_SUCCEEDED: &str = "ProvisioningSucceeded";
 pub const EVENT_PROVISIONING_FAILED: &str = "ProvisioningFailed";
 /// Event reason on the PV: DeleteVolume failed (Warning).
 pub const EVENT_VOLUME_FAILED_DELETE: &str = "VolumeFailedDelete";
+/// Event reason on a deleting clone source (Normal, ours): clones are still filled from it.
+pub const EVENT_WAIT_FOR_CLONES: &str = "WaitForClones";
+
+/// The message of [`EVENT_WAIT_FOR_CLONES`]: which clones hold the deletion.
+pub fn wait_for_clones_message(clones: &[String]) -> String {
+    format!(
+        "deletion waits until {} {} cloned from this claim: {}",
+        clones.len(),
+        if clones.len() == 1 {
+            "claim is"
+        } else {
+            "claims are"
+        },
+        clones.join(", ")
+    )
+}
 /// Message of the Normal `Provisioning` event for claims with a populator data source.
 pub const POPULATOR_EVENT_MESSAGE: &str =
     "Assuming an external populator will provision the volume";

@@ -5,23 +5,20 @@
 use std::collections::BTreeMap;
 use std::fmt::Display;
 
-use csi::v1::{CreateVolumeRequest, TopologyRequirement, VolumeCapability};
+use csi::v1::{CreateVolumeRequest, TopologyRequirement, VolumeCapability, VolumeContentSource};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::capabilities::claim_volume_capabilities;
 use crate::claim;
+use crate::data_source::{self, DataSource, Normalised};
 use crate::errors::{ProvisionError, ProvisioningState};
 use crate::fstype::resolve_fs_type;
-use crate::names;
 use crate::parameters::{add_extra_create_metadata, strip_reserved};
 use crate::request::{CreateVolumeInputs, build_create_volume_request};
 use crate::secrets::{SecretRef, SecretRefs, TemplateClaim, secret_references};
 use crate::topology::{TopologyInput, accessibility_requirements};
 use crate::volume_name::make_volume_name;
-
-/// The error for claims with a snapshot or clone data source.
-pub const DATA_SOURCES_UNSUPPORTED: &str = "data sources (snapshots and clones) are not supported yet by this provisioner; the claim was not provisioned";
 
 /// The driver's capabilities, as read once at start-up.
 pub use csi::DriverCapabilities;
@@ -87,7 +84,7 @@ pub enum Prepared {
     /// Go on: fetch the provisioner secret and the VolumeAttributesClass, then call CreateVolume.
     Provision(Box<ProvisionPlan>),
     /// The claim's data source is for a volume populator: emit a Normal
-    /// [`names::EVENT_PROVISIONING`] event with [`names::POPULATOR_EVENT_MESSAGE`] and ignore
+    /// [`crate::names::EVENT_PROVISIONING`] event with [`crate::names::POPULATOR_EVENT_MESSAGE`] and ignore
     /// the claim (upstream's `IgnoredError`).
     ExternalPopulator {
         /// The data source kind.
@@ -120,15 +117,20 @@ pub struct ProvisionPlan {
     /// translated for the driver, and the PV must be turned into the in-tree form
     /// ([`crate::migration::csi_pv_to_in_tree`]).
     pub migrated_from: Option<&'static str>,
+    /// The snapshot or claim to fill the volume from: the caller checks it and builds the
+    /// content source ([`crate::data_source`]) before CreateVolume.
+    pub data_source: Option<DataSource>,
 }
 
 impl ProvisionPlan {
-    /// The CreateVolumeRequest, given the provisioner secret's data and the VAC parameters.
+    /// The CreateVolumeRequest, given the provisioner secret's data, the VAC parameters and
+    /// the content source built from [`ProvisionPlan::data_source`] (if any).
     pub fn create_volume_request(
         &self,
         claim: &PersistentVolumeClaim,
         secrets: BTreeMap<String, String>,
         mutable_parameters: BTreeMap<String, String>,
+        content_source: Option<VolumeContentSource>,
     ) -> Result<CreateVolumeRequest, ProvisionError> {
         build_create_volume_request(CreateVolumeInputs {
             volume_name: &self.volume_name,
@@ -138,6 +140,7 @@ impl ProvisionPlan {
             secrets,
             accessibility_requirements: self.accessibility_requirements.clone(),
             mutable_parameters,
+            content_source,
         })
     }
 }
@@ -146,7 +149,8 @@ impl ProvisionPlan {
 /// configuration problems are `Finished`, lookups that may succeed later are `NoChange`, and a
 /// selected node whose CSINode is gone is `Reschedule`.
 ///
-/// Differs from upstream: snapshot and clone data sources are refused (not implemented yet);
+/// Differs from upstream: the data source's content source is checked by the caller after this
+/// (upstream checks it before topology and secrets, so when both fail the event differs);
 /// cross-namespace data sources are refused as with upstream's default feature gates; and because
 /// the secret is fetched by the caller after all pure checks, a claim with both an unreadable
 /// provisioner secret and an unknown reserved parameter fails as `Finished` where upstream says
@@ -161,9 +165,11 @@ pub fn prepare(inputs: &PrepareInputs<'_>) -> Result<Prepared, ProvisionError> {
         return Err(ProvisionError::finished("storage class was nil"));
     };
 
-    if let Some(kind) = data_source_kind(claim, claim_name)? {
-        return Ok(Prepared::ExternalPopulator { kind });
-    }
+    let data_source = match data_source::normalise(claim)? {
+        Normalised::Empty => None,
+        Normalised::Populator(kind) => return Ok(Prepared::ExternalPopulator { kind }),
+        Normalised::Source(source) => Some(source),
+    };
     // CSI migration: a class of the in-tree plugin is provisioned with its parameters and
     // topology translated for the driver, as upstream's TranslateInTreeStorageClassToCSI.
     let migrated_from = crate::migration::in_tree_plugin_name(&class.provisioner);
@@ -180,6 +186,9 @@ pub fn prepare(inputs: &PrepareInputs<'_>) -> Result<Prepared, ProvisionError> {
 
     let vac_name =
         claim::volume_attributes_class(claim).filter(|_| config.volume_attributes_class_enabled);
+    if let Some(source) = &data_source {
+        data_source::check_capability(source.kind, caps)?;
+    }
     check_driver_capabilities(caps, vac_name.is_some())?;
 
     if claim.spec.as_ref().is_some_and(|s| s.selector.is_some()) {
@@ -254,55 +263,8 @@ pub fn prepare(inputs: &PrepareInputs<'_>) -> Result<Prepared, ProvisionError> {
         secrets,
         volume_attributes_class: vac_name.map(str::to_string),
         migrated_from,
+        data_source,
     })))
-}
-
-/// Normalises `dataSource` / `dataSourceRef`: `Some(kind)` for a populator, an error for what is
-/// not supported, `None` without a data source.
-fn data_source_kind(
-    claim: &PersistentVolumeClaim,
-    claim_name: &str,
-) -> Result<Option<String>, ProvisionError> {
-    let Some(spec) = claim.spec.as_ref() else {
-        return Ok(None);
-    };
-    let (kind, name, api_group) = if let Some(source) = &spec.data_source {
-        (
-            &source.kind,
-            &source.name,
-            source.api_group.as_deref().unwrap_or_default(),
-        )
-    } else if let Some(source) = &spec.data_source_ref {
-        if source.namespace.as_deref().is_some_and(|ns| !ns.is_empty()) {
-            return Err(ProvisionError::finished(
-                "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled",
-            ));
-        }
-        (
-            &source.kind,
-            &source.name,
-            source.api_group.as_deref().unwrap_or_default(),
-        )
-    } else {
-        return Ok(None);
-    };
-    if name.is_empty() {
-        return Err(ProvisionError::finished(format!(
-            "the PVC source not found for PVC {claim_name}"
-        )));
-    }
-    match kind.as_str() {
-        names::SNAPSHOT_KIND if api_group != names::SNAPSHOT_API_GROUP => {
-            Err(ProvisionError::finished(format!(
-                "the PVC source does not belong to the right APIGroup. Expected {}, Got {api_group}",
-                names::SNAPSHOT_API_GROUP
-            )))
-        }
-        names::SNAPSHOT_KIND | names::PVC_KIND => {
-            Err(ProvisionError::finished(DATA_SOURCES_UNSUPPORTED))
-        }
-        other => Ok(Some(other.to_string())),
-    }
 }
 
 fn check_driver_capabilities(

@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use csi::v1::{CapacityRange, CreateVolumeRequest, TopologyRequirement, VolumeCapability};
+use csi::v1::{
+    CapacityRange, CreateVolumeRequest, TopologyRequirement, VolumeCapability, VolumeContentSource,
+};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
 use crate::claim;
@@ -30,6 +32,8 @@ pub struct CreateVolumeInputs<'a> {
     pub accessibility_requirements: Option<TopologyRequirement>,
     /// The VolumeAttributesClass parameters (empty without one).
     pub mutable_parameters: BTreeMap<String, String>,
+    /// The snapshot or volume to fill the new volume from (see [`crate::data_source`]).
+    pub content_source: Option<VolumeContentSource>,
 }
 
 /// Builds the request. `limit_bytes` is never set: claim limits are ignored, as upstream.
@@ -59,7 +63,7 @@ pub fn build_create_volume_request(
         volume_capabilities: inputs.capabilities,
         parameters: inputs.parameters.into_iter().collect(),
         secrets: inputs.secrets.into_iter().collect(),
-        volume_content_source: None,
+        volume_content_source: inputs.content_source,
         accessibility_requirements: inputs.accessibility_requirements,
         mutable_parameters: inputs.mutable_parameters.into_iter().collect(),
     })
@@ -94,6 +98,7 @@ mod tests {
             secrets: map(&[("password", "hunter2")]),
             accessibility_requirements: None,
             mutable_parameters: BTreeMap::new(),
+            content_source: None,
         }
     }
 
@@ -128,6 +133,14 @@ mod tests {
         let mut input = inputs(&c);
         input.accessibility_requirements = Some(requirement.clone());
         input.mutable_parameters = map(&[("iops", "3000")]);
+        let source = VolumeContentSource {
+            r#type: Some(csi::v1::volume_content_source::Type::Snapshot(
+                csi::v1::volume_content_source::SnapshotSource {
+                    snapshot_id: "snap-1".into(),
+                },
+            )),
+        };
+        input.content_source = Some(source.clone());
         let want = CreateVolumeRequest {
             name: "pvc-1".into(),
             capacity_range: Some(CapacityRange {
@@ -137,7 +150,7 @@ mod tests {
             volume_capabilities: vec![rwo()],
             parameters: [("type".to_string(), "ssd".to_string())].into(),
             secrets: [("password".to_string(), "hunter2".to_string())].into(),
-            volume_content_source: None,
+            volume_content_source: Some(source),
             accessibility_requirements: Some(requirement),
             mutable_parameters: [("iops".to_string(), "3000".to_string())].into(),
         };

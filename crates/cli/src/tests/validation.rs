@@ -163,8 +163,8 @@ fn accepted_but_ignored_lists_flags_given_that_do_nothing_here() {
             "--snapshot-orphan-sweep-interval=1m",
             "--cloning-protection-threads=2",
             "--prevent-volume-mode-conversion=false",
-            // Acted on (the HTTP endpoint serves /debug/pprof/; distributed provisioning), so
-            // not listed.
+            // Acted on (the HTTP endpoint serves /debug/pprof/; distributed provisioning; data
+            // sources), so not listed.
             "--enable-pprof",
             "--feature-gates=CrossNamespaceVolumeDataSource=true",
             "--log-text-info-buffer-size=0",
@@ -179,9 +179,7 @@ fn accepted_but_ignored_lists_flags_given_that_do_nothing_here() {
             "automaxprocs",
             "log-flush-frequency",
             "log-text-info-buffer-size",
-            "snapshot-orphan-sweep-interval",
             "cloning-protection-threads",
-            "prevent-volume-mode-conversion",
             "feature-gates",
         ]
     );

@@ -177,8 +177,14 @@ impl ClaimsController {
             .request_inputs(&plan)
             .await
             .map_err(|e| self.cleanup_failed(claim, e.message))?;
+        // The probe must ask as the first attempt did; a source gone by now is left out (a
+        // driver that then refuses the name gets the AlreadyExists explanation below).
+        let content_source = match &plan.data_source {
+            Some(source) => self.content_source(claim, &class, source, false).await.ok(),
+            None => None,
+        };
         let request = plan
-            .create_volume_request(claim, secrets, mutable)
+            .create_volume_request(claim, secrets, mutable, content_source)
             .map_err(|e| self.cleanup_failed(claim, e.message))?;
         let secrets = request.secrets.clone();
         Ok((self.probe(claim, request).await?, secrets))

@@ -21,10 +21,12 @@ mod facts;
 mod fail;
 mod memory;
 mod prepare;
+mod protection;
 mod provision;
 mod race;
 mod release;
 mod save;
+mod sources;
 mod sync;
 mod update;
 
@@ -76,6 +78,8 @@ pub struct ClaimsController {
     taking: Arc<tokio::sync::Mutex<()>>,
     /// StorageClasses whose deprecated parameters were already warned about (by UID).
     warned_classes: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
+    /// Deleting clone sources by UID, with the pending clones last reported in an event.
+    clone_holds: Arc<parking_lot::Mutex<std::collections::HashMap<String, Vec<String>>>>,
     /// When this process began provisioning (Unix seconds): claims created since were never
     /// seen by an earlier process.
     started: i64,
@@ -91,12 +95,17 @@ impl ClaimsController {
             races: Arc::default(),
             taking: Arc::default(),
             warned_classes: Arc::default(),
+            clone_holds: Arc::default(),
             started: k8s_openapi::jiff::Timestamp::now().as_second(),
         }
     }
 
     pub fn enqueue(&self, claim: &PersistentVolumeClaim) {
         self.queue.add(ClaimKey::of(claim));
+        // A clone changed: its deleting source may be free to go now.
+        if let Some(source) = protection::clone_source_key(claim) {
+            self.queue.add(source);
+        }
     }
 
     /// A PV changed: its claim may now be able to drop our finalizer.
@@ -153,6 +162,7 @@ impl ClaimsController {
         if let Some(uid) = claim.metadata.uid.as_deref() {
             self.memory.forget(uid);
             self.races.lock().forget(uid);
+            self.clone_holds.lock().remove(uid);
         }
         self.metrics_remembered();
     }

@@ -14,7 +14,7 @@ use provisioning::names;
 use provisioning::prepare::Prepared;
 use provisioning::pv::{
     CapacityDecision, PersistentVolumeInputs, build_persistent_volume, capacity_decision,
-    too_small_message,
+    missing_content_source, too_small_message,
 };
 use provisioning::retry;
 
@@ -84,11 +84,21 @@ impl ClaimsController {
                 )
                 .await;
         }
+        // A snapshot or claim to fill the volume from: checked, and protected from deletion
+        // while the driver copies it.
+        let content_source = match &plan.data_source {
+            Some(source) => match self.content_source(claim, class, source, true).await {
+                Ok(cs) => Some(cs),
+                Err(err) => return self.fail(claim, class, err, false).await,
+            },
+            None => None,
+        };
         let (secret_data, mutable) = match self.request_inputs(&plan).await {
             Ok(inputs) => inputs,
             Err(err) => return self.fail(claim, class, err, false).await,
         };
-        let request = match plan.create_volume_request(claim, secret_data, mutable) {
+        let request = match plan.create_volume_request(claim, secret_data, mutable, content_source)
+        {
             Ok(r) => r,
             Err(err) => return self.fail(claim, class, err, false).await,
         };
@@ -161,6 +171,23 @@ impl ClaimsController {
                 .bytes(plan.requested_bytes)
                 .unwrap_or(plan.requested_bytes),
         };
+        if missing_content_source(&claim, &volume) {
+            // The driver made an empty volume where data was asked for: it goes again.
+            let deleted = self.delete_unkept(&uid, &volume.volume_id, &request).await;
+            let mut message = "volume content source missing".to_string();
+            if deleted {
+                let state = after_call(&before, &CallResult::Final);
+                self.memory.set_volume_state(&uid, state, Some(request));
+            } else {
+                message.push_str(&format!(
+                    ". cleanup of volume {} failed, it is deleted on the next attempt",
+                    plan.volume_name
+                ));
+            }
+            return self
+                .fail(&claim, class, ProvisionError::background(message), false)
+                .await;
+        }
         let pv = build_persistent_volume(&PersistentVolumeInputs {
             volume_name: &plan.volume_name,
             claim: &claim,
@@ -201,6 +228,7 @@ impl ClaimsController {
                 }
             },
         };
+        self.release_restored_snapshot(&claim).await;
         self.save_pv(&claim, pv, started).await
     }
 

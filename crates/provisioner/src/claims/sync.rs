@@ -8,6 +8,7 @@ use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{ShouldProvision, should_provision};
 use provisioning::lifecycle::{Step, decide, has_finalizer};
 
+use super::protection;
 use super::race::NodeStep;
 use super::{ClaimError, ClaimKey, ClaimsController, SyncError, bound_uid};
 
@@ -47,6 +48,9 @@ impl ClaimsController {
             && let Some(pv) = self.memory.unsaved_pv(&uid)
         {
             return self.save_unsaved_pv(&claim, pv).await;
+        }
+        if protection::is_held_source(&claim) && self.ctx.driver.capabilities.clone_volume {
+            self.protect_clone_source(&claim).await?;
         }
         let class = self.class_of(&claim);
         if ours {

@@ -322,6 +322,7 @@ fn plan(requisite: &[&str]) -> ProvisionPlan {
         secrets: Default::default(),
         volume_attributes_class: None,
         migrated_from: None,
+        data_source: None,
     }
 }
 

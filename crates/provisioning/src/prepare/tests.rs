@@ -1,5 +1,6 @@
 use super::*;
 use crate::errors::ProvisioningState::{Finished, NoChange, Reschedule};
+use crate::names;
 use crate::testutil::{DRIVER, UID, annotate, claim, class, map, spec_mut, strings};
 use csi::v1::volume_capability::access_mode::Mode;
 use k8s_openapi::api::core::v1::{TypedLocalObjectReference, TypedObjectReference};
@@ -22,6 +23,8 @@ fn caps() -> DriverCapabilities {
         controller_service: true,
         create_delete_volume: true,
         modify_volume: true,
+        create_delete_snapshot: true,
+        clone_volume: true,
         ..DriverCapabilities::default()
     }
 }
@@ -79,7 +82,7 @@ fn normal_provision() {
     );
 
     let request = got
-        .create_volume_request(&claim(), map(&[("k", "v")]), map(&[("iops", "1")]))
+        .create_volume_request(&claim(), map(&[("k", "v")]), map(&[("iops", "1")]), None)
         .unwrap();
     assert_eq!(request.name, got.volume_name);
     assert_eq!(

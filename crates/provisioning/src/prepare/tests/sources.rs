@@ -1,6 +1,7 @@
 //! Data sources, VolumeAttributesClasses, secrets fetching and topology in `prepare`.
 
 use super::*;
+use crate::data_source::{DataSource, SourceKind};
 use pretty_assertions::assert_eq;
 
 fn with_data_source(kind: &str, name: &str, group: Option<&str>) -> PersistentVolumeClaim {
@@ -45,8 +46,6 @@ fn data_sources() {
         .unwrap()
         .namespace = Some("other".into());
     let cases = [
-        (with_data_source("VolumeSnapshot", "snap", Some("snapshot.storage.k8s.io")), DATA_SOURCES_UNSUPPORTED.to_string()),
-        (with_data_source("PersistentVolumeClaim", "src", None), DATA_SOURCES_UNSUPPORTED.to_string()),
         (
             with_data_source("VolumeSnapshot", "snap", Some("example.com")),
             "the PVC source does not belong to the right APIGroup. Expected snapshot.storage.k8s.io, Got example.com".to_string(),
@@ -60,6 +59,47 @@ fn data_sources() {
             (Finished, message)
         );
     }
+    // Snapshots and claims go on, remembered in the plan for the caller's checks.
+    let restore = with_data_source("VolumeSnapshot", "snap", Some("snapshot.storage.k8s.io"));
+    let clone = with_data_source("PersistentVolumeClaim", "src", None);
+    for (c, kind, name) in [
+        (&restore, SourceKind::Snapshot, "snap"),
+        (&clone, SourceKind::Claim, "src"),
+    ] {
+        assert_eq!(
+            plan(run(c, Some(&sc), &CONFIG, caps())).data_source,
+            Some(DataSource {
+                kind,
+                name: name.into(),
+                namespace: "default".into()
+            })
+        );
+    }
+    // A driver that cannot fill a volume from the source: upstream's capability errors.
+    let no_snapshots = DriverCapabilities {
+        create_delete_snapshot: false,
+        ..caps()
+    };
+    let no_clones = DriverCapabilities {
+        clone_volume: false,
+        ..caps()
+    };
+    assert_eq!(
+        failure(run(&restore, Some(&sc), &CONFIG, no_snapshots)),
+        (Finished, "CSI driver does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability is not reported".into())
+    );
+    assert_eq!(
+        failure(run(&clone, Some(&sc), &CONFIG, no_clones)),
+        (Finished, "CSI driver does not support clone operations: controller CLONE_VOLUME capability is not reported".into())
+    );
+    // Each needs only its own capability.
+    assert!(run(&clone, Some(&sc), &CONFIG, no_snapshots).is_ok());
+    assert!(run(&restore, Some(&sc), &CONFIG, no_clones).is_ok());
+    assert_eq!(
+        plan(run(&claim(), Some(&sc), &CONFIG, caps())).data_source,
+        None
+    );
+
     assert_eq!(
         populator_reason("Fancy"),
         "data source (Fancy) is not handled by the provisioner, assuming an external populator will provision it"

@@ -1,0 +1,80 @@
+//! Upstream's cloning protection: a source claim that is being deleted keeps our
+//! `cloning-protection` finalizer while clones are still filled from it. Beyond upstream, the
+//! claim gets an event naming the clones it waits for, so a stuck deletion explains itself.
+
+use controller_kit::events::EventType;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use provisioning::data_source::clone::pending_clones;
+use provisioning::names;
+
+use super::{ClaimError, ClaimKey, ClaimsController, SyncError, claim_name, update};
+
+/// Whether the claim is a deleting clone source holding our finalizer.
+pub(super) fn is_held_source(claim: &PersistentVolumeClaim) -> bool {
+    claim.metadata.deletion_timestamp.is_some()
+        && claim
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|x| x == names::CLONE_SOURCE_FINALIZER))
+}
+
+/// The claim a clone is filled from (`spec.dataSource` of kind PersistentVolumeClaim).
+pub(super) fn clone_source_key(claim: &PersistentVolumeClaim) -> Option<ClaimKey> {
+    let source = claim.spec.as_ref()?.data_source.as_ref()?;
+    (source.kind == names::PVC_KIND && !source.name.is_empty()).then(|| ClaimKey {
+        namespace: claim.metadata.namespace.clone().unwrap_or_default(),
+        name: source.name.clone(),
+    })
+}
+
+impl ClaimsController {
+    /// Releases a deleting source claim once no pending clone in its namespace names it. While
+    /// clones wait, the claim stays; each clone's change re-checks it (see `enqueue`).
+    pub(super) async fn protect_clone_source(
+        &self,
+        claim: &PersistentVolumeClaim,
+    ) -> Result<(), SyncError> {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+        let claims = self.ctx.caches.claims.state();
+        let pending = pending_clones(
+            claim,
+            claims
+                .iter()
+                .filter(|c| c.metadata.namespace.as_deref() == Some(namespace))
+                .map(|c| c.as_ref()),
+        );
+        if !pending.is_empty() {
+            let changed =
+                self.clone_holds.lock().insert(uid, pending.clone()) != Some(pending.clone());
+            if changed {
+                klog::v!(3, claim = %claim_name(claim), clones = ?pending, "Deletion waits for pending clones");
+                self.ctx.recorder.event(
+                    &provisioning::pv::claim_reference(claim),
+                    EventType::Normal,
+                    names::EVENT_WAIT_FOR_CLONES,
+                    names::wait_for_clones_message(&pending),
+                );
+            }
+            return Ok(());
+        }
+        self.clone_holds.lock().remove(&uid);
+        update::modify_claim(&self.ctx.client, &self.ctx.caches.claims, claim, |c| {
+            let Some(finalizers) = c.metadata.finalizers.as_mut() else {
+                return false;
+            };
+            let before = finalizers.len();
+            finalizers.retain(|f| f != names::CLONE_SOURCE_FINALIZER);
+            finalizers.len() != before
+        })
+        .await
+        .map_err(|source| ClaimError::ClaimWrite {
+            claim: claim_name(claim),
+            what: "remove the cloning-protection finalizer from",
+            source,
+        })?;
+        klog::v!(3, claim = %claim_name(claim), "Removed finalizer {}", names::CLONE_SOURCE_FINALIZER);
+        Ok(())
+    }
+}
