@@ -174,6 +174,12 @@ pub(crate) async fn run_controllers(
             ),
         );
     }
+    if base.driver.capabilities.create_delete_snapshot {
+        tasks.spawn(
+            "snapshot watch",
+            crate::snapshot_watch::run(base.client.clone(), claims.clone(), cancel.clone()),
+        );
+    }
     if let Some(every) = opts.snapshot_orphan_sweep_interval
         && base.driver.capabilities.create_delete_snapshot
     {

@@ -23,6 +23,7 @@ pub mod policy_watch;
 pub mod release_node;
 pub mod secrets;
 pub mod snapshot_sweep;
+pub mod snapshot_watch;
 pub mod stopped;
 mod supervise;
 pub mod volumes;

@@ -28,6 +28,8 @@ pub async fn run(
     match api.list_metadata(&ListParams::default().limit(1)).await {
         Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {
             tracing::info!(reason = %e.message, "Snapshot orphan sweep disabled: cannot list VolumeSnapshots");
+            // Tasks run until shutdown.
+            cancel.cancelled().await;
             return;
         }
         _ => {}
@@ -52,7 +54,7 @@ pub async fn run(
     }
 }
 
-fn all_snapshots(client: &Client) -> Api<DynamicObject> {
+pub(crate) fn all_snapshots(client: &Client) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk(snapshot::API_GROUP, snapshot::API_VERSION, "VolumeSnapshot"),
         "volumesnapshots",

@@ -259,4 +259,19 @@ impl ClaimsController {
             }
         }
     }
+
+    /// A VolumeSnapshot became ready: claims waiting for it try again now, whatever their
+    /// backoff says (the failure they wait out was most likely the snapshot itself).
+    pub fn snapshot_ready(&self, namespace: &str, name: &str) {
+        for claim in self.ctx.caches.claims.state() {
+            let wants =
+                provisioning::data_source::snapshot::wanted_by(&claim).contains(&(namespace, name));
+            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+            if wants && self.memory.hold(uid).is_some() {
+                klog::v!(4, claim = %claim_name(&claim), snapshot = %format!("{namespace}/{name}"), "Snapshot is ready; retrying now");
+                self.memory.set_hold(uid, None);
+                self.enqueue(&claim);
+            }
+        }
+    }
 }

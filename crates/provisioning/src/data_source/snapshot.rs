@@ -261,40 +261,46 @@ pub fn has_finalizer(meta: &ObjectMeta, finalizer: &str) -> bool {
         .is_some_and(|f| f.iter().any(|x| x == finalizer))
 }
 
+/// The snapshots (`namespace`, `name`) a claim still waiting to be provisioned (phase
+/// `Pending` or none) names through `dataSource` or `dataSourceRef` (which may point to another
+/// namespace); none for any other claim.
+pub fn wanted_by(claim: &PersistentVolumeClaim) -> Vec<(&str, &str)> {
+    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
+    if !matches!(phase, None | Some("") | Some("Pending")) {
+        return Vec::new();
+    }
+    let own_ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+    let Some(spec) = claim.spec.as_ref() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Some(s) = &spec.data_source
+        && s.kind == names::SNAPSHOT_KIND
+    {
+        out.push((own_ns, s.name.as_str()));
+    }
+    if let Some(s) = &spec.data_source_ref
+        && s.kind == names::SNAPSHOT_KIND
+    {
+        let ns = s
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(own_ns);
+        out.push((ns, s.name.as_str()));
+    }
+    out
+}
+
 /// The orphan sweep: of the snapshots holding our finalizer (`namespace`, `name`), those no
-/// claim still waiting to be provisioned (phase `Pending` or none) names through
-/// `dataSource` or `dataSourceRef` (which may point to another namespace). Their finalizer can
-/// go: a restore that needed it either finished or was given up.
+/// claim wants ([`wanted_by`]). Their finalizer can go: a restore that needed it either
+/// finished or was given up.
 pub fn unreferenced<'a>(
     protected: &'a [(String, String)],
     claims: &[&PersistentVolumeClaim],
 ) -> Vec<&'a (String, String)> {
-    let mut wanted = std::collections::HashSet::new();
-    for claim in claims {
-        let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
-        if !matches!(phase, None | Some("") | Some("Pending")) {
-            continue;
-        }
-        let own_ns = claim.metadata.namespace.as_deref().unwrap_or_default();
-        let Some(spec) = claim.spec.as_ref() else {
-            continue;
-        };
-        if let Some(s) = &spec.data_source
-            && s.kind == names::SNAPSHOT_KIND
-        {
-            wanted.insert((own_ns, s.name.as_str()));
-        }
-        if let Some(s) = &spec.data_source_ref
-            && s.kind == names::SNAPSHOT_KIND
-        {
-            let ns = s
-                .namespace
-                .as_deref()
-                .filter(|n| !n.is_empty())
-                .unwrap_or(own_ns);
-            wanted.insert((ns, s.name.as_str()));
-        }
-    }
+    let wanted: std::collections::HashSet<(&str, &str)> =
+        claims.iter().flat_map(|c| wanted_by(c)).collect();
     protected
         .iter()
         .filter(|(ns, name)| !wanted.contains(&(ns.as_str(), name.as_str())))

@@ -1,0 +1,61 @@
+//! Beyond upstream: a claim waiting for a VolumeSnapshot that is not ready yet (or not there
+//! yet) is retried as soon as the snapshot says `readyToUse`, instead of at its next backoff
+//! step (upstream retries by backoff only, up to `--retry-interval-max` later).
+//!
+//! One watch of VolumeSnapshots; only snapshots that are ready and that a waiting claim in
+//! our cache names do anything. Off (one log line) when VolumeSnapshots cannot be watched.
+
+use futures::StreamExt;
+use kube::Client;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+use tokio_util::sync::CancellationToken;
+
+use crate::claims::ClaimsController;
+
+/// Watches until `cancel`.
+pub async fn run(client: Client, claims: ClaimsController, cancel: CancellationToken) {
+    let api = crate::snapshot_sweep::all_snapshots(&client);
+    let mut events = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    loop {
+        let event = tokio::select! {
+            () = cancel.cancelled() => return,
+            e = events.next() => e,
+        };
+        match event {
+            Some(Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s))) => {
+                if s.data["status"]["readyToUse"] == true
+                    && let (Some(ns), Some(name)) = (&s.metadata.namespace, &s.metadata.name)
+                {
+                    claims.snapshot_ready(ns, name);
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) if unavailable(&e) => {
+                tracing::info!(err = %e, "Not watching VolumeSnapshots (no snapshot CRDs, or no list/watch permission): claims waiting for a snapshot are retried by backoff only");
+                cancel.cancelled().await;
+                return;
+            }
+            Some(Err(e)) => {
+                klog::v!(2, err = %e, "Watching VolumeSnapshots failed; retrying");
+            }
+            None => {
+                cancel.cancelled().await;
+                return;
+            }
+        }
+    }
+}
+
+/// The watch cannot work: the resource does not exist or we may not read it.
+fn unavailable(e: &watcher::Error) -> bool {
+    matches!(
+        e,
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+            | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+            | watcher::Error::WatchFailed(kube::Error::Api(s))
+            if s.code == 403 || s.code == 404
+    )
+}
