@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::recipe::{COMPONENTS, Component, Source, cache_key, ldflags, module_version};
+use crate::recipe::{
+    COMPONENTS, Component, Source, cache_key, ldflags, module_version, recipe, rewrite_replaces,
+};
 use crate::thirdparty::{copy_tree, third_party_present, tree_digest};
 
 pub fn cache_root() -> Result<PathBuf> {
@@ -24,8 +26,9 @@ struct Plan<'a> {
     version: String,
     dir: PathBuf,
     ldflags: String,
-    /// The module directory: a wrapper, or third-party source that is copied before building.
-    module_dir: PathBuf,
+    /// The module directory: a wrapper, or third-party source that is copied before building;
+    /// `None` for a proxy module, downloaded only when it is built.
+    module_dir: Option<PathBuf>,
 }
 
 /// Builds what is missing and refreshes the symlinks in `<target>/testenv-bin`.
@@ -60,30 +63,40 @@ pub fn build(root: &Path, with_upstream: bool) -> Result<PathBuf> {
 }
 
 fn plan<'a>(root: &Path, component: &'a Component, go: &str, bins: &Path) -> Result<Plan<'a>> {
-    let module_dir = root.join(component.source.dir());
-    let (version, tree) = match component.source {
-        Source::Wrapper { module, .. } => {
+    let (version, module_dir, inputs) = match component.source {
+        Source::Wrapper { dir, module } => {
+            let module_dir = root.join(dir);
             let gomod = read(&module_dir.join("go.mod"))?;
             let version = module_version(&gomod, module).with_context(|| {
                 format!("{}/go.mod does not require {module}", module_dir.display())
             })?;
-            (version, Vec::new())
+            let gosum = read(&module_dir.join("go.sum"))?;
+            (
+                version,
+                Some(module_dir),
+                vec![gomod.into_bytes(), gosum.into_bytes()],
+            )
         }
-        Source::ThirdParty { version, .. } => {
+        Source::ThirdParty { dir, version } => {
+            let module_dir = root.join(dir);
             third_party_present(component.name, &module_dir, version)?;
-            (version.to_string(), tree_digest(&module_dir)?)
+            let gomod = read(&module_dir.join("go.mod"))?;
+            let gosum = read(&module_dir.join("go.sum"))?;
+            let tree = tree_digest(&module_dir)?;
+            let inputs = vec![gomod.into_bytes(), gosum.into_bytes(), tree];
+            (version.to_string(), Some(module_dir), inputs)
         }
+        // A proxy module's content is fixed by its version (the checksum database guarantees
+        // it), so the recipe, which names module and version, is the whole key: nothing is
+        // downloaded until a build is needed.
+        Source::ProxyModule { version, .. } => (version.to_string(), None, Vec::new()),
     };
-    let gomod = read(&module_dir.join("go.mod"))?;
-    let gosum = read(&module_dir.join("go.sum"))?;
     let ldflags = ldflags(component.name, &version);
-    let recipe = format!("{:?} {ldflags} -tags=notest -pgo=off", component.packages);
-    let mut inputs: Vec<&[u8]> = vec![gomod.as_bytes(), gosum.as_bytes(), recipe.as_bytes()];
-    // Only third-party source adds its tree: wrappers keep the cache keys they always had.
-    if !tree.is_empty() {
-        inputs.push(&tree);
-    }
-    let key = cache_key(component.name, &version, go, &inputs);
+    let recipe = recipe(component, &ldflags);
+    let mut key_inputs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+    // After go.mod and go.sum, before the tree: the order the keys were always made in.
+    key_inputs.insert(key_inputs.len().min(2), recipe.as_bytes());
+    let key = cache_key(component.name, &version, go, &key_inputs);
     Ok(Plan {
         component,
         version,
@@ -147,8 +160,9 @@ fn build_locked(plan: &Plan<'_>, cache: &Path) -> Result<()> {
     );
     let started = Instant::now();
     run_go_build(plan, cache, &tmp)?;
+    copy_module_files(plan.component, cache, &tmp)?;
     for file in &outs {
-        if !tmp.join(file).is_file() {
+        if !tmp.join(file).exists() {
             bail!(
                 "go build succeeded but {} is missing",
                 tmp.join(file).display()
@@ -189,14 +203,33 @@ fn remove_stale_temps(bins: &Path) {
 
 fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
     let c = plan.component;
-    // Third-party source builds in a writable copy beside the output, removed afterwards.
-    let workdir = match c.source {
-        Source::Wrapper { .. } => plan.module_dir.clone(),
-        Source::ThirdParty { .. } => {
+    // Anything but a wrapper builds in a writable copy beside the output, removed afterwards.
+    let (workdir, copied) = match (&c.source, &plan.module_dir) {
+        (Source::Wrapper { .. }, Some(dir)) => (dir.clone(), false),
+        (Source::ThirdParty { .. }, Some(dir)) => {
             let copy = out.join("src");
-            copy_tree(&plan.module_dir, &copy)?;
-            copy
+            copy_tree(dir, &copy)?;
+            (copy, true)
         }
+        (
+            Source::ProxyModule {
+                module,
+                version,
+                replace,
+            },
+            _,
+        ) => {
+            let downloaded = download_module(cache, module, version, out)?;
+            let copy = out.join("src");
+            copy_tree(&downloaded, &copy)?;
+            let gomod_path = copy.join("go.mod");
+            let gomod = rewrite_replaces(&read(&gomod_path)?, replace)
+                .map_err(|e| anyhow::anyhow!("{module}@{version}: {e}"))?;
+            fs::write(&gomod_path, gomod)
+                .with_context(|| format!("writing {}", gomod_path.display()))?;
+            (copy, true)
+        }
+        (_, None) => bail!("{}: no module directory", c.name),
     };
     let target = if c.packages.len() == 1 {
         out.join(c.outputs[0].1)
@@ -204,23 +237,20 @@ fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
         // `-o dir/` with several main packages writes one binary per package.
         PathBuf::from(format!("{}/", out.display()))
     };
-    let env: Vec<(&str, String)> = vec![
-        ("GOTOOLCHAIN", "local".into()),
-        ("CGO_ENABLED", "0".into()),
-        ("GOWORK", "off".into()),
-        ("GOFLAGS", "-trimpath".into()),
-        ("GOMODCACHE", cache.join("gomod").display().to_string()),
-        ("GOCACHE", cache.join("gocache").display().to_string()),
-    ];
-    let mut args: Vec<String> = vec![
-        "build".into(),
+    let env = go_env(cache);
+    let mut args: Vec<String> = vec!["build".into()];
+    // The rewritten go.mod needs go.sum lines for the new replacement targets.
+    if matches!(c.source, Source::ProxyModule { .. }) {
+        args.push("-mod=mod".into());
+    }
+    args.extend([
         "-tags=notest".into(),
         "-pgo=off".into(),
         "-ldflags".into(),
         plan.ldflags.clone(),
         "-o".into(),
         target.display().to_string(),
-    ];
+    ]);
     args.extend(c.packages.iter().map(|p| p.to_string()));
     let shown = format!(
         "cd {} && {} go {}",
@@ -261,8 +291,71 @@ fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
             c.name
         );
     }
-    if workdir != plan.module_dir {
+    if copied {
         fs::remove_dir_all(&workdir).with_context(|| format!("removing {}", workdir.display()))?;
+    }
+    Ok(())
+}
+
+/// The environment of every go command: the local toolchain only, no cgo, no workspace, and
+/// the module and build caches shared by all checkouts.
+fn go_env(cache: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("GOTOOLCHAIN", "local".into()),
+        ("CGO_ENABLED", "0".into()),
+        ("GOWORK", "off".into()),
+        ("GOFLAGS", "-trimpath".into()),
+        ("GOMODCACHE", cache.join("gomod").display().to_string()),
+        ("GOCACHE", cache.join("gocache").display().to_string()),
+    ]
+}
+
+/// `go mod download -json module@version` (run in `cwd`, outside any module): the read-only
+/// directory the module was extracted to.
+fn download_module(cache: &Path, module: &str, version: &str, cwd: &Path) -> Result<PathBuf> {
+    let shown = format!("go mod download -json {module}@{version}");
+    let out = Command::new("go")
+        .args(["mod", "download", "-json", &format!("{module}@{version}")])
+        .envs(go_env(cache))
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {shown}"))?;
+    // On failure go still prints the JSON, with an "Error" field.
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    if let Some(e) = info["Error"].as_str() {
+        bail!("{shown}: {e}");
+    }
+    if !out.status.success() {
+        bail!(
+            "{shown} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    match info["Dir"].as_str() {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => bail!(
+            "{shown}: no Dir in its output: {}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+    }
+}
+
+/// Copies each of the component's module files into `<out>/<dest>/`.
+fn copy_module_files(c: &Component, cache: &Path, out: &Path) -> Result<()> {
+    for f in c.files {
+        let from = download_module(cache, f.module, f.version, out)?.join(f.dir);
+        let to = out.join(f.dest);
+        fs::create_dir_all(&to).with_context(|| format!("creating {}", to.display()))?;
+        for name in f.names {
+            // Written fresh, not copied, so the cache gets writable files (module files are
+            // read-only, which would make the cache entry hard to remove).
+            let text = fs::read(from.join(name))
+                .with_context(|| format!("reading {}", from.join(name).display()))?;
+            fs::write(to.join(name), text)
+                .with_context(|| format!("writing {}", to.join(name).display()))?;
+        }
     }
     Ok(())
 }

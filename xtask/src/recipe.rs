@@ -10,6 +10,20 @@ pub struct Component {
     pub outputs: &'static [(&'static str, &'static str)],
     /// Built only when asked (`--with-upstream`).
     pub optional: bool,
+    /// Non-Go files the tests need, copied from proxy modules into the cache directory.
+    pub files: &'static [ModuleFiles],
+}
+
+/// Files copied verbatim from a module served by the Go module proxy into `<cache dir>/<dest>/`
+/// (e.g. the CRDs a controller expects installed).
+pub struct ModuleFiles {
+    pub module: &'static str,
+    pub version: &'static str,
+    /// Folder inside the module.
+    pub dir: &'static str,
+    pub names: &'static [&'static str],
+    /// Folder inside the cache directory; name it in `outputs` to link it into `testenv-bin`.
+    pub dest: &'static str,
 }
 
 /// Where a component's Go source comes from.
@@ -27,15 +41,15 @@ pub enum Source {
         dir: &'static str,
         version: &'static str,
     },
-}
-
-impl Source {
-    /// The directory, relative to the workspace root.
-    pub fn dir(&self) -> &'static str {
-        match self {
-            Source::Wrapper { dir, .. } | Source::ThirdParty { dir, .. } => dir,
-        }
-    }
+    /// A module the Go module proxy serves, built as the main module from a writable copy of
+    /// its download whose `replace` directives for the listed modules get new right-hand
+    /// sides (module zips lack nested modules that `=> ./dir` replaces point at).
+    ProxyModule {
+        module: &'static str,
+        version: &'static str,
+        /// (replaced module path, new right-hand side).
+        replace: &'static [(&'static str, &'static str)],
+    },
 }
 
 pub const COMPONENTS: &[Component] = &[
@@ -56,6 +70,7 @@ pub const COMPONENTS: &[Component] = &[
             ("kube-scheduler", "kube-scheduler"),
         ],
         optional: false,
+        files: &[],
     },
     Component {
         name: "csi-sanity",
@@ -66,6 +81,7 @@ pub const COMPONENTS: &[Component] = &[
         packages: &["github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity"],
         outputs: &[("csi-sanity", "csi-sanity")],
         optional: false,
+        files: &[],
     },
     Component {
         name: "external-provisioner",
@@ -76,6 +92,7 @@ pub const COMPONENTS: &[Component] = &[
         packages: &["github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner"],
         outputs: &[("csi-provisioner-upstream", "csi-provisioner")],
         optional: true,
+        files: &[],
     },
     Component {
         name: "csi-driver-host-path",
@@ -86,8 +103,43 @@ pub const COMPONENTS: &[Component] = &[
         packages: &["./cmd/hostpathplugin"],
         outputs: &[("hostpathplugin", "hostpathplugin")],
         optional: false,
+        files: &[],
+    },
+    Component {
+        name: "external-snapshotter",
+        source: Source::ProxyModule {
+            module: "github.com/kubernetes-csi/external-snapshotter/v8",
+            version: SNAPSHOTTER_VERSION,
+            // Upstream builds against its in-repo client module, which is not in the zip; the
+            // published client of the same tag is that code.
+            replace: &[(
+                SNAPSHOT_CLIENT_MODULE,
+                "github.com/kubernetes-csi/external-snapshotter/client/v8 v8.7.0",
+            )],
+        },
+        packages: &["./cmd/snapshot-controller", "./cmd/csi-snapshotter"],
+        outputs: &[
+            ("snapshot-controller", "snapshot-controller"),
+            ("csi-snapshotter", "csi-snapshotter"),
+            ("snapshot-crd", "crd"),
+        ],
+        optional: false,
+        files: &[ModuleFiles {
+            module: SNAPSHOT_CLIENT_MODULE,
+            version: SNAPSHOTTER_VERSION,
+            dir: "config/crd",
+            names: &[
+                "snapshot.storage.k8s.io_volumesnapshotclasses.yaml",
+                "snapshot.storage.k8s.io_volumesnapshotcontents.yaml",
+                "snapshot.storage.k8s.io_volumesnapshots.yaml",
+            ],
+            dest: "crd",
+        }],
     },
 ];
+
+const SNAPSHOTTER_VERSION: &str = "v8.7.0";
+const SNAPSHOT_CLIENT_MODULE: &str = "github.com/kubernetes-csi/external-snapshotter/client/v8";
 
 /// The csi-driver-host-path source, relative to the workspace root (outside the repository).
 pub const HOSTPATH_DIR: &str = "../shared/third_party/csi-driver-host-path";
@@ -145,6 +197,76 @@ pub fn module_version(gomod: &str, module: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// `gomod` with the right-hand side of each `replace` directive for a listed module (single-line
+/// or block form, with or without a version on the left) set to the new one. Every listed
+/// module must have a directive: a version bump that drops one should fail, not build
+/// something else.
+pub fn rewrite_replaces(gomod: &str, replace: &[(&str, &str)]) -> Result<String, String> {
+    let mut found = vec![false; replace.len()];
+    let mut in_block = false;
+    let mut out = String::with_capacity(gomod.len());
+    for line in gomod.lines() {
+        let code = line.split("//").next().unwrap_or("").trim();
+        let directive = if in_block {
+            if code == ")" {
+                in_block = false;
+                None
+            } else {
+                Some(code)
+            }
+        } else if code.strip_prefix("replace").map(str::trim) == Some("(") {
+            in_block = true;
+            None
+        } else {
+            code.strip_prefix("replace")
+                .filter(|rest| rest.starts_with(char::is_whitespace))
+        };
+        let mut rewritten = None;
+        if let Some((lhs, _)) = directive.and_then(|d| d.split_once("=>")) {
+            let path = lhs.split_whitespace().next();
+            if let Some(i) = replace.iter().position(|(m, _)| Some(*m) == path) {
+                found[i] = true;
+                let lead = if in_block { "\t" } else { "replace " };
+                rewritten = Some(format!("{lead}{} => {}", lhs.trim(), replace[i].1));
+            }
+        }
+        out.push_str(rewritten.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    let missing: Vec<&str> = replace
+        .iter()
+        .zip(&found)
+        .filter(|(_, f)| !**f)
+        .map(|((m, _), _)| *m)
+        .collect();
+    if missing.is_empty() {
+        Ok(out)
+    } else {
+        Err(format!("go.mod has no replace directive for {missing:?}"))
+    }
+}
+
+/// The build recipe hashed into a component's cache key. Only proxy modules and copied files
+/// add to the original form, so the other components keep their warm cache entries.
+pub fn recipe(component: &Component, ldflags: &str) -> String {
+    let mut recipe = format!("{:?} {ldflags} -tags=notest -pgo=off", component.packages);
+    if let Source::ProxyModule {
+        module,
+        version,
+        replace,
+    } = component.source
+    {
+        recipe.push_str(&format!(" -mod=mod {module}@{version} replace {replace:?}"));
+    }
+    for f in component.files {
+        recipe.push_str(&format!(
+            " files {}@{}/{} {:?} -> {}",
+            f.module, f.version, f.dir, f.names, f.dest
+        ));
+    }
+    recipe
 }
 
 /// 64-bit FNV-1a, a hash that is stable across Rust releases (unlike `DefaultHasher`).
@@ -257,6 +379,120 @@ mod tests {
         for v in variants {
             assert_ne!(v, base);
         }
+    }
+
+    #[test]
+    fn replace_directives_are_rewritten() {
+        let client = "github.com/x/client/v8";
+        let to = "github.com/x/client/v8 v8.7.0";
+        let cases: &[(&str, &str)] = &[
+            (
+                "module m\n\nreplace github.com/x/client/v8 => ./client\n\nreplace k8s.io/a => k8s.io/a v0.37.0\n",
+                "module m\n\nreplace github.com/x/client/v8 => github.com/x/client/v8 v8.7.0\n\nreplace k8s.io/a => k8s.io/a v0.37.0\n",
+            ),
+            (
+                "replace (\n\tk8s.io/a => k8s.io/a v0.37.0\n\tgithub.com/x/client/v8 v8.0.0 => ../client // local\n)\n",
+                "replace (\n\tk8s.io/a => k8s.io/a v0.37.0\n\tgithub.com/x/client/v8 v8.0.0 => github.com/x/client/v8 v8.7.0\n)\n",
+            ),
+        ];
+        for (gomod, want) in cases {
+            assert_eq!(rewrite_replaces(gomod, &[(client, to)]).unwrap(), *want);
+        }
+        // A require line or a longer module path is not the directive.
+        let gomod =
+            "require github.com/x/client/v8 v8.7.0\nreplace github.com/x/client/v8/sub => ./sub\n";
+        let err = rewrite_replaces(gomod, &[(client, to)]).unwrap_err();
+        assert!(err.contains(client), "{err}");
+    }
+
+    #[test]
+    fn snapshotter_builds_against_the_client_of_its_own_tag() {
+        let c = COMPONENTS
+            .iter()
+            .find(|c| c.name == "external-snapshotter")
+            .expect("component");
+        let Source::ProxyModule {
+            version, replace, ..
+        } = c.source
+        else {
+            panic!("not a proxy module");
+        };
+        assert_eq!(
+            replace,
+            &[(
+                SNAPSHOT_CLIENT_MODULE,
+                &*format!("{SNAPSHOT_CLIENT_MODULE} {version}")
+            )]
+        );
+        assert!(c.files.iter().all(|f| f.version == version));
+        // Every copied folder is linked into testenv-bin.
+        for f in c.files {
+            assert!(
+                c.outputs.iter().any(|(_, file)| *file == f.dest),
+                "{}",
+                f.dest
+            );
+        }
+    }
+
+    #[test]
+    fn recipes_of_existing_components_are_unchanged() {
+        let c = COMPONENTS.iter().find(|c| c.name == "csi-sanity").unwrap();
+        assert_eq!(
+            recipe(c, &ldflags("csi-sanity", "v5.5.0")),
+            r#"["github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity"] -s -w -X main.VERSION=v5.5.0 -tags=notest -pgo=off"#
+        );
+    }
+
+    #[test]
+    fn proxy_module_keys_follow_replaces_and_files() {
+        fn component(
+            replace: &'static [(&'static str, &'static str)],
+            files: &'static [ModuleFiles],
+        ) -> Component {
+            Component {
+                name: "snap",
+                source: Source::ProxyModule {
+                    module: "example.com/snap",
+                    version: "v1.0.0",
+                    replace,
+                },
+                packages: &["./cmd/a"],
+                outputs: &[("a", "a")],
+                optional: false,
+                files,
+            }
+        }
+        let key = |c: &Component| {
+            let r = recipe(c, "-s -w");
+            cache_key(c.name, "v1.0.0", "go1.26.8", &[r.as_bytes()])
+        };
+        const CRD: &[ModuleFiles] = &[ModuleFiles {
+            module: "example.com/client",
+            version: "v1.0.0",
+            dir: "crd",
+            names: &["a.yaml"],
+            dest: "crd",
+        }];
+        let base = key(&component(
+            &[("example.com/c", "example.com/c v1.0.0")],
+            CRD,
+        ));
+        let variants = [
+            key(&component(
+                &[("example.com/c", "example.com/c v1.0.1")],
+                CRD,
+            )),
+            key(&component(&[], CRD)),
+            key(&component(
+                &[("example.com/c", "example.com/c v1.0.0")],
+                &[],
+            )),
+        ];
+        for v in variants {
+            assert_ne!(v, base);
+        }
+        assert!(recipe(&component(&[], &[]), "").contains("example.com/snap@v1.0.0"));
     }
 
     #[test]

@@ -23,6 +23,12 @@ pub enum Error {
     Kubeconfig(#[from] kube::config::KubeconfigError),
     #[error("{0}")]
     NotReady(String),
+    #[error("{path}: {source}")]
+    Yaml {
+        path: PathBuf,
+        #[source]
+        source: serde_yaml::Error,
+    },
     #[error("pid file {path}: line {line}: {reason}")]
     PidFile {
         path: PathBuf,

@@ -1,7 +1,8 @@
 //! Test support: a real local Kubernetes control plane (etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler) built from Go modules by `cargo xtask testenv
 //! build`, fake kubelet-less nodes, and guarded child processes for the CSI drivers (our mock,
-//! csi-driver-host-path's plugin) and the provisioner under test.
+//! csi-driver-host-path's plugin), external-snapshotter's controller and sidecar, and the
+//! provisioner under test.
 //!
 //! Tests that use it are marked `#[ignore = "needs the control plane: cargo xtask test"]` and
 //! run through `cargo xtask test`. Every child gets `PR_SET_PDEATHSIG(SIGKILL)` and its own
@@ -30,6 +31,7 @@ mod registry;
 mod sanity;
 mod setup;
 mod shared;
+mod snapshots;
 mod socket;
 
 pub use cluster::{
@@ -50,3 +52,7 @@ pub use process::{Process, log_tail, spawn, spawn_detached, try_spawn};
 pub use provisioner::Provisioner;
 pub use sanity::{SanityRun, run_csi_sanity};
 pub use shared::CLUSTER_ENV;
+pub use snapshots::{
+    SNAPSHOT_GROUP, SnapshotController, Snapshotter, install_snapshot_crds,
+    volume_snapshot_class_resource, volume_snapshot_content_resource, volume_snapshot_resource,
+};
