@@ -30,12 +30,6 @@ pub struct HostpathVolume {
     /// Where the volume's data lives (a directory for mount volumes).
     #[serde(default)]
     pub vol_path: String,
-    /// The volume it was cloned from (empty if none).
-    #[serde(rename = "ParentVolID", default)]
-    pub parent_vol_id: String,
-    /// The snapshot it was restored from (empty if none).
-    #[serde(rename = "ParentSnapID", default)]
-    pub parent_snap_id: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -167,7 +161,6 @@ mod tests {
         assert_eq!(vols[0].vol_access_type, 1);
         assert_eq!(vols[0].kind, "fast");
         assert_eq!(vols[0].vol_path, "/x");
-        assert_eq!(vols[0].parent_snap_id, "");
         assert!(parse_state(r#"{"Volumes":null}"#).unwrap().is_empty());
         assert!(parse_state("{").is_err());
     }
