@@ -66,6 +66,14 @@ struct Args {
     /// Advertise MODIFY_VOLUME; ControllerModifyVolume records the parameters.
     #[arg(long)]
     modify_volume: bool,
+    /// Advertise CLONE_VOLUME: CreateVolume accepts an existing volume as content source
+    /// (unknown source: NOT_FOUND) and echoes it in the response.
+    #[arg(long)]
+    clone_volume: bool,
+    /// Broken on purpose: clones are made but CreateVolume answers without content_source
+    /// (ListVolumes still shows it). Needs --clone-volume.
+    #[arg(long, requires = "clone_volume")]
+    omit_content_source: bool,
     /// Do not advertise VOLUME_ACCESSIBILITY_CONSTRAINTS even if pools have segments.
     #[arg(long)]
     no_topology: bool,
@@ -147,6 +155,8 @@ where
             single_node_multi_writer: a.single_node_multi_writer,
             reject_access_modes: a.reject_access_mode,
             modify_volume: a.modify_volume,
+            clone_volume: a.clone_volume,
+            omit_content_source: a.omit_content_source,
             no_topology: a.no_topology,
             no_capacity: a.no_capacity,
         },

@@ -23,6 +23,10 @@ pub struct DriverConfig {
     pub publish_unpublish: bool,
     pub single_node_multi_writer: bool,
     pub modify_volume: bool,
+    /// Advertise CLONE_VOLUME and accept a volume as CreateVolume's content source.
+    pub clone_volume: bool,
+    /// A broken driver: clones are made but CreateVolume answers without `content_source`.
+    pub omit_content_source: bool,
     pub no_topology: bool,
     pub no_capacity: bool,
     /// Access modes this driver refuses (INVALID_ARGUMENT), to test how a CO reports it.
@@ -39,6 +43,8 @@ impl Default for DriverConfig {
             publish_unpublish: false,
             single_node_multi_writer: false,
             modify_volume: false,
+            clone_volume: false,
+            omit_content_source: false,
             no_topology: false,
             no_capacity: false,
             reject_access_modes: Vec::new(),
@@ -55,10 +61,10 @@ pub fn pool_status(err: &PoolError) -> Status {
         PoolError::InvalidRange { .. }
         | PoolError::UnknownKind { .. }
         | PoolError::NegativeMaxEntries(_) => Code::InvalidArgument,
-        PoolError::AlreadyExists { .. } => Code::AlreadyExists,
+        PoolError::AlreadyExists { .. } | PoolError::SourceMismatch { .. } => Code::AlreadyExists,
         PoolError::NoMatchingPool { .. } | PoolError::Exhausted { .. } => Code::ResourceExhausted,
         PoolError::InvalidToken(_) => Code::Aborted,
-        PoolError::NotFound(_) => Code::NotFound,
+        PoolError::NotFound(_) | PoolError::SourceNotFound(_) => Code::NotFound,
     };
     Status::new(code, err.to_string())
 }
@@ -102,6 +108,7 @@ pub fn controller_capabilities(cfg: &DriverConfig) -> ControllerGetCapabilitiesR
         (cfg.publish_unpublish, CtrlCap::PublishUnpublishVolume),
         (cfg.single_node_multi_writer, CtrlCap::SingleNodeMultiWriter),
         (cfg.modify_volume, CtrlCap::ModifyVolume),
+        (cfg.clone_volume, CtrlCap::CloneVolume),
     ];
     let types = [CtrlCap::CreateDeleteVolume, CtrlCap::ListVolumes]
         .into_iter()
@@ -192,13 +199,25 @@ fn to_hash(map: BTreeMap<String, String>) -> HashMap<String, String> {
     map.into_iter().collect()
 }
 
-/// The CSI form of a volume.
+/// The content source naming volume `id`.
+pub fn volume_source(id: &str) -> VolumeContentSource {
+    VolumeContentSource {
+        r#type: Some(volume_content_source::Type::Volume(
+            volume_content_source::VolumeSource {
+                volume_id: id.to_owned(),
+            },
+        )),
+    }
+}
+
+/// The CSI form of a volume. A clone carries its source (also in ListVolumes, so tests can
+/// see where a volume came from).
 pub fn csi_volume(v: &Volume) -> csi::v1::Volume {
     csi::v1::Volume {
         capacity_bytes: v.capacity,
         volume_id: v.id.clone(),
         volume_context: to_hash(v.context()),
-        content_source: None,
+        content_source: v.source.as_deref().map(volume_source),
         accessible_topology: if v.segment.is_empty() {
             Vec::new()
         } else {
@@ -216,11 +235,7 @@ pub fn create_request(
         return Err(invalid("name must not be empty"));
     }
     check_capabilities(&req.volume_capabilities, cfg)?;
-    if req.volume_content_source.is_some() {
-        return Err(invalid(
-            "volume_content_source is not supported (no CLONE_VOLUME or snapshots)",
-        ));
-    }
+    let source = clone_source(req.volume_content_source.as_ref(), cfg)?;
     let range = req.capacity_range.unwrap_or_default();
     let reqs = req.accessibility_requirements.clone().unwrap_or_default();
     Ok(CreateRequest {
@@ -231,7 +246,34 @@ pub fn create_request(
         preferred: reqs.preferred.iter().map(segment).collect(),
         requisite: reqs.requisite.iter().map(segment).collect(),
         mutable_parameters: req.mutable_parameters.clone().into_iter().collect(),
+        source,
     })
+}
+
+/// The id of the volume to clone, if any; the errors a driver without snapshots gives.
+fn clone_source(
+    source: Option<&VolumeContentSource>,
+    cfg: &DriverConfig,
+) -> Result<Option<String>, Status> {
+    use volume_content_source::Type;
+    let Some(source) = source else {
+        return Ok(None);
+    };
+    match &source.r#type {
+        None => Err(invalid(
+            "volume_content_source has no type (snapshot or volume)",
+        )),
+        Some(Type::Snapshot(_)) => Err(invalid(
+            "snapshots are not supported (no CREATE_DELETE_SNAPSHOT)",
+        )),
+        Some(Type::Volume(_)) if !cfg.clone_volume => Err(invalid(
+            "cloning is not supported (CLONE_VOLUME is off: --clone-volume)",
+        )),
+        Some(Type::Volume(v)) if v.volume_id.is_empty() => Err(invalid(
+            "volume_content_source.volume.volume_id must not be empty",
+        )),
+        Some(Type::Volume(v)) => Ok(Some(v.volume_id.clone())),
+    }
 }
 
 pub fn create_volume(
@@ -241,8 +283,12 @@ pub fn create_volume(
 ) -> Result<CreateVolumeResponse, Status> {
     let request = create_request(req, cfg)?;
     let (volume, _) = pools.create(&request).map_err(|e| pool_status(&e))?;
+    let mut volume = csi_volume(&volume);
+    if cfg.omit_content_source {
+        volume.content_source = None;
+    }
     Ok(CreateVolumeResponse {
-        volume: Some(csi_volume(&volume)),
+        volume: Some(volume),
     })
 }
 

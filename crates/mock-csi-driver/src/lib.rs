@@ -18,6 +18,7 @@
 //!                 [--node-id ID] [--node-topology k=v[,k=v]]   NodeGetInfo (default "mock-node")
 //!                 [--faults FILE] [--call-log FILE]
 //!                 [--publish-unpublish] [--single-node-multi-writer] [--modify-volume]
+//!                 [--clone-volume [--omit-content-source]]
 //!                 [--no-topology] [--no-capacity] [--overcommit]
 //!                 [--volume-id-format FORMAT]            e.g. `vol-{seq}`; `{name}`, `{segment}` too
 //! ```
@@ -45,6 +46,18 @@
 //!   The same name again returns the same volume if its size fits the new range and the kind
 //!   is the same, else ALREADY_EXISTS. Volume ids are `mock-vol-<n>` (or `--volume-id-format`); `volume_context` holds
 //!   `kind` and `pool` (the pool's index); `accessible_topology` is the pool's segment.
+//! - Cloning: with `--clone-volume` CLONE_VOLUME is advertised and CreateVolume accepts a
+//!   `volume_content_source` of type `volume`. An unknown source volume id gives NOT_FOUND;
+//!   otherwise the clone is placed and sized like any new volume (its request's range, kind
+//!   and topology, not the source's) and the response's `content_source` is the request's.
+//!   Without the flag a volume source gives INVALID_ARGUMENT ("cloning is not supported"); a
+//!   snapshot source always does ("snapshots are not supported": no CREATE_DELETE_SNAPSHOT).
+//!   The same name again must also name the same source (or none, as before), else
+//!   ALREADY_EXISTS; the name is looked up first, so a retry answers even after its source
+//!   was deleted. ListVolumes shows each clone's `content_source`, so tests can see what a
+//!   volume was cloned from. `--omit-content-source` (needs `--clone-volume`) is a broken
+//!   driver: clones are made but CreateVolume answers without `content_source`; ListVolumes
+//!   still has it.
 //! - ListVolumes tokens are creation numbers: deleting volumes between pages is harmless and
 //!   a token the driver never issued gives ABORTED. `--max-volume-size` is not enforced by
 //!   CreateVolume; it is only reported.

@@ -25,6 +25,8 @@ pub struct Volume {
     pub segment: Segment,
     /// Last parameters given by ControllerModifyVolume (or CreateVolume).
     pub mutable_parameters: BTreeMap<String, String>,
+    /// Id of the volume this one was cloned from; `None` for an empty volume.
+    pub source: Option<String>,
     /// Creation order; ListVolumes tokens point into it.
     seq: u64,
 }
@@ -51,6 +53,16 @@ pub struct CreateRequest {
     /// Terms the volume must satisfy (one of them); tried after `preferred`.
     pub requisite: Vec<Segment>,
     pub mutable_parameters: BTreeMap<String, String>,
+    /// Id of the volume to clone; `None` for an empty volume.
+    pub source: Option<String>,
+}
+
+/// How an error message names a volume's source.
+fn describe_source(source: &Option<String>) -> String {
+    match source {
+        Some(id) => format!("cloned from {id:?}"),
+        None => "empty (no source)".to_owned(),
+    }
 }
 
 /// Why a pool operation failed. Each variant maps to one gRPC code in the service layer.
@@ -71,6 +83,19 @@ pub enum PoolError {
         limit: i64,
         asked_kind: String,
     },
+    // Not named `source`: thiserror would take such a field for the error's cause.
+    #[error(
+        "volume {name:?} already exists {}, incompatible with a request for a volume {}",
+        describe_source(existing_source),
+        describe_source(asked_source)
+    )]
+    SourceMismatch {
+        name: String,
+        existing_source: Option<String>,
+        asked_source: Option<String>,
+    },
+    #[error("source volume {0:?} does not exist")]
+    SourceNotFound(String),
     #[error(
         "no pool has kind {kind:?} (set the `kind` parameter to a kind given with --pool KIND@...)"
     )]
@@ -201,6 +226,13 @@ impl Pools {
             let fits = existing.capacity >= req.required_bytes
                 && (req.limit_bytes == 0 || existing.capacity <= req.limit_bytes);
             if fits && existing.kind == req.kind {
+                if existing.source != req.source {
+                    return Err(PoolError::SourceMismatch {
+                        name: req.name.clone(),
+                        existing_source: existing.source.clone(),
+                        asked_source: req.source.clone(),
+                    });
+                }
                 return Ok((existing.clone(), true));
             }
             return Err(PoolError::AlreadyExists {
@@ -211,6 +243,12 @@ impl Pools {
                 limit: req.limit_bytes,
                 asked_kind: req.kind.clone(),
             });
+        }
+        // Checked after the name so that a retry still answers after its source is deleted.
+        if let Some(source) = &req.source
+            && !self.by_id.contains_key(source)
+        {
+            return Err(PoolError::SourceNotFound(source.clone()));
         }
         let index = self.choose_pool(&req.kind, size, &req.preferred, &req.requisite)?;
         let seq = self.next_seq;
@@ -230,6 +268,7 @@ impl Pools {
             capacity: size,
             segment: pool.spec.segment.clone(),
             mutable_parameters: req.mutable_parameters.clone(),
+            source: req.source.clone(),
             seq,
         };
         self.by_name.insert(volume.name.clone(), seq);

@@ -16,6 +16,8 @@ fn csi_sanity_passes() {
             "--pool=topology.mock.csi/node=node-2:1Ti".into(),
             "--node-id=node-1".into(),
             "--node-topology=topology.mock.csi/node=node-1".into(),
+            // So that csi-sanity's clone tests run too.
+            "--clone-volume".into(),
             format!("--call-log={}", dir.path().join("calls.jsonl").display()),
         ],
     );

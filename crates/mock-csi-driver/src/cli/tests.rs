@@ -34,6 +34,8 @@ fn every_flag() {
         "--publish-unpublish",
         "--single-node-multi-writer",
         "--modify-volume",
+        "--clone-volume",
+        "--omit-content-source",
         "--no-topology",
         "--no-capacity",
         "--reject-access-mode=MULTI_NODE_MULTI_WRITER",
@@ -48,6 +50,8 @@ fn every_flag() {
         publish_unpublish: true,
         single_node_multi_writer: true,
         modify_volume: true,
+        clone_volume: true,
+        omit_content_source: true,
         no_topology: true,
         no_capacity: true,
         reject_access_modes: vec![
@@ -78,6 +82,7 @@ fn every_flag() {
 #[case(&["--endpoint=/s", "--driver-name="], "CSI driver name")]
 #[case(&["--endpoint=/s", "--node-id="], "--node-id")]
 #[case(&["--endpoint=/s", "--unknown"], "--unknown")]
+#[case(&["--endpoint=/s", "--omit-content-source"], "--clone-volume")]
 fn rejects(#[case] args: &[&str], #[case] fragment: &str) {
     let err = parse(args).expect_err("must be rejected");
     assert_eq!(err.exit_code(), 2);

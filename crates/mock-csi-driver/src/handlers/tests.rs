@@ -28,6 +28,31 @@ fn create(name: &str, required: i64) -> CreateVolumeRequest {
     }
 }
 
+fn snapshot_source(id: &str) -> VolumeContentSource {
+    VolumeContentSource {
+        r#type: Some(volume_content_source::Type::Snapshot(
+            volume_content_source::SnapshotSource {
+                snapshot_id: id.into(),
+            },
+        )),
+    }
+}
+
+fn cloning() -> DriverConfig {
+    DriverConfig {
+        clone_volume: true,
+        ..DriverConfig::default()
+    }
+}
+
+/// A CreateVolume request for `name` cloning volume `source`.
+fn clone_of(name: &str, source: &str) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        volume_content_source: Some(volume_source(source)),
+        ..create(name, GI)
+    }
+}
+
 fn topo(s: &str) -> Topology {
     topology(&parse_segment(s).unwrap())
 }
@@ -43,7 +68,9 @@ fn topo(s: &str) -> Topology {
 #[case::snmw(|r: &mut CreateVolumeRequest| r.volume_capabilities.push(cap(Mode::SingleNodeMultiWriter)), Some("--single-node-multi-writer"))]
 #[case::block(|r: &mut CreateVolumeRequest| r.volume_capabilities[0].access_type = Some(AccessType::Block(BlockVolume {})), None)]
 #[case::multi_node(|r: &mut CreateVolumeRequest| r.volume_capabilities[0] = cap(Mode::MultiNodeMultiWriter), None)]
-#[case::source(|r: &mut CreateVolumeRequest| r.volume_content_source = Some(VolumeContentSource::default()), Some("not supported"))]
+#[case::untyped_source(|r: &mut CreateVolumeRequest| r.volume_content_source = Some(VolumeContentSource::default()), Some("has no type"))]
+#[case::snapshot_source(|r: &mut CreateVolumeRequest| r.volume_content_source = Some(snapshot_source("snap-1")), Some("snapshots are not supported"))]
+#[case::clone_off(|r: &mut CreateVolumeRequest| r.volume_content_source = Some(volume_source("mock-vol-0")), Some("cloning is not supported"))]
 #[case::range(|r: &mut CreateVolumeRequest| r.capacity_range = Some(CapacityRange { required_bytes: 2, limit_bytes: 1 }), Some("capacity range is invalid"))]
 fn create_validation(
     #[case] edit: fn(&mut CreateVolumeRequest),
@@ -130,6 +157,8 @@ fn create_returns_topology_id_and_context() {
 #[case(PoolError::Exhausted { size: 5, largest_free: 4 }, Code::ResourceExhausted)]
 #[case(PoolError::InvalidToken("t".into()), Code::Aborted)]
 #[case(PoolError::NotFound("v".into()), Code::NotFound)]
+#[case(PoolError::SourceNotFound("v".into()), Code::NotFound)]
+#[case(PoolError::SourceMismatch { name: "a".into(), existing_source: None, asked_source: Some("v".into()) }, Code::AlreadyExists)]
 fn pool_error_codes(#[case] err: PoolError, #[case] want: Code) {
     let status = pool_status(&err);
     assert_eq!(status.code(), want);
@@ -328,6 +357,7 @@ fn controller_capabilities_follow_flags() {
         publish_unpublish: true,
         single_node_multi_writer: true,
         modify_volume: true,
+        clone_volume: true,
         ..DriverConfig::default()
     };
     assert_eq!(
@@ -337,9 +367,12 @@ fn controller_capabilities_follow_flags() {
             ListVolumes,
             PublishUnpublishVolume,
             SingleNodeMultiWriter,
-            ModifyVolume
+            ModifyVolume,
+            CloneVolume
         ]
     );
+    assert!(!ctrl_caps(&DriverConfig::default()).contains(&CloneVolume));
+    assert!(ctrl_caps(&cloning()).contains(&CloneVolume));
 }
 
 #[test]
@@ -388,4 +421,146 @@ fn modify_records_or_refuses() {
         modify_volume(&mut p, &off, &req(&id)).unwrap_err().code(),
         Code::Unimplemented
     );
+}
+
+#[test]
+fn clone_of_unknown_volume_is_not_found() {
+    let mut p = pools(&[":10Gi"]);
+    let err = create_volume(&mut p, &cloning(), &clone_of("c", "nope")).unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    assert!(err.message().contains("\"nope\""), "{err:?}");
+    assert_eq!(p.capacity("", None), 10 * GI, "nothing allocated");
+}
+
+#[test]
+fn clone_with_empty_source_id_is_invalid() {
+    let err = create_volume(&mut pools(&[":10Gi"]), &cloning(), &clone_of("c", "")).unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+}
+
+#[test]
+fn snapshot_source_is_refused_even_when_cloning() {
+    let mut req = create("c", GI);
+    req.volume_content_source = Some(snapshot_source("snap-1"));
+    let err = create_volume(&mut pools(&[":10Gi"]), &cloning(), &req).unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("snapshots are not supported"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn clone_echoes_content_source_and_uses_pool_space() {
+    let mut p = pools(&[":10Gi"]);
+    let cfg = cloning();
+    let src = create_volume(&mut p, &cfg, &create("src", 2 * GI))
+        .unwrap()
+        .volume
+        .unwrap();
+    assert_eq!(src.content_source, None, "an empty volume has no source");
+
+    let req = clone_of("c", &src.volume_id);
+    let clone = create_volume(&mut p, &cfg, &req).unwrap().volume.unwrap();
+    assert_eq!(clone.content_source, req.volume_content_source);
+    assert_ne!(clone.volume_id, src.volume_id);
+    assert_eq!(
+        clone.capacity_bytes, GI,
+        "sized by the request, like any volume"
+    );
+    assert_eq!(p.capacity("", None), 7 * GI);
+    assert_eq!(
+        p.get(&clone.volume_id).unwrap().source,
+        Some(src.volume_id.clone())
+    );
+
+    // ListVolumes shows each volume's source.
+    let listed: Vec<_> = list_volumes(&p, &ListVolumesRequest::default())
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|e| e.volume.unwrap().content_source)
+        .collect();
+    assert_eq!(listed, vec![None, req.volume_content_source.clone()]);
+}
+
+#[test]
+fn omit_content_source_clones_but_answers_without_it() {
+    let mut p = pools(&[":10Gi"]);
+    let cfg = DriverConfig {
+        omit_content_source: true,
+        ..cloning()
+    };
+    let src = create_volume(&mut p, &cfg, &create("src", GI))
+        .unwrap()
+        .volume
+        .unwrap();
+    let req = clone_of("c", &src.volume_id);
+    let clone = create_volume(&mut p, &cfg, &req).unwrap().volume.unwrap();
+    assert_eq!(clone.content_source, None);
+    let again = create_volume(&mut p, &cfg, &req).unwrap().volume.unwrap();
+    assert_eq!(again.content_source, None, "retries omit it too");
+    // The clone was still made from the source, and the listing tells.
+    assert_eq!(p.get(&clone.volume_id).unwrap().source, Some(src.volume_id));
+    let listed = list_volumes(&p, &ListVolumesRequest::default()).unwrap();
+    assert_eq!(
+        listed.entries[1].volume.as_ref().unwrap().content_source,
+        req.volume_content_source
+    );
+    // Unknown sources are still NOT_FOUND: only the answer is broken.
+    let err = create_volume(&mut p, &cfg, &clone_of("d", "nope")).unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+}
+
+#[test]
+fn clone_idempotency_compares_sources() {
+    let mut p = pools(&[":10Gi"]);
+    let cfg = cloning();
+    let id = |r: Result<CreateVolumeResponse, Status>| r.unwrap().volume.unwrap().volume_id;
+    let a = id(create_volume(&mut p, &cfg, &create("a", GI)));
+    let b = id(create_volume(&mut p, &cfg, &create("b", GI)));
+
+    let first = create_volume(&mut p, &cfg, &clone_of("c", &a))
+        .unwrap()
+        .volume
+        .unwrap();
+    let again = create_volume(&mut p, &cfg, &clone_of("c", &a))
+        .unwrap()
+        .volume
+        .unwrap();
+    assert_eq!(again, first, "same name, same source: same volume");
+    assert_eq!(p.capacity("", None), 7 * GI, "no space taken twice");
+
+    let other = create_volume(&mut p, &cfg, &clone_of("c", &b)).unwrap_err();
+    assert_eq!(other.code(), Code::AlreadyExists, "{other:?}");
+    assert!(other.message().contains(&format!("{a:?}")), "{other:?}");
+    let empty = create_volume(&mut p, &cfg, &create("c", GI)).unwrap_err();
+    assert_eq!(
+        empty.code(),
+        Code::AlreadyExists,
+        "clone asked again without source"
+    );
+    let cloned = create_volume(&mut p, &cfg, &clone_of("a", &b)).unwrap_err();
+    assert_eq!(
+        cloned.code(),
+        Code::AlreadyExists,
+        "empty volume asked again as a clone"
+    );
+
+    // A retry still answers after its source is gone, as the name is looked up first.
+    delete_volume(
+        &mut p,
+        &DeleteVolumeRequest {
+            volume_id: a.clone(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let late = create_volume(&mut p, &cfg, &clone_of("c", &a))
+        .unwrap()
+        .volume
+        .unwrap();
+    assert_eq!(late, first);
+    let new = create_volume(&mut p, &cfg, &clone_of("d", &a)).unwrap_err();
+    assert_eq!(new.code(), Code::NotFound);
 }

@@ -181,6 +181,33 @@ fn idempotent_by_name() {
     }
 }
 
+#[test]
+fn clones_need_their_source_and_keep_it() {
+    let mut p = pools(&[":10Gi"]);
+    let (src, _) = p.create(&req("src", GI)).unwrap();
+    let clone = |name: &str, source: &str| CreateRequest {
+        source: Some(source.to_owned()),
+        ..req(name, GI)
+    };
+    assert_eq!(
+        p.create(&clone("c", "nope")),
+        Err(PoolError::SourceNotFound("nope".into()))
+    );
+    let (c, existed) = p.create(&clone("c", &src.id)).unwrap();
+    assert!(!existed);
+    assert_eq!(c.source, Some(src.id.clone()));
+    assert_eq!(p.capacity("", None), 8 * GI);
+    assert!(p.create(&clone("c", &src.id)).unwrap().1);
+    assert_eq!(
+        p.create(&req("c", GI)),
+        Err(PoolError::SourceMismatch {
+            name: "c".into(),
+            existing_source: Some(src.id.clone()),
+            asked_source: None,
+        })
+    );
+}
+
 /// GetCapacity: (kind, segment or None) -> free bytes, with 3Gi used on node-2.
 #[rstest]
 #[case("", None, 32 * GI)]
