@@ -413,3 +413,67 @@ async fn the_orphan_sweep_releases_snapshots_no_pending_claim_needs() {
         .unwrap();
     wait_gone(&api, "orphan").await;
 }
+
+/// Our mock driver with `--omit-content-source` clones volumes but does not say so: upstream
+/// deletes such a volume and retries; so do we, and no PV is ever written for it.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_driver_that_omits_the_content_source_has_its_volume_deleted() {
+    let s = Scenario::start("ds-omit", &["--clone-volume", "--omit-content-source"], &[]).await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("src", &class, "1Gi", json!({})).await;
+    let src = s.wait_bound("src").await;
+    let src_volume = s
+        .volume_handle(src.spec.and_then(|s| s.volume_name).as_deref().unwrap())
+        .await;
+    let copy = s
+        .claim(
+            "copy",
+            &class,
+            "1Gi",
+            json!({"spec": {"dataSource": claim_source("src")}}),
+        )
+        .await;
+    s.wait_event(
+        "copy",
+        "ProvisioningFailed",
+        "volume content source missing",
+    )
+    .await;
+    let pv = format!("pvc-{}", copy.metadata.uid.as_deref().unwrap());
+    // Every volume the driver made for the clone was deleted again.
+    let made = eventually("the clone's volumes deleted", || async {
+        let made: Vec<String> = s
+            .create_calls(&pv)
+            .iter()
+            .filter_map(|c| {
+                c["response"]["volume"]["volume_id"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .collect();
+        let deleted: Vec<String> = s
+            .mock()
+            .calls_of("DeleteVolume")
+            .iter()
+            .filter(|c| c.get("response").is_some())
+            .filter_map(|c| c["request"]["volume_id"].as_str().map(str::to_string))
+            .collect();
+        (!made.is_empty() && made.iter().all(|id| deleted.contains(id))).then_some(made)
+    })
+    .await;
+    // The driver was asked to clone the source volume, every time.
+    for call in s.create_calls(&pv) {
+        assert_eq!(
+            call["request"]["volume_content_source"]["volume"]["volume_id"],
+            src_volume.as_str(),
+            "{call}"
+        );
+    }
+    assert!(!made.is_empty());
+    assert_eq!(s.driver_volumes().await, vec![src_volume]);
+    assert!(
+        s.volumes().get_opt(&pv).await.unwrap().is_none(),
+        "no PV for {pv}"
+    );
+}
