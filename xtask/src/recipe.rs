@@ -122,19 +122,31 @@ pub const COMPONENTS: &[Component] = &[
             ("snapshot-controller", "snapshot-controller"),
             ("csi-snapshotter", "csi-snapshotter"),
             ("snapshot-crd", "crd"),
+            ("gateway-crd", "gateway-crd"),
         ],
         optional: false,
-        files: &[ModuleFiles {
-            module: SNAPSHOT_CLIENT_MODULE,
-            version: SNAPSHOTTER_VERSION,
-            dir: "config/crd",
-            names: &[
-                "snapshot.storage.k8s.io_volumesnapshotclasses.yaml",
-                "snapshot.storage.k8s.io_volumesnapshotcontents.yaml",
-                "snapshot.storage.k8s.io_volumesnapshots.yaml",
-            ],
-            dest: "crd",
-        }],
+        files: &[
+            ModuleFiles {
+                module: SNAPSHOT_CLIENT_MODULE,
+                version: SNAPSHOTTER_VERSION,
+                dir: "config/crd",
+                names: &[
+                    "snapshot.storage.k8s.io_volumesnapshotclasses.yaml",
+                    "snapshot.storage.k8s.io_volumesnapshotcontents.yaml",
+                    "snapshot.storage.k8s.io_volumesnapshots.yaml",
+                ],
+                dest: "crd",
+            },
+            // ReferenceGrant (gateway.networking.k8s.io/v1beta1), which allows cross-namespace
+            // data sources; a CRD only, nothing of Gateway API runs.
+            ModuleFiles {
+                module: "sigs.k8s.io/gateway-api",
+                version: "v1.2.1",
+                dir: "config/crd/standard",
+                names: &["gateway.networking.k8s.io_referencegrants.yaml"],
+                dest: "gateway-crd",
+            },
+        ],
     },
 ];
 
@@ -424,7 +436,13 @@ mod tests {
                 &*format!("{SNAPSHOT_CLIENT_MODULE} {version}")
             )]
         );
-        assert!(c.files.iter().all(|f| f.version == version));
+        // The snapshot CRDs come from the client of the same tag.
+        assert!(
+            c.files
+                .iter()
+                .filter(|f| f.module == SNAPSHOT_CLIENT_MODULE)
+                .all(|f| f.version == version)
+        );
         // Every copied folder is linked into testenv-bin.
         for f in c.files {
             assert!(

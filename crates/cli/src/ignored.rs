@@ -1,7 +1,6 @@
 //! Flags upstream acts on that this implementation accepts (so upstream command lines keep
 //! working) but does not act on, at least not yet. The binary logs one start-up warning each.
 
-use crate::gates::Feature;
 use crate::options::Options;
 
 /// `(flag, why)` for flags that take effect upstream but not here. A flag appears when it was
@@ -39,23 +38,13 @@ const RULES: &[(&str, &str)] = &[
 
 impl Options {
     /// Flags that were accepted but are not acted on, with the reason, for a start-up warning.
-    /// Listed when given on the command line, and the `CrossNamespaceVolumeDataSource` gate
-    /// when enabled.
+    /// Listed when given on the command line.
     pub fn accepted_but_ignored(&self) -> Vec<(&'static str, &'static str)> {
-        let mut out: Vec<(&'static str, &'static str)> = RULES
+        let out: Vec<(&'static str, &'static str)> = RULES
             .iter()
             .filter(|(flag, _)| self.is_explicit(flag))
             .copied()
             .collect();
-        if self
-            .feature_gates
-            .enabled(Feature::CrossNamespaceVolumeDataSource)
-        {
-            out.push((
-                "feature-gates",
-                "CrossNamespaceVolumeDataSource: cross-namespace data sources (ReferenceGrant) are not implemented yet; such claims are refused as with the gate off",
-            ));
-        }
         out
     }
 }

@@ -477,3 +477,110 @@ async fn a_driver_that_omits_the_content_source_has_its_volume_deleted() {
         "no PV for {pv}"
     );
 }
+
+/// With the `CrossNamespaceVolumeDataSource` gate a claim may restore or clone from another
+/// namespace once a ReferenceGrant there allows it (Gateway API's CRD, v1beta1).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_source_in_another_namespace_needs_a_reference_grant() {
+    let w = World::start(
+        "ds-xns",
+        &["--feature-gates=CrossNamespaceVolumeDataSource=true"],
+    )
+    .await;
+    testenv::install_reference_grant_crd(&w.s.client)
+        .await
+        .expect("ReferenceGrant CRD");
+    w.s.claim("src", &w.class, "1Gi", json!({})).await;
+    let source = w.volume_of("src").await;
+    write_marker(&source.vol_path, "from next door");
+    w.snapshot("snap", "src").await;
+
+    let mut dst = Scenario::new("ds-xns-dst").await;
+    dst.driver = w.s.driver.clone();
+    let from = |kind: &str, group: Option<&str>, name: &str| {
+        let mut r = json!({"kind": kind, "name": name, "namespace": w.s.ns});
+        if let Some(g) = group {
+            r["apiGroup"] = json!(g);
+        }
+        json!({"spec": {"dataSourceRef": r}})
+    };
+    dst.claim(
+        "restored",
+        &w.class,
+        "1Gi",
+        from("VolumeSnapshot", Some("snapshot.storage.k8s.io"), "snap"),
+    )
+    .await;
+    dst.claim(
+        "copy",
+        &w.class,
+        "1Gi",
+        from("PersistentVolumeClaim", None, "src"),
+    )
+    .await;
+    let denied = |name: &str, kind: &str, source: &str| {
+        format!(
+            "accessing {}/{source} of {kind} dataSource from {}/{name} isn't allowed",
+            w.s.ns, dst.ns
+        )
+    };
+    dst.wait_event(
+        "restored",
+        "ProvisioningFailed",
+        &denied("restored", "VolumeSnapshot", "snap"),
+    )
+    .await;
+    dst.wait_event(
+        "copy",
+        "ProvisioningFailed",
+        &denied("copy", "PersistentVolumeClaim", "src"),
+    )
+    .await;
+    let before = w.created();
+
+    let grant = json!({
+        "apiVersion": "gateway.networking.k8s.io/v1beta1",
+        "kind": "ReferenceGrant",
+        "metadata": {"name": "let-dst-in", "namespace": w.s.ns},
+        "spec": {
+            "from": [{"group": "", "kind": "PersistentVolumeClaim", "namespace": dst.ns}],
+            "to": [
+                {"group": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "snap"},
+                {"group": "", "kind": "PersistentVolumeClaim"}
+            ]
+        }
+    });
+    let grants: Api<DynamicObject> = Api::namespaced_with(
+        w.s.client.clone(),
+        &w.s.ns,
+        &ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(
+                "gateway.networking.k8s.io",
+                "v1beta1",
+                "ReferenceGrant",
+            ),
+            "referencegrants",
+        ),
+    );
+    grants
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(grant).unwrap(),
+        )
+        .await
+        .expect("ReferenceGrant");
+    for claim in ["restored", "copy"] {
+        let pvc = dst.wait_bound(claim).await;
+        let pv = pvc.spec.and_then(|s| s.volume_name).unwrap();
+        let handle = dst.volume_handle(&pv).await;
+        let volume = w
+            .plugin
+            .volumes()
+            .into_iter()
+            .find(|v| v.vol_id == handle)
+            .expect("the new volume");
+        assert_eq!(read_marker(&volume.vol_path), "from next door", "{claim}");
+    }
+    assert_eq!(w.created(), before + 2);
+}

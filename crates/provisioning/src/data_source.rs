@@ -5,6 +5,7 @@
 //! Everything here is pure: the caller fetches the objects and writes the finalizers.
 
 pub mod clone;
+pub mod grant;
 pub mod snapshot;
 
 #[cfg(test)]
@@ -43,7 +44,8 @@ pub struct DataSource {
     pub kind: SourceKind,
     /// Its name.
     pub name: String,
-    /// The claim's namespace (cross-namespace sources are refused before this is built).
+    /// Where it is: the claim's namespace, or with the `CrossNamespaceVolumeDataSource` gate
+    /// the `dataSourceRef`'s (a ReferenceGrant must then allow it, see [`grant::check`]).
     pub namespace: String,
 }
 
@@ -68,21 +70,28 @@ impl DataSource {
 }
 
 /// Normalises `dataSource` (first) and `dataSourceRef` as upstream: a populator kind is
-/// [`Normalised::Populator`]; a snapshot from another API group, an empty name or a
-/// cross-namespace reference is refused (`Finished`).
-pub fn normalise(claim: &PersistentVolumeClaim) -> Result<Normalised, ProvisionError> {
+/// [`Normalised::Populator`]; a snapshot from another API group, an empty name or (without
+/// `cross_namespace`, the `CrossNamespaceVolumeDataSource` gate) a reference to another
+/// namespace is refused (`Finished`).
+pub fn normalise(
+    claim: &PersistentVolumeClaim,
+    cross_namespace: bool,
+) -> Result<Normalised, ProvisionError> {
     let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
-    let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+    let mut namespace = claim.metadata.namespace.clone().unwrap_or_default();
     let Some(spec) = claim.spec.as_ref() else {
         return Ok(Normalised::Empty);
     };
     let (kind, name, api_group) = if let Some(source) = &spec.data_source {
         (&source.kind, &source.name, source.api_group.as_deref())
     } else if let Some(source) = &spec.data_source_ref {
-        if source.namespace.as_deref().is_some_and(|ns| !ns.is_empty()) {
-            return Err(ProvisionError::finished(
-                "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled",
-            ));
+        if let Some(ns) = source.namespace.as_deref().filter(|ns| !ns.is_empty()) {
+            if !cross_namespace {
+                return Err(ProvisionError::finished(
+                    "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled",
+                ));
+            }
+            namespace = ns.to_string();
         }
         (&source.kind, &source.name, source.api_group.as_deref())
     } else {

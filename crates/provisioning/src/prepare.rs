@@ -38,6 +38,8 @@ pub struct ProvisionerConfig<'a> {
     pub extra_create_metadata: bool,
     /// The `VolumeAttributesClass` feature gate.
     pub volume_attributes_class_enabled: bool,
+    /// The `CrossNamespaceVolumeDataSource` feature gate.
+    pub cross_namespace_data_sources: bool,
 }
 
 /// Cluster facts for topology; see [`TopologyInput`] for each field.
@@ -151,7 +153,7 @@ impl ProvisionPlan {
 ///
 /// Differs from upstream: the data source's content source is checked by the caller after this
 /// (upstream checks it before topology and secrets, so when both fail the event differs);
-/// cross-namespace data sources are refused as with upstream's default feature gates; and because
+/// a cross-namespace source's ReferenceGrant is checked by the caller too; and because
 /// the secret is fetched by the caller after all pure checks, a claim with both an unreadable
 /// provisioner secret and an unknown reserved parameter fails as `Finished` where upstream says
 /// `NoChange`.
@@ -165,7 +167,7 @@ pub fn prepare(inputs: &PrepareInputs<'_>) -> Result<Prepared, ProvisionError> {
         return Err(ProvisionError::finished("storage class was nil"));
     };
 
-    let data_source = match data_source::normalise(claim)? {
+    let data_source = match data_source::normalise(claim, config.cross_namespace_data_sources)? {
         Normalised::Empty => None,
         Normalised::Populator(kind) => return Ok(Prepared::ExternalPopulator { kind }),
         Normalised::Source(source) => Some(source),

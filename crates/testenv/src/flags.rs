@@ -124,6 +124,10 @@ pub(crate) fn apiserver(ports: &Ports, layout: &Layout) -> Vec<String> {
         "--endpoint-reconciler-type=none".into(),
         "--advertise-address=127.0.0.1".into(),
         "--profiling=false".into(),
+        // Alpha: without it the API server drops `dataSourceRef.namespace`, so claims could not
+        // name a source in another namespace (the provisioner keeps its own gate, off by
+        // default, so this changes nothing else).
+        "--feature-gates=CrossNamespaceVolumeDataSource=true".into(),
         // Who wrote which claim, as the API server saw it (`crate::audit`).
         format!("--audit-policy-file={}", p(&layout.audit_policy())),
         format!("--audit-log-path={}", p(&layout.audit_log())),

@@ -53,6 +53,7 @@ pub use provisioner::Provisioner;
 pub use sanity::{SanityRun, run_csi_sanity};
 pub use shared::CLUSTER_ENV;
 pub use snapshots::{
-    SNAPSHOT_GROUP, SnapshotController, Snapshotter, install_snapshot_crds,
-    volume_snapshot_class_resource, volume_snapshot_content_resource, volume_snapshot_resource,
+    SNAPSHOT_GROUP, SnapshotController, Snapshotter, install_reference_grant_crd,
+    install_snapshot_crds, volume_snapshot_class_resource, volume_snapshot_content_resource,
+    volume_snapshot_resource,
 };

@@ -58,11 +58,26 @@ fn snapshot_resource(kind: &str, plural: &str) -> ApiResource {
 /// Applies the three `snapshot.storage.k8s.io` CRDs (server-side apply, so any number of tests
 /// sharing a control plane may call it, at once or again) and waits until each is Established.
 pub async fn install_snapshot_crds(client: &Client) -> Result<(), Error> {
-    let dir = paths::try_go_binary(CRD_DIR)?;
+    install_crds(client, CRD_DIR, &CRD_FILES).await
+}
+
+/// Applies Gateway API's ReferenceGrant CRD (v1.2.1, which serves `v1beta1`), for
+/// cross-namespace data sources; like [`install_snapshot_crds`].
+pub async fn install_reference_grant_crd(client: &Client) -> Result<(), Error> {
+    install_crds(
+        client,
+        "gateway-crd",
+        &["gateway.networking.k8s.io_referencegrants.yaml"],
+    )
+    .await
+}
+
+async fn install_crds(client: &Client, link: &str, files: &[&str]) -> Result<(), Error> {
+    let dir = paths::try_go_binary(link)?;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply("testenv").force();
-    let mut names = Vec::with_capacity(CRD_FILES.len());
-    for file in CRD_FILES {
+    let mut names = Vec::with_capacity(files.len());
+    for file in files {
         let path = dir.join(file);
         let text = fs::read_to_string(&path).ctx(|| format!("reading {}", path.display()))?;
         let crd: CustomResourceDefinition =

@@ -180,7 +180,6 @@ fn accepted_but_ignored_lists_flags_given_that_do_nothing_here() {
             "log-flush-frequency",
             "log-text-info-buffer-size",
             "cloning-protection-threads",
-            "feature-gates",
         ]
     );
     assert!(

@@ -218,6 +218,9 @@ impl ClaimsController {
             default_fs_type: opts.default_fstype.as_deref().unwrap_or_default(),
             extra_create_metadata: opts.extra_create_metadata,
             volume_attributes_class_enabled: self.vac_enabled(),
+            cross_namespace_data_sources: opts
+                .feature_gates
+                .enabled(cli::Feature::CrossNamespaceVolumeDataSource),
         }
     }
 

@@ -6,9 +6,10 @@ use csi::v1::VolumeContentSource;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use provisioning::data_source::clone::{CloneInputs, clone_source, source_volume_name};
+use provisioning::data_source::grant::{self, ReferenceGrant};
 use provisioning::data_source::snapshot::{
     self, RestoreInputs, VolumeSnapshot, VolumeSnapshotContent, has_finalizer, restore_source,
 };
@@ -60,10 +61,43 @@ impl ClaimsController {
         source: &DataSource,
         protect: bool,
     ) -> Result<VolumeContentSource, ProvisionError> {
+        if claim.metadata.namespace.as_deref() != Some(source.namespace.as_str()) {
+            self.check_grant(claim, source).await?;
+        }
         match source.kind {
             SourceKind::Snapshot => self.restore_source(claim, class, source, protect).await,
             SourceKind::Claim => self.clone_source(claim, class, source, protect).await,
         }
+    }
+
+    /// A source in another namespace needs a ReferenceGrant there (upstream reads them from
+    /// an informer; one LIST per attempt here, only for such claims). Refusals are final for
+    /// the attempt (`Finished`), as upstream.
+    async fn check_grant(
+        &self,
+        claim: &PersistentVolumeClaim,
+        source: &DataSource,
+    ) -> Result<(), ProvisionError> {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(grant::API_GROUP, grant::API_VERSION, "ReferenceGrant"),
+            "referencegrants",
+        );
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.ctx.client.clone(), &source.namespace, &resource);
+        let list = api.list(&ListParams::default()).await.map_err(|e| {
+            ProvisionError::finished(format!(
+                "error getting ReferenceGrants in {} namespace from api server: {}",
+                source.namespace,
+                crate::api_error::message(&e)
+            ))
+        })?;
+        let grants = list
+            .items
+            .iter()
+            .map(typed::<ReferenceGrant>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ProvisionError::finished)?;
+        grant::check(claim, &grants).map_err(ProvisionError::finished)
     }
 
     async fn restore_source(

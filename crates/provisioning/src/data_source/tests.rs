@@ -356,13 +356,12 @@ fn normalisation() {
         });
         c
     };
-    assert_eq!(normalise(&claim()), Ok(Normalised::Empty));
+    assert_eq!(normalise(&claim(), false), Ok(Normalised::Empty));
     assert_eq!(
-        normalise(&with(
-            "VolumeSnapshot",
-            "s",
-            Some("snapshot.storage.k8s.io")
-        )),
+        normalise(
+            &with("VolumeSnapshot", "s", Some("snapshot.storage.k8s.io")),
+            false
+        ),
         Ok(Normalised::Source(DataSource {
             kind: SourceKind::Snapshot,
             name: "s".into(),
@@ -370,7 +369,7 @@ fn normalisation() {
         }))
     );
     assert_eq!(
-        normalise(&with("Fancy", "s", Some("example.com"))),
+        normalise(&with("Fancy", "s", Some("example.com")), false),
         Ok(Normalised::Populator("Fancy".into()))
     );
     let source = DataSource {
@@ -460,4 +459,91 @@ fn orphan_sweep_keeps_only_snapshots_pending_claims_need() {
         ]
     );
     assert_eq!(unreferenced(&protected, &[]).len(), protected.len());
+}
+
+fn cross_namespace_claim(group: Option<&str>, kind: &str, name: &str) -> PersistentVolumeClaim {
+    use k8s_openapi::api::core::v1::TypedObjectReference;
+    let mut c = claim();
+    spec_mut(&mut c).data_source_ref = Some(TypedObjectReference {
+        api_group: group.map(str::to_string),
+        kind: kind.into(),
+        name: name.into(),
+        namespace: Some("src-ns".into()),
+    });
+    c
+}
+
+#[test]
+fn cross_namespace_sources_need_the_gate() {
+    let c = cross_namespace_claim(Some("snapshot.storage.k8s.io"), "VolumeSnapshot", "snap");
+    let off = normalise(&c, false).unwrap_err();
+    assert_eq!(
+        (off.state, off.message.as_str()),
+        (
+            crate::errors::ProvisioningState::Finished,
+            "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled"
+        )
+    );
+    assert_eq!(
+        normalise(&c, true),
+        Ok(Normalised::Source(DataSource {
+            kind: SourceKind::Snapshot,
+            name: "snap".into(),
+            namespace: "src-ns".into()
+        }))
+    );
+}
+
+/// After upstream's ReferenceGrant permutations in TestProvisionFromSnapshot.
+#[test]
+fn reference_grants_allow_exactly_what_they_name() {
+    use super::grant::{GrantFrom, GrantTo, ReferenceGrant, ReferenceGrantSpec, check};
+    let snap = cross_namespace_claim(Some("snapshot.storage.k8s.io"), "VolumeSnapshot", "snap");
+    let pvc = cross_namespace_claim(None, "PersistentVolumeClaim", "src");
+    let from = |group: &str, kind: &str, ns: &str| GrantFrom {
+        group: group.into(),
+        kind: kind.into(),
+        namespace: ns.into(),
+    };
+    let to = |group: &str, kind: &str, name: Option<&str>| GrantTo {
+        group: group.into(),
+        kind: kind.into(),
+        name: name.map(str::to_string),
+    };
+    let grant = |from: Vec<GrantFrom>, to: Vec<GrantTo>| ReferenceGrant {
+        spec: ReferenceGrantSpec { from, to },
+    };
+    let ok_from = || vec![from("", "PersistentVolumeClaim", "default")];
+    let snap_to = |name: Option<&str>| vec![to("snapshot.storage.k8s.io", "VolumeSnapshot", name)];
+    let denied = Err(
+        "accessing src-ns/snap of VolumeSnapshot dataSource from default/my-pvc isn't allowed"
+            .to_string(),
+    );
+    type Case<'a> = (
+        &'a str,
+        &'a PersistentVolumeClaim,
+        Vec<ReferenceGrant>,
+        Result<(), String>,
+    );
+    let cases: Vec<Case> = vec![
+        ("named", &snap, vec![grant(ok_from(), snap_to(Some("snap")))], Ok(())),
+        ("any name", &snap, vec![grant(ok_from(), snap_to(None))], Ok(())),
+        ("empty name is any", &snap, vec![grant(ok_from(), snap_to(Some("")))], Ok(())),
+        ("no grants", &snap, vec![], denied.clone()),
+        ("other name", &snap, vec![grant(ok_from(), snap_to(Some("x")))], denied.clone()),
+        ("wrong from namespace", &snap, vec![grant(vec![from("", "PersistentVolumeClaim", "x")], snap_to(None))], denied.clone()),
+        ("wrong from group", &snap, vec![grant(vec![from("apps", "PersistentVolumeClaim", "default")], snap_to(None))], denied.clone()),
+        ("wrong from kind", &snap, vec![grant(vec![from("", "Pod", "default")], snap_to(None))], denied.clone()),
+        ("wrong to group", &snap, vec![grant(ok_from(), vec![to("x", "VolumeSnapshot", None)])], denied.clone()),
+        ("wrong to kind", &snap, vec![grant(ok_from(), vec![to("snapshot.storage.k8s.io", "X", None)])], denied.clone()),
+        ("empty from", &snap, vec![grant(vec![], snap_to(None))], denied.clone()),
+        ("empty to", &snap, vec![grant(ok_from(), vec![])], denied.clone()),
+        ("from and to in different grants", &snap, vec![grant(ok_from(), vec![]), grant(vec![], snap_to(None))], denied),
+        ("core group claim", &pvc, vec![grant(ok_from(), vec![to("", "PersistentVolumeClaim", Some("src"))])], Ok(())),
+        ("a group given for a core kind", &pvc, vec![grant(ok_from(), vec![to("core", "PersistentVolumeClaim", None)])],
+            Err("accessing src-ns/src of PersistentVolumeClaim dataSource from default/my-pvc isn't allowed".into())),
+    ];
+    for (name, claim, grants, want) in cases {
+        assert_eq!(check(claim, &grants), want, "{name}");
+    }
 }

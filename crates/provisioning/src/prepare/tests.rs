@@ -16,6 +16,7 @@ const CONFIG: ProvisionerConfig<'static> = ProvisionerConfig {
     default_fs_type: "",
     extra_create_metadata: false,
     volume_attributes_class_enabled: true,
+    cross_namespace_data_sources: false,
 };
 
 fn caps() -> DriverCapabilities {
