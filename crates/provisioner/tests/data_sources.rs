@@ -21,7 +21,7 @@ use testenv::{ControlPlane, HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, Provisioner};
 struct World {
     s: Scenario,
     plugin: HostpathPlugin,
-    _snapshotter: testenv::Snapshotter,
+    snapshotter: Option<testenv::Snapshotter>,
     _controller: testenv::SnapshotController,
     _prov: Provisioner,
     class: String,
@@ -71,7 +71,7 @@ impl World {
         World {
             s,
             plugin,
-            _snapshotter: snapshotter,
+            snapshotter: Some(snapshotter),
             _controller: controller,
             _prov: prov,
             class,
@@ -583,4 +583,79 @@ async fn a_source_in_another_namespace_needs_a_reference_grant() {
         assert_eq!(read_marker(&volume.vol_path), "from next door", "{claim}");
     }
     assert_eq!(w.created(), before + 2);
+}
+
+/// Not ready yet: the snapshot exists but csi-snapshotter is down, so the driver never took it.
+/// The claim is refused without a CreateVolume, then restored once the snapshot is ready.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_snapshot_that_is_not_ready_is_restored_once_it_is() {
+    let mut w = World::start("ds-ready", &[]).await;
+    w.s.claim("src", &w.class, "1Gi", json!({})).await;
+    let source = w.volume_of("src").await;
+    write_marker(&source.vol_path, "taken late");
+    w.snapshotter = None;
+    let body = json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": "snap", "namespace": w.s.ns},
+        "spec": {"volumeSnapshotClassName": w.s.ns, "source": {"persistentVolumeClaimName": "src"}},
+    });
+    create(&w.s, testenv::volume_snapshot_resource(), true, body).await;
+    w.claim_from("restored", "1Gi", snapshot_source("snap"))
+        .await;
+    let event =
+        w.s.wait_event(
+            "restored",
+            "ProvisioningFailed",
+            "error getting handle for DataSource Type VolumeSnapshot by Name snap: snapshot snap",
+        )
+        .await;
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.ends_with("snapshot snap not bound")
+            || message.ends_with("snapshot snap is not Ready"),
+        "{message}"
+    );
+    assert_eq!(w.created(), 1, "only the source's volume");
+    assert!(w.plugin.calls_of("CreateSnapshot").is_empty());
+
+    w.snapshotter = Some(testenv::Snapshotter::start(
+        &w.s.dir.join("snapshotter-2"),
+        ControlPlane::shared().kubeconfig(),
+        &w.plugin.socket,
+    ));
+    let restored = w.volume_of("restored").await;
+    assert_eq!(read_marker(&restored.vol_path), "taken late");
+    assert_eq!(w.created(), 2);
+}
+
+/// A claim being deleted (a pod still uses it, so kube-controller-manager's pvc-protection
+/// keeps it) cannot be cloned; the clone is never sent to the driver.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_source_being_deleted_is_not_cloned() {
+    let w = World::start("ds-going", &[]).await;
+    w.s.claim("src", &w.class, "1Gi", json!({})).await;
+    let _ = w.volume_of("src").await;
+    support::create_pod(&w.s, "user", "src", json!({})).await;
+    w.s.delete_claim("src").await;
+    eventually("src terminating", || async {
+        let c = w.s.claims().get("src").await.ok()?;
+        c.metadata.deletion_timestamp.map(|_| ())
+    })
+    .await;
+    w.claim_from("copy", "1Gi", claim_source("src")).await;
+    w.s.wait_event(
+        "copy",
+        "ProvisioningFailed",
+        "error getting handle for DataSource Type PersistentVolumeClaim by Name src: the PVC DataSource src is currently being deleted",
+    )
+    .await;
+    assert_eq!(w.created(), 1, "only the source's volume");
+    let copy = w.s.claims().get("copy").await.unwrap();
+    assert_eq!(
+        copy.status.and_then(|s| s.phase).as_deref(),
+        Some("Pending")
+    );
 }
