@@ -13,6 +13,7 @@ pub mod capacity_controller;
 pub mod claims;
 pub mod context;
 pub mod controllers;
+mod data_source_api;
 pub mod driver;
 pub mod http;
 pub mod kubeconfig;

@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use controller_kit::fresh::Fresh;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
-use provisioning::data_source::snapshot::{self, has_finalizer, unreferenced};
+use provisioning::data_source::snapshot::{has_finalizer, unreferenced};
+
+use crate::data_source_api::{all_snapshots, set_snapshot_finalizer, snapshots};
 use provisioning::names;
 use tokio_util::sync::CancellationToken;
 
@@ -54,22 +56,14 @@ pub async fn run(
     }
 }
 
-pub(crate) fn all_snapshots(client: &Client) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(snapshot::API_GROUP, snapshot::API_VERSION, "VolumeSnapshot"),
-        "volumesnapshots",
-    );
-    Api::all_with(client.clone(), &resource)
-}
-
 /// One sweep; how many finalizers it removed.
 async fn sweep(
     client: &Client,
     api: &Api<DynamicObject>,
     cache: Option<&Fresh<PersistentVolumeClaim>>,
 ) -> Result<usize, kube::Error> {
-    let snapshots = api.list(&ListParams::default()).await?;
-    let protected: Vec<(String, String)> = snapshots
+    let snapshots_list = api.list(&ListParams::default()).await?;
+    let protected: Vec<(String, String)> = snapshots_list
         .items
         .iter()
         .filter(|s| has_finalizer(&s.metadata, names::SNAPSHOT_SOURCE_FINALIZER))
@@ -99,7 +93,7 @@ async fn sweep(
     };
     let mut removed = 0;
     for (namespace, name) in unreferenced(&protected, &claims) {
-        let Some(mut object) = snapshots
+        let Some(object) = snapshots_list
             .items
             .iter()
             .find(|s| {
@@ -110,31 +104,13 @@ async fn sweep(
         else {
             continue;
         };
-        if let Some(f) = object.metadata.finalizers.as_mut() {
-            f.retain(|x| x != names::SNAPSHOT_SOURCE_FINALIZER);
-        }
-        let namespaced: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            namespace,
-            &ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk(
-                    snapshot::API_GROUP,
-                    snapshot::API_VERSION,
-                    "VolumeSnapshot",
-                ),
-                "volumesnapshots",
-            ),
-        );
-        match namespaced
-            .replace(name, &PostParams::default(), &object)
-            .await
-        {
-            Ok(_) => {
+        match set_snapshot_finalizer(&snapshots(client, namespace), object, false).await {
+            Ok(()) => {
                 removed += 1;
                 klog::v!(3, snapshot = %format!("{namespace}/{name}"), "Removed finalizer {} (no pending claim uses the snapshot)", names::SNAPSHOT_SOURCE_FINALIZER);
             }
-            // Changed or gone since the list: the next sweep looks again.
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            // Changed since the list: the next sweep looks again.
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e),
         }
     }

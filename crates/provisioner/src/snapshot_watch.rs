@@ -15,7 +15,7 @@ use crate::claims::ClaimsController;
 
 /// Watches until `cancel`.
 pub async fn run(client: Client, claims: ClaimsController, cancel: CancellationToken) {
-    let api = crate::snapshot_sweep::all_snapshots(&client);
+    let api = crate::data_source_api::all_snapshots(&client);
     let mut events = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();

@@ -225,13 +225,9 @@ async fn restore_from_a_snapshot_and_clone_a_claim_carry_the_data() {
         "{:?}",
         after.metadata.finalizers
     );
-    let events = w.s.events_for("restored").await;
-    assert!(
-        events
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("ProvisioningSucceeded")),
-        "{events:?}"
-    );
+    // Events are sent in the background: wait for it.
+    w.s.wait_event("restored", "ProvisioningSucceeded", "")
+        .await;
     assert_eq!(
         restored_claim.spec.unwrap().data_source.unwrap().name,
         "snap"

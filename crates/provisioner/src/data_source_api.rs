@@ -1,0 +1,98 @@
+//! The data-source objects read through the dynamic client (k8s-openapi has no types for
+//! them): VolumeSnapshots, VolumeSnapshotContents and ReferenceGrants, read into the views of
+//! `provisioning::data_source`; and our finalizer on snapshots.
+
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::{Api, Client};
+use provisioning::data_source::{grant, snapshot};
+use provisioning::names;
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn snapshot_resource() -> ApiResource {
+    resource(
+        snapshot::API_GROUP,
+        snapshot::API_VERSION,
+        "VolumeSnapshot",
+        "volumesnapshots",
+    )
+}
+
+/// VolumeSnapshots of one namespace.
+pub fn snapshots(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &snapshot_resource())
+}
+
+/// VolumeSnapshots of every namespace (the sweep and the watch).
+pub fn all_snapshots(client: &Client) -> Api<DynamicObject> {
+    Api::all_with(client.clone(), &snapshot_resource())
+}
+
+/// VolumeSnapshotContents (cluster-scoped).
+pub fn contents(client: &Client) -> Api<DynamicObject> {
+    let r = resource(
+        snapshot::API_GROUP,
+        snapshot::API_VERSION,
+        "VolumeSnapshotContent",
+        "volumesnapshotcontents",
+    );
+    Api::all_with(client.clone(), &r)
+}
+
+/// ReferenceGrants of one namespace.
+pub fn reference_grants(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    let r = resource(
+        grant::API_GROUP,
+        grant::API_VERSION,
+        "ReferenceGrant",
+        "referencegrants",
+    );
+    Api::namespaced_with(client.clone(), namespace, &r)
+}
+
+/// Reads a dynamic object's fields into one of our typed views.
+pub fn typed<T: serde::de::DeserializeOwned>(object: &DynamicObject) -> Result<T, String> {
+    serde_json::to_value(object)
+        .and_then(serde_json::from_value)
+        .map_err(|e| {
+            format!(
+                "cannot read {}: {e}",
+                object.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
+}
+
+/// Adds (`add`) or removes our source-protection finalizer on a snapshot, with an update
+/// guarded by its resourceVersion. A `Forbidden` answer is logged and ignored: older RBAC
+/// without `update` on volumesnapshots keeps working, as upstream. A snapshot gone before a
+/// removal is fine.
+pub async fn set_snapshot_finalizer(
+    api: &Api<DynamicObject>,
+    mut object: DynamicObject,
+    add: bool,
+) -> Result<(), kube::Error> {
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let finalizers = object.metadata.finalizers.get_or_insert_with(Vec::new);
+    let present = finalizers
+        .iter()
+        .any(|f| f == names::SNAPSHOT_SOURCE_FINALIZER);
+    match (add, present) {
+        (true, false) => finalizers.push(names::SNAPSHOT_SOURCE_FINALIZER.to_string()),
+        (false, true) => finalizers.retain(|f| f != names::SNAPSHOT_SOURCE_FINALIZER),
+        _ => return Ok(()),
+    }
+    match api.replace(&name, &PostParams::default(), &object).await {
+        Ok(_) => {
+            klog::v!(3, snapshot = %format!("{}/{name}", object.metadata.namespace.as_deref().unwrap_or_default()), added = add, "Changed finalizer {}", names::SNAPSHOT_SOURCE_FINALIZER);
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            tracing::warn!(snapshot = %name, "Not allowed to update VolumeSnapshots; the restore goes on without protecting the snapshot (grant update on volumesnapshots)");
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 && !add => Ok(()),
+        Err(e) => Err(e),
+    }
+}
