@@ -172,15 +172,26 @@ pub fn csi_driver_name(in_tree: &str) -> Option<&'static str> {
     Plugin::from_in_tree(in_tree).map(Plugin::driver)
 }
 
+/// The class whose parameters name a PV's deletion secrets (upstream's `getSecretsFromSC`):
+/// for a migrated PV and a class of the in-tree plugin, that class translated for the driver;
+/// otherwise the class as it is (also when the translation fails: the secrets are then looked
+/// up as written).
+pub fn deletion_class(class: &StorageClass, migrated: bool) -> std::borrow::Cow<'_, StorageClass> {
+    match migrated.then(|| class_to_csi(class).ok()).flatten() {
+        Some(translated) => std::borrow::Cow::Owned(translated),
+        None => std::borrow::Cow::Borrowed(class),
+    }
+}
+
 /// A StorageClass of an in-tree plugin in the form its CSI driver understands: the provisioner
 /// becomes the driver's name; `fstype`, `zone`/`zones` and the zone keys of `allowedTopologies`
 /// are translated per plugin as upstream's `TranslateInTreeStorageClassToCSI` does. Classes of
 /// any other provisioner are an error.
 ///
 /// Differs from upstream: the provisioner is always rewritten to the CSI driver. Upstream does
-/// so for Portworx only and keeps the in-tree name otherwise, so its later checks that a clone
-/// or snapshot source belongs to the class's provisioner fail for migrated classes; against the
-/// class returned here they pass.
+/// so for Portworx only and keeps the in-tree name otherwise; its checks that a clone or
+/// snapshot source belongs to the class's provisioner then fail for migrated classes. Ours run
+/// against the class as written, so they fail alike.
 pub fn class_to_csi(class: &StorageClass) -> Result<StorageClass, TranslationError> {
     let plugin = Plugin::from_in_tree(&class.provisioner).ok_or_else(|| {
         TranslationError::NotInTreeClass {

@@ -204,14 +204,9 @@ impl VolumesController {
             return Err(VolumeError::StillAttached { pv: name, node });
         }
         let class_obj = self.ctx.caches.classes.get(&ObjectRef::new(class));
-        // An in-tree class names its secrets in the driver's terms only once translated.
-        let class_obj = class_obj.map(|c| {
-            let in_tree = provisioning::migration::in_tree_plugin_name(&c.provisioner);
-            match in_tree.and_then(|_| provisioning::migration::class_to_csi(&c).ok()) {
-                Some(t) => std::sync::Arc::new(t),
-                None => c,
-            }
-        });
+        let class_obj = class_obj
+            .as_deref()
+            .map(|c| provisioning::migration::deletion_class(c, migrated));
         let secret_data = match decide::deletion_secret(pv, class_obj.as_deref()) {
             Ok(DeletionSecret::None) => BTreeMap::new(),
             Ok(DeletionSecret::Annotated(r)) => match secrets::fetch(&self.ctx.client, &r).await {

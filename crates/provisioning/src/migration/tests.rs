@@ -464,3 +464,33 @@ fn created_csi_pv_round_trips_through_in_tree() {
         assert_eq!(back, created, "{}", source.driver);
     }
 }
+
+/// upstream's getSecretsFromSC: only a migrated PV reads its secrets from the translated class.
+#[test]
+fn deletion_secrets_come_from_the_translated_class_of_migrated_volumes_only() {
+    let mut in_tree = StorageClass {
+        provisioner: "kubernetes.io/aws-ebs".into(),
+        ..StorageClass::default()
+    };
+    in_tree.parameters = Some(
+        [("fsType".to_string(), "ext4".to_string())]
+            .into_iter()
+            .collect(),
+    );
+    let translated = deletion_class(&in_tree, true);
+    assert_eq!(translated.provisioner, "ebs.csi.aws.com");
+    assert_eq!(
+        translated
+            .parameters
+            .as_ref()
+            .unwrap()
+            .get("csi.storage.k8s.io/fstype"),
+        Some(&"ext4".to_string())
+    );
+    assert_eq!(*deletion_class(&in_tree, false), in_tree);
+    let csi_class = StorageClass {
+        provisioner: "ebs.csi.aws.com".into(),
+        ..StorageClass::default()
+    };
+    assert_eq!(*deletion_class(&csi_class, true), csi_class);
+}
