@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    Plugin, TranslationError, go_lower, omit_empty, omit_false, parse_partition, pv_name,
-    set_parameters, spec_mut, topology,
+    Plugin, TranslationError, omit_empty, omit_false, parse_partition, pv_name, set_parameters,
+    spec_mut, topology,
 };
 use crate::names::{LEGACY_FSTYPE, PARAM_FSTYPE};
 
@@ -26,27 +26,19 @@ const ALLOW_IOPS_INCREASE: &str = "allowautoiopspergbincrease";
 /// `fstype` → `csi.storage.k8s.io/fstype`; `zone`/`zones` → allowed topology on the driver's
 /// key; `iopsPerGB` adds `allowautoiopspergbincrease=true`; other parameters pass unchanged.
 pub(super) fn class_to_csi(class: &mut StorageClass) -> Result<(), TranslationError> {
-    let mut params = BTreeMap::new();
-    let mut legacy = None;
-    for (key, value) in class.parameters.iter().flatten() {
-        let lower = go_lower(key);
-        if let Some(zones) = topology::legacy_zones(&lower, value) {
-            legacy = Some((key.clone(), zones));
-            continue;
-        }
-        match lower.as_str() {
+    let (params, legacy) =
+        topology::split_parameters(class, |lower, key, value, params| match lower {
             LEGACY_FSTYPE => {
-                params.insert(PARAM_FSTYPE.to_string(), value.clone());
+                params.insert(PARAM_FSTYPE.to_string(), value.to_string());
             }
             IOPS_PER_GB => {
                 params.insert(ALLOW_IOPS_INCREASE.to_string(), "true".to_string());
-                params.insert(key.clone(), value.clone());
+                params.insert(key.to_string(), value.to_string());
             }
             _ => {
-                params.insert(key.clone(), value.clone());
+                params.insert(key.to_string(), value.to_string());
             }
-        }
-    }
+        });
     topology::class_topology(class, legacy, TOPOLOGY_KEY)?;
     set_parameters(class, params);
     Ok(())

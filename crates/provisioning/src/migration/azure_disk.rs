@@ -37,16 +37,9 @@ const UNMANAGED_DISKS: &str = "/vhds/";
 /// the in-tree zone is a number (`"0"`, `"1"`, ...) where the driver expects `""`, so numeric
 /// values on the driver's key become empty.
 pub(super) fn class_to_csi(class: &mut StorageClass) -> Result<(), TranslationError> {
-    let mut params = BTreeMap::new();
-    let mut legacy = None;
-    for (key, value) in class.parameters.iter().flatten() {
-        match topology::legacy_zones(&go_lower(key), value) {
-            Some(zones) => legacy = Some((key.clone(), zones)),
-            None => {
-                params.insert(key.clone(), value.clone());
-            }
-        }
-    }
+    let (params, legacy) = topology::split_parameters(class, |_, key, value, params| {
+        params.insert(key.to_string(), value.to_string());
+    });
     topology::class_topology(class, legacy, TOPOLOGY_KEY)?;
     for value in class
         .allowed_topologies

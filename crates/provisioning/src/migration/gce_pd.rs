@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    Plugin, TranslationError, go_lower, omit_empty, omit_false, parse_partition, pv_name,
-    set_parameters, spec_mut, topology,
+    Plugin, TranslationError, omit_empty, omit_false, parse_partition, pv_name, set_parameters,
+    spec_mut, topology,
 };
 use crate::names::{LEGACY_FSTYPE, PARAM_FSTYPE};
 
@@ -26,18 +26,14 @@ pub(super) const UNSPECIFIED: &str = "UNSPECIFIED";
 /// `fstype` → `csi.storage.k8s.io/fstype`; `zone`/`zones` → allowed topology on the driver's
 /// key; other parameters pass unchanged.
 pub(super) fn class_to_csi(class: &mut StorageClass) -> Result<(), TranslationError> {
-    let mut params = BTreeMap::new();
-    let mut legacy = None;
-    for (key, value) in class.parameters.iter().flatten() {
-        let lower = go_lower(key);
-        if let Some(zones) = topology::legacy_zones(&lower, value) {
-            legacy = Some((key.clone(), zones));
-        } else if lower == LEGACY_FSTYPE {
-            params.insert(PARAM_FSTYPE.to_string(), value.clone());
+    let (params, legacy) = topology::split_parameters(class, |lower, key, value, params| {
+        let key = if lower == LEGACY_FSTYPE {
+            PARAM_FSTYPE
         } else {
-            params.insert(key.clone(), value.clone());
-        }
-    }
+            key
+        };
+        params.insert(key.to_string(), value.to_string());
+    });
     topology::class_topology(class, legacy, TOPOLOGY_KEY)?;
     set_parameters(class, params);
     Ok(())

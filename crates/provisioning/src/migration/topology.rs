@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::{TranslationError, class_name, pv_name, spec_mut};
+use super::{TranslationError, class_name, go_lower, pv_name, spec_mut};
 
 /// The GA zone label.
 pub(super) const ZONE: &str = "topology.kubernetes.io/zone";
@@ -274,12 +274,34 @@ pub(super) fn translate_allowed(
         .collect()
 }
 
+/// A legacy `zone`/`zones` class parameter: its key as written, and its zones.
+pub(super) type LegacyZones = (String, Vec<String>);
+
+/// A zonal plugin's class parameters: a legacy `zone`/`zones` key is set aside (its key as
+/// written, and its zones) for [`class_topology`]; every other key goes through `carry`, which
+/// inserts what the driver gets for it (`carry(lowercased key, key, value, out)`).
+pub(super) fn split_parameters(
+    class: &StorageClass,
+    mut carry: impl FnMut(&str, &str, &str, &mut BTreeMap<String, String>),
+) -> (BTreeMap<String, String>, Option<LegacyZones>) {
+    let mut params = BTreeMap::new();
+    let mut legacy = None;
+    for (key, value) in class.parameters.iter().flatten() {
+        let lower = go_lower(key);
+        match legacy_zones(&lower, value) {
+            Some(zones) => legacy = Some((key.clone(), zones)),
+            None => carry(&lower, key, value, &mut params),
+        }
+    }
+    (params, legacy)
+}
+
 /// The class's topology after its parameters were read: a legacy `zone`/`zones` parameter
 /// (its key as written, and its zones) becomes the class's only allowed term on `csi_key`, and
 /// may not be combined with `allowedTopologies`; otherwise `allowedTopologies` is translated.
 pub(super) fn class_topology(
     class: &mut StorageClass,
-    legacy: Option<(String, Vec<String>)>,
+    legacy: Option<LegacyZones>,
     csi_key: &str,
 ) -> Result<(), TranslationError> {
     let allowed = class.allowed_topologies.as_deref().unwrap_or_default();
