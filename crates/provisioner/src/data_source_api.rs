@@ -64,35 +64,52 @@ pub fn typed<T: serde::de::DeserializeOwned>(object: &DynamicObject) -> Result<T
         })
 }
 
+/// How often a conflicting snapshot write is re-read and retried: snapshot-controller writes
+/// the snapshot (its own finalizers, status) just as it becomes ready, which is exactly when a
+/// waiting restore adds ours.
+const CONFLICT_RETRIES: usize = 3;
+
 /// Adds (`add`) or removes our source-protection finalizer on a snapshot, with an update
-/// guarded by its resourceVersion. A `Forbidden` answer is logged and ignored: older RBAC
-/// without `update` on volumesnapshots keeps working, as upstream. A snapshot gone before a
-/// removal is fine.
+/// guarded by its resourceVersion (re-read and retried on a conflict). A `Forbidden` answer is
+/// logged and ignored: older RBAC without `update` on volumesnapshots keeps working, as
+/// upstream. A snapshot gone before a removal is fine.
 pub async fn set_snapshot_finalizer(
     api: &Api<DynamicObject>,
     mut object: DynamicObject,
     add: bool,
 ) -> Result<(), kube::Error> {
     let name = object.metadata.name.clone().unwrap_or_default();
-    let finalizers = object.metadata.finalizers.get_or_insert_with(Vec::new);
-    let present = finalizers
-        .iter()
-        .any(|f| f == names::SNAPSHOT_SOURCE_FINALIZER);
-    match (add, present) {
-        (true, false) => finalizers.push(names::SNAPSHOT_SOURCE_FINALIZER.to_string()),
-        (false, true) => finalizers.retain(|f| f != names::SNAPSHOT_SOURCE_FINALIZER),
-        _ => return Ok(()),
-    }
-    match api.replace(&name, &PostParams::default(), &object).await {
-        Ok(_) => {
-            klog::v!(3, snapshot = %format!("{}/{name}", object.metadata.namespace.as_deref().unwrap_or_default()), added = add, "Changed finalizer {}", names::SNAPSHOT_SOURCE_FINALIZER);
-            Ok(())
+    for attempt in 0..=CONFLICT_RETRIES {
+        let finalizers = object.metadata.finalizers.get_or_insert_with(Vec::new);
+        let present = finalizers
+            .iter()
+            .any(|f| f == names::SNAPSHOT_SOURCE_FINALIZER);
+        match (add, present) {
+            (true, false) => finalizers.push(names::SNAPSHOT_SOURCE_FINALIZER.to_string()),
+            (false, true) => finalizers.retain(|f| f != names::SNAPSHOT_SOURCE_FINALIZER),
+            _ => return Ok(()),
         }
-        Err(kube::Error::Api(e)) if e.code == 403 => {
-            tracing::warn!(snapshot = %name, "Not allowed to update VolumeSnapshots; the restore goes on without protecting the snapshot (grant update on volumesnapshots)");
-            Ok(())
+        match api.replace(&name, &PostParams::default(), &object).await {
+            Ok(_) => {
+                klog::v!(3, snapshot = %format!("{}/{name}", object.metadata.namespace.as_deref().unwrap_or_default()), added = add, "Changed finalizer {}", names::SNAPSHOT_SOURCE_FINALIZER);
+                return Ok(());
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < CONFLICT_RETRIES => {
+                match api.get_opt(&name).await? {
+                    Some(fresh) => object = fresh,
+                    None if !add => return Ok(()),
+                    None => {
+                        return Err(kube::Error::Api(e));
+                    }
+                }
+            }
+            Err(kube::Error::Api(e)) if e.code == 403 => {
+                tracing::warn!(snapshot = %name, "Not allowed to update VolumeSnapshots; the restore goes on without protecting the snapshot (grant update on volumesnapshots)");
+                return Ok(());
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 && !add => return Ok(()),
+            Err(e) => return Err(e),
         }
-        Err(kube::Error::Api(e)) if e.code == 404 && !add => Ok(()),
-        Err(e) => Err(e),
     }
+    unreachable!("the last attempt returns")
 }
