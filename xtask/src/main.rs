@@ -58,7 +58,7 @@ enum Cmd {
     /// Side-by-side benchmarks with upstream external-provisioner v6.3.0: writes
     /// `bench/results/<n>.json`, BENCHMARKS.md and bench/plots/ (`--quick`: target/bench-quick/).
     Bench {
-        /// Scenarios to run (1-6, comma-separated); all when omitted.
+        /// Scenarios to run (1-8, comma-separated); all when omitted.
         #[arg(long, value_delimiter = ',')]
         scenario: Vec<u8>,
         /// Measured runs per provisioner (and variant); the tables show median and min–max.

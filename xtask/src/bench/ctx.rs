@@ -32,6 +32,9 @@ pub struct Sizes {
     pub s7_nodes: usize,
     pub s7_claims: usize,
     pub s7_volumes: usize,
+    pub s8_claims: usize,
+    /// How long scenario 8's claims wait for their snapshots (so that backoff has grown).
+    pub s8_wait: Duration,
     /// Upper bound for any one wait, so a stuck provisioner cannot hang the run.
     pub long_wait: Duration,
 }
@@ -51,6 +54,8 @@ impl Sizes {
             s7_nodes: 20,
             s7_claims: 500,
             s7_volumes: 10_000,
+            s8_claims: 20,
+            s8_wait: Duration::from_secs(40),
             long_wait: Duration::from_secs(1800),
         }
     }
@@ -69,6 +74,8 @@ impl Sizes {
             s7_nodes: 5,
             s7_claims: 40,
             s7_volumes: 400,
+            s8_claims: 5,
+            s8_wait: Duration::from_secs(20),
             long_wait: Duration::from_secs(300),
         }
     }
@@ -133,6 +140,18 @@ impl Ctx {
         budget: &Budget,
         driver: &Driver,
     ) -> Result<Running> {
+        self.start_provisioner_on(slot, budget, &driver.socket, &[])
+            .await
+    }
+
+    /// [`Ctx::start_provisioner`] for any driver's socket, with `extra` flags for both.
+    pub async fn start_provisioner_on(
+        &self,
+        slot: &Slot,
+        budget: &Budget,
+        socket: &std::path::Path,
+        extra: &[&str],
+    ) -> Result<Running> {
         let kubeconfig = identity::create(
             &self.client,
             &self.kubeconfig,
@@ -142,7 +161,8 @@ impl Ctx {
         )
         .await?;
         let addr = launch::free_addr()?;
-        let args = launch::provisioner_args(budget, &kubeconfig, &driver.socket, &addr);
+        let mut args = launch::provisioner_args(budget, &kubeconfig, socket, &addr);
+        args.extend(extra.iter().map(|a| a.to_string()));
         let env = [("NAMESPACE", slot.namespace.as_str())];
         launch::start_provisioner(&self.bins, slot.which, &slot.dir, &args, &env)
     }
@@ -308,6 +328,7 @@ mod tests {
         assert!(q.s4_volumes < f.s4_volumes && q.s5_nodes < f.s5_nodes);
         assert!(q.s6_pods < f.s6_pods && q.long_wait < f.long_wait);
         assert!(q.s7_claims < f.s7_claims && q.s7_volumes < f.s7_volumes);
+        assert!(q.s8_claims < f.s8_claims && q.s8_wait < f.s8_wait);
         // Scenario 6 must fit: 9 Gi claims, 11 per 100 Gi node.
         for s in [f, q] {
             assert!(s.s6_pods <= s.s6_nodes * 11, "{s:?}");

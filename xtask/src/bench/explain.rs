@@ -99,6 +99,18 @@ fn throughput_variants(r: &ScenarioResult) -> (String, String, String) {
     (low.clone(), format!("{low}{WITH_POLICY}"), high)
 }
 
+/// When a claim that failed at once and on every retry since is next tried after `wait`
+/// seconds, by a backoff that starts at 1 s and doubles up to 5 min (attempts at 0, 1, 3, 7,
+/// ... s): upstream's default `--retry-interval-start` and `--retry-interval-max`.
+fn next_retry_s(wait: f64) -> f64 {
+    let (mut at, mut step) = (0.0, 1.0_f64);
+    while at <= wait {
+        at += step;
+        step = (step * 2.0).min(300.0);
+    }
+    at
+}
+
 /// The one line on what explains the difference.
 pub fn explain(r: &ScenarioResult) -> String {
     let v = r.variants();
@@ -224,6 +236,30 @@ pub fn explain(r: &ScenarioResult) -> String {
             n(med(r, Impl::Ours, &first, "rss_median_mib")),
             n(med(r, Impl::Upstream, &first, "rss_median_mib")),
         ),
+        8 => {
+            let wait = med(r, Impl::Ours, &first, "wait_s");
+            let target = fmt_num(super::restore::TARGET_S);
+            format!(
+                "ours watches VolumeSnapshots and retries a waiting claim as soon as its \
+                 snapshot reports readyToUse (median {} s, slowest {} s from readyToUse to \
+                 CreateVolume: the claims' own requests share QPS 5, and a claim whose retry \
+                 then fails again is back on its backoff). Upstream retries only on its per-claim backoff, 1 s doubling \
+                 after each failure: a claim that failed from its creation on for {} s is next \
+                 tried about {} s after it was created, whenever its snapshot got ready \
+                 (median {} s, slowest {} s). Claims over the {target} s target: ours {} vs \
+                 upstream {}; last snapshot ready to last claim Bound: {} vs {} s.",
+                n(med(r, Impl::Ours, &first, "ready_to_create_median_s")),
+                n(med(r, Impl::Ours, &first, "ready_to_create_max_s")),
+                n(wait),
+                n(wait.map(next_retry_s)),
+                n(med(r, Impl::Upstream, &first, "ready_to_create_median_s")),
+                n(med(r, Impl::Upstream, &first, "ready_to_create_max_s")),
+                n(med(r, Impl::Ours, &first, "over_target")),
+                n(med(r, Impl::Upstream, &first, "over_target")),
+                n(med(r, Impl::Ours, &first, "all_bound_s")),
+                n(med(r, Impl::Upstream, &first, "all_bound_s")),
+            )
+        }
         _ => {
             let ours = med(r, Impl::Ours, &first, "exhausted_calls");
             let upstream = med(r, Impl::Upstream, &first, "exhausted_calls");
@@ -296,6 +332,13 @@ mod tests {
                 "ours 2.00 vs upstream 40.0",
             ),
             (
+                8,
+                "ready_to_create_median_s",
+                0.4,
+                21.0,
+                "(median 0.400 s, slowest – s from",
+            ),
+            (
                 7,
                 "conflicts",
                 3.0,
@@ -311,6 +354,15 @@ mod tests {
         assert!(none_exhausted.starts_with("neither"), "{none_exhausted}");
         let empty = explain(&result(4, "other", 1.0, 1.0));
         assert!(empty.contains("p50 – vs – ms"), "{empty}");
+    }
+
+    #[test]
+    fn backoff_steps() {
+        for (wait, next) in [(0.5, 1.0), (20.0, 31.0), (40.0, 63.0), (63.0, 127.0)] {
+            assert_eq!(next_retry_s(wait), next, "{wait}");
+        }
+        // The step stops doubling at 5 min: 511 s, then 811 s, 1111 s.
+        assert_eq!(next_retry_s(1000.0), 1111.0);
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod ctx;
 mod distributed;
 mod explain;
 mod freshness;
+mod hostpathlog;
 mod identity;
 mod launch;
 mod memory;
@@ -20,6 +21,7 @@ mod policy;
 mod procfs;
 mod prom;
 mod report;
+mod restore;
 mod results;
 mod sampler;
 mod scale;
@@ -38,7 +40,7 @@ use launch::Binaries;
 use results::{RunRecord, ScenarioResult};
 
 /// The number of the last scenario.
-const LAST: u8 = 7;
+const LAST: u8 = 8;
 
 /// What `cargo xtask bench` was asked to do.
 #[derive(Debug, Clone)]
@@ -234,7 +236,8 @@ async fn run_scenarios(
                     4 => freshness::run(ctx).await,
                     5 => scale::run(ctx).await,
                     6 => placement::run(ctx).await,
-                    _ => distributed::run(ctx).await,
+                    7 => distributed::run(ctx).await,
+                    _ => restore::run(ctx).await,
                 };
                 produced.push((s, runs));
                 notes.extend(n);
@@ -299,11 +302,17 @@ fn assemble(
             placement::metrics(),
             placement::plot(),
         ),
-        _ => (
+        7 => (
             "Distributed provisioning",
             distributed::setup(sizes),
             distributed::metrics(),
             distributed::plot(),
+        ),
+        _ => (
+            "Restore waits for the snapshot",
+            restore::setup(sizes),
+            restore::metrics(),
+            restore::plot(),
         ),
     };
     ScenarioResult {
@@ -329,10 +338,10 @@ mod tests {
 
     #[test]
     fn scenario_selection() {
-        assert_eq!(selection(&[]).unwrap(), vec![1, 2, 3, 4, 5, 6, 7]);
-        assert_eq!(selection(&[4, 1, 4]).unwrap(), vec![1, 4]);
-        let err = selection(&[8]).unwrap_err().to_string();
-        assert!(err.contains("no scenario 8"), "{err}");
+        assert_eq!(selection(&[]).unwrap(), vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(selection(&[8, 4, 1, 4]).unwrap(), vec![1, 4, 8]);
+        let err = selection(&[9]).unwrap_err().to_string();
+        assert!(err.contains("no scenario 9"), "{err}");
         assert!(selection(&[0]).is_err());
     }
 
@@ -343,6 +352,7 @@ mod tests {
             command_line(5, 1, true),
             "cargo xtask bench --scenario 5 --runs 1 --quick"
         );
+        assert_eq!(command_line(8, 3, false), "cargo xtask bench --scenario 8");
     }
 
     #[test]

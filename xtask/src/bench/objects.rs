@@ -2,8 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, Pod, TypedLocalObjectReference,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::DynamicObject;
 use serde_json::json;
 
 use super::results::Impl;
@@ -103,6 +106,48 @@ pub fn claim(
         },
     }))
     .expect("static PVC shape")
+}
+
+/// A [`claim`] restored from the VolumeSnapshot `snapshot` of its namespace.
+pub fn claim_from_snapshot(
+    name: &str,
+    class: &str,
+    size: &str,
+    driver: &str,
+    snapshot: &str,
+) -> PersistentVolumeClaim {
+    let mut c = claim(name, class, size, driver, None);
+    if let Some(spec) = c.spec.as_mut() {
+        spec.data_source = Some(TypedLocalObjectReference {
+            api_group: Some(testenv::SNAPSHOT_GROUP.into()),
+            kind: "VolumeSnapshot".into(),
+            name: snapshot.into(),
+        });
+    }
+    c
+}
+
+/// A VolumeSnapshot of `claim` in `namespace`, taken with the VolumeSnapshotClass `class`.
+pub fn volume_snapshot(name: &str, namespace: &str, class: &str, claim: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"volumeSnapshotClassName": class, "source": {"persistentVolumeClaimName": claim}},
+    }))
+    .expect("static VolumeSnapshot shape")
+}
+
+/// A VolumeSnapshotClass of `driver` whose snapshots go with their VolumeSnapshot.
+pub fn volume_snapshot_class(name: &str, driver: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotClass",
+        "metadata": {"name": name, "labels": {BENCH_LABEL: driver}},
+        "driver": driver,
+        "deletionPolicy": "Delete",
+    }))
+    .expect("static VolumeSnapshotClass shape")
 }
 
 /// A pod without resource requests that mounts `claim`; no kubelet ever runs it.
@@ -268,5 +313,22 @@ mod tests {
             "c"
         );
         assert_eq!(pv_name_for("abc"), "pvc-abc");
+    }
+
+    #[test]
+    fn restores_name_their_snapshot() {
+        let c = claim_from_snapshot("r-1", "sc", "1Gi", "d.csi", "snap-1");
+        let source = c.spec.unwrap().data_source.unwrap();
+        assert_eq!(source.api_group.as_deref(), Some("snapshot.storage.k8s.io"));
+        assert_eq!(
+            (source.kind.as_str(), source.name.as_str()),
+            ("VolumeSnapshot", "snap-1")
+        );
+        let s = volume_snapshot("snap-1", "ns", "vsc", "src");
+        assert_eq!(s.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(s.data["spec"]["source"]["persistentVolumeClaimName"], "src");
+        let class = volume_snapshot_class("vsc", "d.csi");
+        assert_eq!(class.data["driver"], "d.csi");
+        assert_eq!(class.types.unwrap().kind, "VolumeSnapshotClass");
     }
 }

@@ -10,6 +10,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
+use kube::api::DynamicObject;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -231,6 +232,26 @@ pub fn watch_capacities(
             }
             if s.current.len() != before {
                 s.count_timeline.push((at.secs, s.current.len() as f64));
+            }
+        },
+    )
+}
+
+/// VolumeSnapshots of a namespace: first seen with `status.readyToUse: true`.
+#[derive(Debug, Default)]
+pub struct Snapshots {
+    pub ready: HashMap<String, Stamp>,
+}
+
+pub fn watch_snapshots(api: Api<DynamicObject>, t0: Instant) -> Observer<Snapshots> {
+    observe(
+        api,
+        watcher::Config::default(),
+        t0,
+        Snapshots::default(),
+        |s, snap, deleted, at| {
+            if !deleted && snap.data["status"]["readyToUse"] == true {
+                s.ready.entry(snap.name_any()).or_insert(at);
             }
         },
     )
