@@ -81,6 +81,9 @@ pub struct ClaimsController {
     warned_classes: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
     /// Deleting clone sources by UID, with the pending clones last reported in an event.
     clone_holds: Arc<parking_lot::Mutex<std::collections::HashMap<String, Vec<String>>>>,
+    /// Snapshots (namespace, name) a waiting claim wants, by when they were seen ready.
+    ready_snapshots:
+        Arc<parking_lot::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>>,
     /// When this process began provisioning (Unix seconds): claims created since were never
     /// seen by an earlier process.
     started: i64,
@@ -97,6 +100,7 @@ impl ClaimsController {
             taking: Arc::default(),
             warned_classes: Arc::default(),
             clone_holds: Arc::default(),
+            ready_snapshots: Arc::default(),
             started: k8s_openapi::jiff::Timestamp::now().as_second(),
         }
     }

@@ -36,6 +36,7 @@ impl ClaimsController {
             return Err(SyncError::Hold(wait));
         }
         let started = self.memory.started(&uid);
+        let attempt_began = Instant::now();
         let reference = provisioning::pv::claim_reference(claim);
         let (namespace, name) = (
             reference.namespace.clone().unwrap_or_default(),
@@ -89,7 +90,16 @@ impl ClaimsController {
         let content_source = match &plan.data_source {
             Some(source) => match self.content_source(claim, class, source, true).await {
                 Ok(cs) => Some(cs),
-                Err(err) => return self.fail(claim, class, err, false).await,
+                Err(err) => {
+                    let failed = self.fail(claim, class, err, false).await;
+                    // Ready while this attempt read it: the watch's signal came before this
+                    // failure's hold, so retry now instead of after the backoff.
+                    if self.snapshot_ready_since(source, attempt_began) {
+                        self.memory.set_hold(&uid, None);
+                        return Err(SyncError::Hold(std::time::Duration::ZERO));
+                    }
+                    return failed;
+                }
             },
             None => None,
         };

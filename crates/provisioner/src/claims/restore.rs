@@ -5,15 +5,21 @@
 use csi::v1::VolumeContentSource;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
-use provisioning::data_source::DataSource;
+use std::time::{Duration, Instant};
+
 use provisioning::data_source::snapshot::{
     RestoreInputs, VolumeSnapshot, VolumeSnapshotContent, has_finalizer, restore_source,
 };
+use provisioning::data_source::{DataSource, SourceKind};
 use provisioning::errors::ProvisionError;
 use provisioning::names;
 
 use super::{ClaimsController, claim_name};
 use crate::data_source_api::{contents, set_snapshot_finalizer, snapshots, typed};
+
+/// How long a snapshot's readiness is remembered for attempts that were reading it meanwhile
+/// (far longer than any attempt runs).
+const READY_MEMORY: Duration = Duration::from_secs(600);
 
 impl ClaimsController {
     /// The snapshot's content source; with `protect`, our finalizer goes on the snapshot once
@@ -94,11 +100,14 @@ impl ClaimsController {
     }
 
     /// A VolumeSnapshot became ready: claims waiting for it try again now, whatever their
-    /// backoff says (the failure they wait out was most likely the snapshot itself).
+    /// backoff says (the failure they wait out was most likely the snapshot itself). The
+    /// moment is remembered for attempts that were reading the snapshot meanwhile.
     pub fn snapshot_ready(&self, namespace: &str, name: &str) {
+        let mut wanted = false;
         for claim in self.ctx.caches.claims.state() {
             let wants =
                 provisioning::data_source::snapshot::wanted_by(&claim).contains(&(namespace, name));
+            wanted |= wants;
             let uid = claim.metadata.uid.as_deref().unwrap_or_default();
             if wants && self.memory.hold(uid).is_some() {
                 klog::v!(4, claim = %claim_name(&claim), snapshot = %format!("{namespace}/{name}"), "Snapshot is ready; retrying now");
@@ -106,5 +115,23 @@ impl ClaimsController {
                 self.enqueue(&claim);
             }
         }
+        if wanted {
+            let now = Instant::now();
+            let mut ready = self.ready_snapshots.lock();
+            // Only attempts still running can need an entry: forget old ones.
+            ready.retain(|_, at| now.duration_since(*at) < READY_MEMORY);
+            ready.insert((namespace.to_string(), name.to_string()), now);
+        }
+    }
+
+    /// Whether the snapshot `source` names was seen ready after `since` (see
+    /// [`Self::snapshot_ready`]).
+    pub(super) fn snapshot_ready_since(&self, source: &DataSource, since: Instant) -> bool {
+        source.kind == SourceKind::Snapshot
+            && self
+                .ready_snapshots
+                .lock()
+                .get(&(source.namespace.clone(), source.name.clone()))
+                .is_some_and(|at| *at >= since)
     }
 }
