@@ -1,4 +1,5 @@
-//! Fault injection: a JSON file, re-read when it changes, that delays or fails chosen RPCs.
+//! Fault injection: a JSON file, re-read when it changes, that delays or fails chosen RPCs, or
+//! rewrites a successful answer into nonsense.
 //!
 //! The format is documented in the crate docs. Parsing and the per-call decision are pure; only
 //! [`FaultFile::next`] touches the file system.
@@ -7,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
+use csi::v1::{GetCapacityResponse, Topology, Volume};
 use serde::Deserialize;
 use thiserror::Error;
 use tonic::Code;
@@ -31,6 +33,23 @@ pub const METHODS: [&str; 14] = [
     "NodeUnstageVolume",
 ];
 
+/// The `reply` fields each method's answer has.
+const REPLY_FIELDS: [(&str, &[&str]); 2] = [
+    (
+        "CreateVolume",
+        &[
+            "volume_id",
+            "capacity_bytes",
+            "accessible_topology",
+            "volume_context",
+        ],
+    ),
+    (
+        "GetCapacity",
+        &["available_capacity", "maximum_volume_size"],
+    ),
+];
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFault {
@@ -38,6 +57,75 @@ struct RawFault {
     message: Option<String>,
     delay_ms: Option<u64>,
     times: Option<u64>,
+    match_parameters: Option<BTreeMap<String, String>>,
+    reply: Option<Reply>,
+}
+
+/// What a fault writes over a successful answer: a driver that says something other than
+/// what it did. Absent fields keep the real value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reply {
+    /// CreateVolume: `volume.volume_id`.
+    pub volume_id: Option<String>,
+    /// CreateVolume: `volume.capacity_bytes`.
+    pub capacity_bytes: Option<i64>,
+    /// CreateVolume: `volume.accessible_topology`, replaced as a whole.
+    pub accessible_topology: Option<Vec<BTreeMap<String, String>>>,
+    /// CreateVolume: keys added to (or replaced in) `volume.volume_context`.
+    pub volume_context: Option<BTreeMap<String, String>>,
+    /// GetCapacity: `available_capacity`.
+    pub available_capacity: Option<i64>,
+    /// GetCapacity: `maximum_volume_size`.
+    pub maximum_volume_size: Option<i64>,
+}
+
+impl Reply {
+    /// The names of the fields that are set.
+    fn fields(&self) -> Vec<&'static str> {
+        [
+            ("volume_id", self.volume_id.is_some()),
+            ("capacity_bytes", self.capacity_bytes.is_some()),
+            ("accessible_topology", self.accessible_topology.is_some()),
+            ("volume_context", self.volume_context.is_some()),
+            ("available_capacity", self.available_capacity.is_some()),
+            ("maximum_volume_size", self.maximum_volume_size.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
+    }
+
+    /// Rewrites CreateVolume's volume.
+    pub fn apply_to_volume(&self, volume: &mut Volume) {
+        if let Some(id) = &self.volume_id {
+            volume.volume_id.clone_from(id);
+        }
+        if let Some(bytes) = self.capacity_bytes {
+            volume.capacity_bytes = bytes;
+        }
+        if let Some(topology) = &self.accessible_topology {
+            volume.accessible_topology = topology
+                .iter()
+                .map(|segments| Topology {
+                    segments: segments.clone().into_iter().collect(),
+                })
+                .collect();
+        }
+        if let Some(context) = &self.volume_context {
+            volume.volume_context.extend(context.clone());
+        }
+    }
+
+    /// Rewrites GetCapacity's answer.
+    pub fn apply_to_capacity(&self, response: &mut GetCapacityResponse) {
+        if let Some(available) = self.available_capacity {
+            response.available_capacity = available;
+        }
+        if let Some(maximum) = self.maximum_volume_size {
+            response.maximum_volume_size = Some(maximum);
+        }
+    }
 }
 
 /// One method's fault.
@@ -46,8 +134,22 @@ pub struct Fault {
     /// `None` (or `OK`) means delay only, then handle normally.
     pub error: Option<(Code, String)>,
     pub delay: Duration,
-    /// Applies to this many calls after the file changed; `None` means every call.
+    /// Applies to this many matching calls after the file changed; `None` means every call.
     pub times: Option<u64>,
+    /// Applies only to calls whose request `parameters` hold all of these.
+    pub match_parameters: BTreeMap<String, String>,
+    /// Rewrites the successful answer.
+    pub reply: Option<Reply>,
+}
+
+impl Fault {
+    fn matches(&self, parameters: Option<&HashMap<String, String>>) -> bool {
+        self.match_parameters.iter().all(|(k, v)| {
+            parameters
+                .and_then(|p| p.get(k))
+                .is_some_and(|got| got == v)
+        })
+    }
 }
 
 /// What to do with one call.
@@ -55,6 +157,8 @@ pub struct Fault {
 pub struct FaultAction {
     pub delay: Duration,
     pub error: Option<(Code, String)>,
+    /// Applied to the answer when the call succeeds.
+    pub reply: Option<Reply>,
 }
 
 /// Why a faults file was rejected.
@@ -70,13 +174,22 @@ pub enum FaultError {
         "faults file gives unknown code {code:?} for {method} (expected a Go gRPC code name such as Unavailable)"
     )]
     UnknownCode { method: String, code: String },
+    #[error(
+        "faults file rewrites {field:?} of {method}'s reply, which has no such field (replies: {REPLY_FIELDS:?})"
+    )]
+    ReplyField { method: String, field: String },
+    #[error(
+        "faults file both fails {method} (code) and rewrites its reply; a failed call has no reply"
+    )]
+    ReplyAndError { method: String },
 }
 
 /// The parsed faults plus how many calls each has already hit.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FaultState {
-    faults: BTreeMap<String, Fault>,
-    used: HashMap<String, u64>,
+    /// Per method, in file order: the first matching fault with calls left applies.
+    faults: BTreeMap<String, Vec<Fault>>,
+    used: HashMap<(String, usize), u64>,
 }
 
 /// Parses the faults file contents; an empty or whitespace-only file means no faults.
@@ -84,33 +197,23 @@ pub fn parse_faults(text: &str) -> Result<FaultState, FaultError> {
     if text.trim().is_empty() {
         return Ok(FaultState::default());
     }
-    let raw: BTreeMap<String, RawFault> =
-        serde_json::from_str(text).map_err(|e| FaultError::Json(e.to_string()))?;
+    let json = |e: serde_json::Error| FaultError::Json(e.to_string());
+    let raw: BTreeMap<String, serde_json::Value> = serde_json::from_str(text).map_err(json)?;
     let mut faults = BTreeMap::new();
-    for (method, raw) in raw {
+    for (method, value) in raw {
         if !METHODS.contains(&method.as_str()) {
             return Err(FaultError::UnknownMethod(method));
         }
-        let code = match raw.code.as_deref() {
-            None => None,
-            Some(name) => Some(parse_code(name).ok_or_else(|| FaultError::UnknownCode {
-                method: method.clone(),
-                code: name.to_owned(),
-            })?),
+        // One fault, or a list of them (each usually with `match_parameters`).
+        let list: Vec<RawFault> = match value {
+            serde_json::Value::Array(_) => serde_json::from_value(value).map_err(json)?,
+            _ => vec![serde_json::from_value(value).map_err(json)?],
         };
-        let error = code.filter(|c| *c != Code::Ok).map(|c| {
-            let message = raw
-                .message
-                .clone()
-                .unwrap_or_else(|| format!("injected fault for {method}"));
-            (c, message)
-        });
-        let fault = Fault {
-            error,
-            delay: Duration::from_millis(raw.delay_ms.unwrap_or(0)),
-            times: raw.times,
-        };
-        faults.insert(method, fault);
+        let list = list
+            .into_iter()
+            .map(|raw| fault(&method, raw))
+            .collect::<Result<Vec<_>, _>>()?;
+        faults.insert(method, list);
     }
     Ok(FaultState {
         faults,
@@ -118,19 +221,72 @@ pub fn parse_faults(text: &str) -> Result<FaultState, FaultError> {
     })
 }
 
-impl FaultState {
-    /// The action for the next call of `method`, counting it against `times`.
-    pub fn next(&mut self, method: &str) -> Option<FaultAction> {
-        let fault = self.faults.get(method)?;
-        let used = self.used.entry(method.to_owned()).or_insert(0);
-        if fault.times.is_some_and(|times| *used >= times) {
-            return None;
+fn fault(method: &str, raw: RawFault) -> Result<Fault, FaultError> {
+    let code = match raw.code.as_deref() {
+        None => None,
+        Some(name) => Some(parse_code(name).ok_or_else(|| FaultError::UnknownCode {
+            method: method.to_owned(),
+            code: name.to_owned(),
+        })?),
+    };
+    let error = code.filter(|c| *c != Code::Ok).map(|c| {
+        let message = raw
+            .message
+            .clone()
+            .unwrap_or_else(|| format!("injected fault for {method}"));
+        (c, message)
+    });
+    if let Some(reply) = &raw.reply {
+        if error.is_some() {
+            return Err(FaultError::ReplyAndError {
+                method: method.to_owned(),
+            });
         }
-        *used += 1;
-        Some(FaultAction {
-            delay: fault.delay,
-            error: fault.error.clone(),
-        })
+        let allowed = REPLY_FIELDS
+            .iter()
+            .find(|(m, _)| *m == method)
+            .map_or(&[][..], |(_, fields)| *fields);
+        if let Some(field) = reply.fields().into_iter().find(|f| !allowed.contains(f)) {
+            return Err(FaultError::ReplyField {
+                method: method.to_owned(),
+                field: field.to_owned(),
+            });
+        }
+    }
+    Ok(Fault {
+        error,
+        delay: Duration::from_millis(raw.delay_ms.unwrap_or(0)),
+        times: raw.times,
+        match_parameters: raw.match_parameters.unwrap_or_default(),
+        reply: raw.reply,
+    })
+}
+
+impl FaultState {
+    /// The action for the next call of `method` whose request carries `parameters` (`None`
+    /// for requests without any), counting it against that fault's `times`.
+    pub fn next(
+        &mut self,
+        method: &str,
+        parameters: Option<&HashMap<String, String>>,
+    ) -> Option<FaultAction> {
+        let list = self.faults.get(method)?;
+        for (index, fault) in list.iter().enumerate() {
+            if !fault.matches(parameters) {
+                continue;
+            }
+            let used = self.used.entry((method.to_owned(), index)).or_insert(0);
+            if fault.times.is_some_and(|times| *used >= times) {
+                continue;
+            }
+            *used += 1;
+            return Some(FaultAction {
+                delay: fault.delay,
+                error: fault.error.clone(),
+                reply: fault.reply.clone(),
+            });
+        }
+        None
     }
 }
 
@@ -159,10 +315,15 @@ impl FaultFile {
         }
     }
 
-    /// Re-reads the file if it changed, then decides the fault for this call of `method`.
-    pub fn next(&mut self, method: &str) -> Option<FaultAction> {
+    /// Re-reads the file if it changed, then decides the fault for this call of `method`
+    /// (see [`FaultState::next`]).
+    pub fn next(
+        &mut self,
+        method: &str,
+        parameters: Option<&HashMap<String, String>>,
+    ) -> Option<FaultAction> {
         self.refresh();
-        self.state.next(method)
+        self.state.next(method, parameters)
     }
 
     fn refresh(&mut self) {

@@ -78,7 +78,26 @@
 //! `message` (default "injected fault for METHOD"); without `code` the call is then handled
 //! normally. `times` limits the fault to the next N calls of that method; absent means every
 //! call. The file is checked on every call and re-read when its mtime, size or inode changed;
-//! a change resets the `times` counters. A missing or empty file means no faults. A file that
+//! a change resets the `times` counters.
+//!
+//! A method may also have a list of faults; each call takes the first entry that matches and
+//! has calls left (each entry counts its own `times`). `match_parameters` (`{"k": "v"}`)
+//! limits an entry to calls whose request `parameters` hold all those pairs (CreateVolume,
+//! GetCapacity, ValidateVolumeCapabilities; never other methods), so one StorageClass
+//! parameter can steer one test case. `reply` makes a driver that lies: the call is handled
+//! normally (a volume really is created, sized as asked), then the named fields of the
+//! successful answer are replaced before it is sent and logged. CreateVolume takes
+//! `volume_id`, `capacity_bytes`, `accessible_topology` (a list of `{"key": "value"}`
+//! segments, replacing the real one) and `volume_context` (keys added or replaced);
+//! GetCapacity takes `available_capacity` and `maximum_volume_size`. A `reply` together with
+//! an error `code`, or a field of another method's answer, makes the file invalid:
+//!
+//! ```json
+//! {"CreateVolume": [
+//!    {"match_parameters": {"case": "small"}, "reply": {"capacity_bytes": 1}, "times": 1},
+//!    {"match_parameters": {"case": "no-id"}, "reply": {"volume_id": ""}}],
+//!  "GetCapacity": {"reply": {"available_capacity": -1}}}
+//! ``` A missing or empty file means no faults. A file that
 //! does not parse (bad JSON, unknown method or code, unknown field) is reported on stderr and
 //! the previous faults stay in force; write to a temporary file and rename it over the faults
 //! file to change it atomically.

@@ -1,6 +1,8 @@
 //! The gRPC services: fault injection, locking, the stderr line and the call log around the
 //! plain handlers.
 
+use std::any::Any;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,7 +18,7 @@ use tonic::{Request, Response, Status};
 
 use crate::calllog::{CallLog, CallRecord};
 use crate::codes::code_name;
-use crate::faults::FaultFile;
+use crate::faults::{FaultFile, Reply};
 use crate::handlers::{self, DriverConfig};
 use crate::pools::Pools;
 
@@ -81,14 +83,15 @@ impl MockDriver {
         handle: impl FnOnce(&Pools, &Req) -> Result<Resp, Status>,
     ) -> Result<Response<Resp>, Status>
     where
-        Req: prost::Message,
-        Resp: prost::Message,
+        Req: prost::Message + 'static,
+        Resp: prost::Message + 'static,
     {
         self.call(method, request, |d, r| handle(&d.pools.lock(), r))
             .await
     }
 
-    /// Runs one RPC: injected delay or error first, then the handler, then the logs.
+    /// Runs one RPC: injected delay or error first, then the handler, then an injected
+    /// rewrite of its answer, then the logs.
     async fn call<Req, Resp>(
         &self,
         method: &'static str,
@@ -96,14 +99,14 @@ impl MockDriver {
         handle: impl FnOnce(&Inner, &Req) -> Result<Resp, Status>,
     ) -> Result<Response<Resp>, Status>
     where
-        Req: prost::Message,
-        Resp: prost::Message,
+        Req: prost::Message + 'static,
+        Resp: prost::Message + 'static,
     {
         let _in_flight = InFlight::enter(&self.inner.in_flight);
         let time = Timestamp::now();
         let started = Instant::now();
         let req = request.into_inner();
-        let fault = self.inner.faults.lock().next(method);
+        let fault = self.inner.faults.lock().next(method, parameters(&req));
         let result = match fault {
             Some(action) => {
                 if !action.delay.is_zero() {
@@ -111,7 +114,12 @@ impl MockDriver {
                 }
                 match action.error {
                     Some((code, message)) => Err(Status::new(code, message)),
-                    None => handle(&self.inner, &req),
+                    None => handle(&self.inner, &req).map(|mut resp| {
+                        if let Some(reply) = &action.reply {
+                            rewrite(&mut resp, reply);
+                        }
+                        resp
+                    }),
                 }
             }
             None => handle(&self.inner, &req),
@@ -142,6 +150,29 @@ impl MockDriver {
             });
         }
         result.map(Response::new)
+    }
+}
+
+/// The `parameters` of the requests that have them, for faults with `match_parameters`.
+fn parameters(req: &dyn Any) -> Option<&HashMap<String, String>> {
+    if let Some(r) = req.downcast_ref::<CreateVolumeRequest>() {
+        Some(&r.parameters)
+    } else if let Some(r) = req.downcast_ref::<GetCapacityRequest>() {
+        Some(&r.parameters)
+    } else if let Some(r) = req.downcast_ref::<ValidateVolumeCapabilitiesRequest>() {
+        Some(&r.parameters)
+    } else {
+        None
+    }
+}
+
+/// Writes an injected `reply` over a successful answer (the faults file only accepts reply
+/// fields of CreateVolume and GetCapacity).
+fn rewrite(resp: &mut dyn Any, reply: &Reply) {
+    if let Some(r) = resp.downcast_mut::<CreateVolumeResponse>() {
+        reply.apply_to_volume(r.volume.get_or_insert_default());
+    } else if let Some(r) = resp.downcast_mut::<GetCapacityResponse>() {
+        reply.apply_to_capacity(r);
     }
 }
 

@@ -260,6 +260,74 @@ async fn delay_only_fault_then_normal_answer() {
     assert_eq!(cap.maximum_volume_size, None);
 }
 
+/// `reply` faults: the volume really exists, the answer (and the call log) lies, only for
+/// requests whose parameters match.
+#[tokio::test]
+async fn reply_faults_rewrite_matching_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = dir.path().join("faults.json");
+    let log = dir.path().join("calls.jsonl");
+    let driver = Driver::start(
+        dir.path(),
+        &[
+            format!("--faults={}", faults.display()),
+            format!("--call-log={}", log.display()),
+        ],
+    );
+    let mut controller = ControllerClient::new(driver.channel().await);
+    set_faults(
+        &faults,
+        json!({
+            "CreateVolume": {"match_parameters": {"case": "lie"}, "times": 1,
+                             "reply": {"volume_id": "", "capacity_bytes": -1}},
+            "GetCapacity": {"reply": {"available_capacity": -5}},
+        }),
+    );
+    let request = |name: &str, case: &str| CreateVolumeRequest {
+        name: name.into(),
+        parameters: HashMap::from([("case".to_owned(), case.to_owned())]),
+        volume_capabilities: create_request(name, GI, "").volume_capabilities,
+        ..Default::default()
+    };
+    let lie = controller
+        .create_volume(request("a", "lie"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!((lie.volume_id.as_str(), lie.capacity_bytes), ("", -1));
+    // The retry (times used up) and other parameters get the truth: one volume, made once.
+    let truth = controller
+        .create_volume(request("a", "lie"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(
+        (truth.volume_id.as_str(), truth.capacity_bytes),
+        ("mock-vol-0", GI)
+    );
+    let other = controller
+        .create_volume(request("b", "honest"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(other.capacity_bytes, GI);
+    let cap = controller
+        .get_capacity(GetCapacityRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cap.available_capacity, -5);
+    let logged = call_log(&log);
+    assert_eq!(logged[0]["response"]["volume"]["capacity_bytes"], json!(-1));
+    assert!(logged[0]["response"]["volume"].get("volume_id").is_none());
+}
+
 #[test]
 fn bad_flag_exits_2_with_one_line_naming_it() {
     let out = Command::new(env!("CARGO_BIN_EXE_mock-csi-driver"))

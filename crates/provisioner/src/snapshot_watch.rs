@@ -3,7 +3,9 @@
 //! step (upstream retries by backoff only, up to `--retry-interval-max` later).
 //!
 //! One watch of VolumeSnapshots; only snapshots that are ready and that a waiting claim in
-//! our cache names do anything. Off (one log line) when VolumeSnapshots cannot be watched.
+//! our cache names do anything. While it runs, a claim whose snapshot is missing or not ready
+//! waits for it instead of retrying on backoff (see `claims/restore.rs`). Off (one log line)
+//! when VolumeSnapshots cannot be watched.
 
 use futures::StreamExt;
 use kube::Client;
@@ -32,8 +34,10 @@ pub async fn run(client: Client, claims: ClaimsController, cancel: CancellationT
                     claims.snapshot_ready(ns, name);
                 }
             }
+            Some(Ok(watcher::Event::InitDone)) => claims.set_snapshot_watch(true),
             Some(Ok(_)) => {}
             Some(Err(e)) if unavailable(&e) => {
+                claims.set_snapshot_watch(false);
                 tracing::info!(err = %e, "Not watching VolumeSnapshots (no snapshot CRDs, or no list/watch permission): claims waiting for a snapshot are retried by backoff only");
                 cancel.cancelled().await;
                 return;

@@ -31,6 +31,15 @@ pub fn wait(hold: &Hold, now: Instant, class_uid: Option<&str>) -> Option<Durati
         .filter(|d| !d.is_zero())
 }
 
+/// A hold of `wait` from now that only time lifts (not a new StorageClass).
+pub fn hold_for(wait: Duration) -> Hold {
+    Hold {
+        until: Instant::now() + wait,
+        class_uid: None,
+        infeasible: false,
+    }
+}
+
 /// The hold after a failed attempt: the queue's backoff for this failure, and for an infeasible
 /// request at least `slow` (`--retry-interval-max`).
 pub fn hold_after_failure(

@@ -5,7 +5,15 @@ fn action(delay_ms: u64, error: Option<(Code, &str)>) -> Option<FaultAction> {
     Some(FaultAction {
         delay: Duration::from_millis(delay_ms),
         error: error.map(|(c, m)| (c, m.to_owned())),
+        reply: None,
     })
+}
+
+fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 #[rstest]
@@ -30,25 +38,25 @@ fn action(delay_ms: u64, error: Option<(Code, &str)>) -> Option<FaultAction> {
 #[case(r#"{"Probe": {"times": 0, "code": "Internal"}}"#, "Probe", None)]
 fn first_call(#[case] text: &str, #[case] method: &str, #[case] want: Option<FaultAction>) {
     let mut state = parse_faults(text).expect("valid faults file");
-    assert_eq!(state.next(method), want);
+    assert_eq!(state.next(method, None), want);
 }
 
 #[test]
 fn times_limits_the_next_calls() {
     let mut state = parse_faults(r#"{"DeleteVolume": {"code": "Aborted", "times": 2}}"#).unwrap();
     let hit = action(0, Some((Code::Aborted, "injected fault for DeleteVolume")));
-    assert_eq!(state.next("DeleteVolume"), hit);
-    assert_eq!(state.next("CreateVolume"), None);
-    assert_eq!(state.next("DeleteVolume"), hit);
-    assert_eq!(state.next("DeleteVolume"), None);
-    assert_eq!(state.next("DeleteVolume"), None);
+    assert_eq!(state.next("DeleteVolume", None), hit);
+    assert_eq!(state.next("CreateVolume", None), None);
+    assert_eq!(state.next("DeleteVolume", None), hit);
+    assert_eq!(state.next("DeleteVolume", None), None);
+    assert_eq!(state.next("DeleteVolume", None), None);
 }
 
 #[test]
 fn without_times_every_call_fails() {
     let mut state = parse_faults(r#"{"Probe": {"code": "Internal"}}"#).unwrap();
     for _ in 0..5 {
-        assert!(state.next("Probe").is_some());
+        assert!(state.next("Probe", None).is_some());
     }
 }
 
@@ -62,6 +70,20 @@ fn without_times_every_call_fails() {
     r#"{"Probe": {"code": "Broken"}}"#,
     "unknown code \"Broken\" for Probe"
 )]
+#[case(r#"{"Probe": [{"cod": "Internal"}]}"#, "not valid JSON")]
+#[case(r#"{"CreateVolume": {"reply": {"volume_idd": ""}}}"#, "not valid JSON")]
+#[case(
+    r#"{"CreateVolume": {"reply": {"available_capacity": -1}}}"#,
+    "rewrites \"available_capacity\" of CreateVolume's reply"
+)]
+#[case(
+    r#"{"DeleteVolume": {"reply": {"volume_id": "x"}}}"#,
+    "rewrites \"volume_id\" of DeleteVolume's reply"
+)]
+#[case(
+    r#"{"CreateVolume": {"code": "Internal", "reply": {"volume_id": ""}}}"#,
+    "both fails CreateVolume (code) and rewrites its reply"
+)]
 fn rejects(#[case] text: &str, #[case] fragment: &str) {
     let msg = parse_faults(text).expect_err(text).to_string();
     assert!(msg.contains(fragment), "{text}: {msg}");
@@ -72,35 +94,136 @@ fn file_is_reread_when_it_changes_and_counters_reset() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("faults.json");
     let mut file = FaultFile::new(Some(path.clone()));
-    assert_eq!(file.next("Probe"), None, "missing file means no faults");
+    assert_eq!(
+        file.next("Probe", None),
+        None,
+        "missing file means no faults"
+    );
 
     let once = r#"{"Probe": {"code": "Internal", "times": 1}}"#;
     std::fs::write(&path, once).unwrap();
-    assert!(file.next("Probe").is_some());
-    assert_eq!(file.next("Probe"), None, "times=1 used up");
+    assert!(file.next("Probe", None).is_some());
+    assert_eq!(file.next("Probe", None), None, "times=1 used up");
 
     // Rewriting through a new inode (rename) is a new version even with equal size and mtime.
     let tmp = dir.path().join("faults.tmp");
     std::fs::write(&tmp, once).unwrap();
     std::fs::rename(&tmp, &path).unwrap();
-    assert!(file.next("Probe").is_some(), "counters reset on change");
+    assert!(
+        file.next("Probe", None).is_some(),
+        "counters reset on change"
+    );
 
     std::fs::write(&path, r#"{"Probe": {"code": "Unavailable"}}"#).unwrap();
     let unavailable = action(0, Some((Code::Unavailable, "injected fault for Probe")));
-    assert_eq!(file.next("Probe"), unavailable);
+    assert_eq!(file.next("Probe", None), unavailable);
 
     std::fs::write(&path, "{ half-written").unwrap();
     assert_eq!(
-        file.next("Probe"),
+        file.next("Probe", None),
         unavailable,
         "broken file keeps previous faults"
     );
 
     std::fs::remove_file(&path).unwrap();
-    assert_eq!(file.next("Probe"), None, "removed file means no faults");
+    assert_eq!(
+        file.next("Probe", None),
+        None,
+        "removed file means no faults"
+    );
 }
 
 #[test]
 fn no_path_means_no_faults() {
-    assert_eq!(FaultFile::new(None).next("CreateVolume"), None);
+    assert_eq!(FaultFile::new(None).next("CreateVolume", None), None);
+}
+
+#[test]
+fn a_list_of_faults_picks_by_parameters_each_with_its_own_times() {
+    let text = r#"{"CreateVolume": [
+        {"match_parameters": {"case": "empty-id"}, "reply": {"volume_id": ""}, "times": 1},
+        {"match_parameters": {"case": "small"}, "reply": {"capacity_bytes": 1}},
+        {"code": "Unavailable"}
+    ]}"#;
+    let mut state = parse_faults(text).unwrap();
+    let reply = |r: Reply| {
+        Some(FaultAction {
+            delay: Duration::ZERO,
+            error: None,
+            reply: Some(r),
+        })
+    };
+    let empty_id = Reply {
+        volume_id: Some(String::new()),
+        ..Reply::default()
+    };
+    let small = Reply {
+        capacity_bytes: Some(1),
+        ..Reply::default()
+    };
+    let unavailable = action(
+        0,
+        Some((Code::Unavailable, "injected fault for CreateVolume")),
+    );
+    let case = |c| params(&[("case", c), ("kind", "")]);
+    assert_eq!(
+        state.next("CreateVolume", Some(&case("empty-id"))),
+        reply(empty_id)
+    );
+    assert_eq!(
+        state.next("CreateVolume", Some(&case("empty-id"))),
+        unavailable,
+        "its times used up, the next matching entry applies"
+    );
+    assert_eq!(
+        state.next("CreateVolume", Some(&case("small"))),
+        reply(small.clone())
+    );
+    assert_eq!(
+        state.next("CreateVolume", Some(&case("small"))),
+        reply(small)
+    );
+    assert_eq!(state.next("CreateVolume", None), unavailable);
+}
+
+#[test]
+fn replies_rewrite_only_what_they_name() {
+    let mut volume = csi::v1::Volume {
+        capacity_bytes: 10,
+        volume_id: "mock-vol-1".into(),
+        volume_context: params(&[("pool", "0")]),
+        ..Default::default()
+    };
+    let reply = Reply {
+        capacity_bytes: Some(-1),
+        accessible_topology: Some(vec![BTreeMap::from([("zone".into(), "z9".into())])]),
+        volume_context: Some(BTreeMap::from([("extra".into(), "x".into())])),
+        ..Reply::default()
+    };
+    reply.apply_to_volume(&mut volume);
+    assert_eq!(volume.volume_id, "mock-vol-1");
+    assert_eq!(volume.capacity_bytes, -1);
+    assert_eq!(
+        volume.volume_context,
+        params(&[("pool", "0"), ("extra", "x")])
+    );
+    assert_eq!(
+        volume.accessible_topology[0].segments,
+        params(&[("zone", "z9")])
+    );
+
+    let mut capacity = GetCapacityResponse {
+        available_capacity: 5,
+        maximum_volume_size: None,
+        minimum_volume_size: None,
+    };
+    Reply {
+        available_capacity: Some(-5),
+        ..Reply::default()
+    }
+    .apply_to_capacity(&mut capacity);
+    assert_eq!(
+        (capacity.available_capacity, capacity.maximum_volume_size),
+        (-5, None)
+    );
 }

@@ -184,6 +184,12 @@ impl Memory {
         self.with(uid, |m| m.unsaved_pv = Some(pv));
     }
 
+    pub fn drop_unsaved_pv(&self, uid: &str) {
+        if let Some(m) = self.claims.lock().get_mut(uid) {
+            m.unsaved_pv = None;
+        }
+    }
+
     pub fn unsaved_pv(&self, uid: &str) -> Option<PersistentVolume> {
         self.claims
             .lock()

@@ -81,6 +81,10 @@ pub struct ClaimsController {
     warned_classes: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
     /// Deleting clone sources by UID, with the pending clones last reported in an event.
     clone_holds: Arc<parking_lot::Mutex<std::collections::HashMap<String, Vec<String>>>>,
+    /// Claims (UID) whose last attempt found their snapshot missing or not ready.
+    awaiting_snapshot: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
+    /// Whether the VolumeSnapshot watch is running (listed at least once).
+    snapshot_watch: Arc<std::sync::atomic::AtomicBool>,
     /// Snapshots (namespace, name) a waiting claim wants, by when they were seen ready.
     ready_snapshots:
         Arc<parking_lot::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>>,
@@ -101,6 +105,8 @@ impl ClaimsController {
             warned_classes: Arc::default(),
             clone_holds: Arc::default(),
             ready_snapshots: Arc::default(),
+            snapshot_watch: Arc::default(),
+            awaiting_snapshot: Arc::default(),
             started: k8s_openapi::jiff::Timestamp::now().as_second(),
         }
     }
@@ -168,6 +174,7 @@ impl ClaimsController {
             self.memory.forget(uid);
             self.races.lock().forget(uid);
             self.clone_holds.lock().remove(uid);
+            self.awaiting_snapshot.lock().remove(uid);
         }
         self.metrics_remembered();
     }

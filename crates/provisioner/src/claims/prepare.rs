@@ -101,7 +101,7 @@ impl ClaimsController {
                 let vac = Api::<VolumeAttributesClass>::all(client.clone())
                     .get(name)
                     .await
-                    .map_err(|e| ProvisionError::no_change(e.to_string()))?;
+                    .map_err(|e| ProvisionError::no_change(crate::api_error::message(&e)))?;
                 check_volume_attributes_class(name, &vac.driver_name, &self.ctx.driver.name)?;
                 vac.parameters.unwrap_or_default()
             }

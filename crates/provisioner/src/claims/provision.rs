@@ -92,13 +92,13 @@ impl ClaimsController {
                 Ok(cs) => Some(cs),
                 Err(err) => {
                     let failed = self.fail(claim, class, err, false).await;
-                    // Ready while this attempt read it: the watch's signal came before this
-                    // failure's hold, so retry now instead of after the backoff.
-                    if self.snapshot_ready_since(source, attempt_began) {
-                        self.memory.set_hold(&uid, None);
-                        return Err(SyncError::Hold(std::time::Duration::ZERO));
-                    }
-                    return failed;
+                    return match (failed, self.restore_hold(&uid, source, attempt_began)) {
+                        (Err(SyncError::Hold(_)), Some(wait)) => {
+                            self.memory.set_hold(&uid, Some(retry::hold_for(wait)));
+                            Err(SyncError::Hold(wait))
+                        }
+                        (failed, _) => failed,
+                    };
                 }
             },
             None => None,
@@ -134,6 +134,16 @@ impl ClaimsController {
         let client = ctx.driver.client.migrated(plan.migrated_from.is_some());
         let volume = match client.create_volume(request.clone()).await {
             Ok(resp) => match resp.volume {
+                // An id is what every later call names the volume by: without one there is
+                // nothing to record or delete; asking again under the same name gets it.
+                Some(v) if v.volume_id.is_empty() => {
+                    let state = after_call(&before, &CallResult::InProgress);
+                    self.memory.set_volume_state(&uid, state, Some(request));
+                    let err = ProvisionError::background(
+                        "CreateVolume returned a volume with an empty volume_id; the driver is broken",
+                    );
+                    return self.fail(&claim, class, err, false).await;
+                }
                 Some(v) => v,
                 None => {
                     let state = after_call(&before, &CallResult::InProgress);

@@ -5,6 +5,7 @@
 use csi::v1::VolumeContentSource;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use provisioning::data_source::snapshot::{
@@ -32,8 +33,12 @@ impl ClaimsController {
         protect: bool,
     ) -> Result<VolumeContentSource, ProvisionError> {
         let client = &self.ctx.client;
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
         let api = snapshots(client, &source.namespace);
         let object = api.get(&source.name).await.map_err(|e| {
+            if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                self.awaiting_snapshot.lock().insert(uid.clone());
+            }
             source.error(format!(
                 "error getting snapshot {} from api server: {}",
                 source.name,
@@ -41,6 +46,11 @@ impl ClaimsController {
             ))
         })?;
         let snapshot: VolumeSnapshot = typed(&object).map_err(|e| source.error(e))?;
+        // Only a snapshot that is missing or not ready yet is worth waiting for; any other
+        // refusal keeps the usual backoff.
+        if snapshot.status.as_ref().and_then(|s| s.ready_to_use) != Some(true) {
+            self.awaiting_snapshot.lock().insert(uid.clone());
+        }
         let content_name = snapshot
             .status
             .as_ref()
@@ -133,5 +143,32 @@ impl ClaimsController {
                 .lock()
                 .get(&(source.namespace.clone(), source.name.clone()))
                 .is_some_and(|at| *at >= since)
+    }
+
+    /// The VolumeSnapshot watch started (`true`, after its first list) or cannot run.
+    pub fn set_snapshot_watch(&self, running: bool) {
+        self.snapshot_watch.store(running, Ordering::Relaxed);
+    }
+
+    /// After a failed restore attempt: with the watch running, a claim whose snapshot is
+    /// missing or not ready waits for it to become ready (the watch retries it then) rather than retrying on the
+    /// backoff, whose attempts could only fail the same way and spend the API budget the
+    /// ready claims need; `--retry-interval-max` stays the backstop. A snapshot that became
+    /// ready during the attempt retries at once. `None`: keep the failure's own hold.
+    pub(super) fn restore_hold(
+        &self,
+        uid: &str,
+        source: &DataSource,
+        attempt_began: Instant,
+    ) -> Option<Duration> {
+        let awaiting = self.awaiting_snapshot.lock().remove(uid);
+        if source.kind != SourceKind::Snapshot {
+            return None;
+        }
+        if self.snapshot_ready_since(source, attempt_began) {
+            return Some(Duration::ZERO);
+        }
+        (awaiting && self.snapshot_watch.load(Ordering::Relaxed))
+            .then_some(self.ctx.opts.retry_interval_max)
     }
 }

@@ -57,8 +57,18 @@ impl ClaimsController {
                     ctx.caches.volumes.created(existing);
                     ours
                 })
-                .map_err(|e| format!("cannot read the existing PV: {e}")),
-            Err(e) => Err(e.to_string()),
+                .map_err(|e| {
+                    format!(
+                        "cannot read the existing PV: {}",
+                        crate::api_error::message(&e)
+                    )
+                }),
+            Err(kube::Error::Api(e)) if e.code == 422 => {
+                // Invalid: the API server will never take this PV (the driver answered
+                // something no PV can hold). Retrying the save would keep the volume forever.
+                return self.unkeepable_pv(claim, &name, &e.message).await;
+            }
+            Err(e) => Err(crate::api_error::message(&e)),
         };
         match saved {
             Ok(true) => {}
@@ -98,5 +108,50 @@ impl ClaimsController {
         klog::v!(2, claim = %claim_name(claim), pv = %name, "Provisioned volume");
         // The finalizer is released when the binder's write of the claim brings it back here.
         Ok(())
+    }
+
+    /// A PV the API server refuses as invalid: as upstream, the claim gets a
+    /// `ProvisioningFailed` event, the volume is deleted and provisioning starts again (the
+    /// driver may answer better next time); a volume that cannot be deleted now stays on
+    /// record, so the claim keeps its finalizer until a later attempt or clean-up settles it.
+    async fn unkeepable_pv(
+        &self,
+        claim: &PersistentVolumeClaim,
+        pv: &str,
+        reason: &str,
+    ) -> Result<(), SyncError> {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        self.memory.drop_unsaved_pv(&uid);
+        let mut message = format!(
+            "Error creating provisioned PV object for claim {}: {reason}. Deleting the volume.",
+            claim_name(claim)
+        );
+        let created = match self.memory.volume_state(&uid, false) {
+            VolumeState::Created(id) => Some(id),
+            _ => None,
+        };
+        match (created, self.memory.last_request(&uid)) {
+            (Some(id), Some(request)) => {
+                if self.delete_unkept(&uid, &id, &request).await {
+                    self.memory
+                        .set_volume_state(&uid, VolumeState::MayExist, Some(request));
+                } else {
+                    message.push_str(&format!(
+                        " Deleting volume {id} failed; it is retried with the claim."
+                    ));
+                }
+            }
+            _ => message.push_str(&format!(" The volume of PV {pv} is not known any more.")),
+        }
+        let class = provisioning::claim::class_name(claim)
+            .unwrap_or_default()
+            .to_string();
+        let failed = Failed {
+            class: &class,
+            class_uid: None,
+            infeasible: false,
+        };
+        self.fail_named(claim, failed, ProvisionError::background(message))
+            .await
     }
 }

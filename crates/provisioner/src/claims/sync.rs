@@ -93,12 +93,16 @@ impl ClaimsController {
                     }
                 }
             }
-            Step::ClassMissing => Err(ClaimError::ClassMissing {
-                class: provisioning::claim::class_name(&claim)
-                    .unwrap_or_default()
-                    .to_string(),
+            Step::ClassMissing => {
+                let err = ClaimError::ClassMissing {
+                    class: provisioning::claim::class_name(&claim)
+                        .unwrap_or_default()
+                        .to_string(),
+                };
+                // At the default verbosity, as upstream's "error syncing claim" line.
+                tracing::error!(claim = %format!("{}/{}", key.namespace, key.name), "error syncing claim: {err}");
+                Err(err.into())
             }
-            .into()),
             Step::ReleaseFinalizer => {
                 self.release_later(&claim);
                 Ok(())
