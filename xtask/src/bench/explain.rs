@@ -240,14 +240,19 @@ pub fn explain(r: &ScenarioResult) -> String {
             let wait = med(r, Impl::Ours, &first, "wait_s");
             let target = fmt_num(super::restore::TARGET_S);
             format!(
-                "ours watches VolumeSnapshots and retries a waiting claim as soon as its \
-                 snapshot reports readyToUse (median {} s, slowest {} s from readyToUse to \
-                 CreateVolume: the claims' own requests share QPS 5, and a claim whose retry \
-                 then fails again is back on its backoff). Upstream retries only on its per-claim backoff, 1 s doubling \
-                 after each failure: a claim that failed from its creation on for {} s is next \
-                 tried about {} s after it was created, whenever its snapshot got ready \
-                 (median {} s, slowest {} s). Claims over the {target} s target: ours {} vs \
-                 upstream {}; last snapshot ready to last claim Bound: {} vs {} s.",
+                "ours watches VolumeSnapshots: a claim whose snapshot is missing or not ready \
+                 fails once and then waits for it (one ProvisioningFailed event each), and is \
+                 retried as soon as the snapshot reports readyToUse (median {} s, slowest {} s \
+                 from readyToUse to CreateVolume). That is not the {target} s target: a restore \
+                 costs about ten API requests (events, snapshot and content reads, the \
+                 snapshot and claim finalizers, the PV), QPS 5 allows two restores a second, \
+                 and the snapshots became ready faster than that, so the budget sets the pace. \
+                 Upstream retries only on its per-claim backoff, 1 s doubling after each \
+                 failure: a claim that failed from its creation on for {} s is next tried about \
+                 {} s after it was created, whenever its snapshot got ready (median {} s, \
+                 slowest {} s), and its retries spend the same budget meanwhile. Claims over the \
+                 {target} s target: ours {} vs upstream {}; last snapshot ready to last claim \
+                 Bound: {} vs {} s.",
                 n(med(r, Impl::Ours, &first, "ready_to_create_median_s")),
                 n(med(r, Impl::Ours, &first, "ready_to_create_max_s")),
                 n(wait),
