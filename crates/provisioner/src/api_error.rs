@@ -8,3 +8,38 @@ pub fn message(e: &kube::Error) -> String {
         other => other.to_string(),
     }
 }
+
+/// Whether the API server refused an object as invalid in itself (a field fails validation:
+/// `PersistentVolume "x" is invalid: spec...`), which no retry can change; an admission
+/// policy's denial has the same code (422) but may be lifted, and reads `... is forbidden: ...`.
+pub fn invalid_object(e: &kube::core::ErrorResponse) -> bool {
+    e.code == 422 && e.message.contains("\" is invalid: ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(code: u16, message: &str) -> kube::core::ErrorResponse {
+        serde_json::from_value(serde_json::json!({
+            "status": "Failure", "message": message, "reason": "Invalid", "code": code
+        }))
+        .expect("an error response")
+    }
+
+    #[test]
+    fn only_field_validation_failures_are_final() {
+        let invalid = response(
+            422,
+            "PersistentVolume \"pvc-1\" is invalid: spec.csi.volumeHandle: Required value",
+        );
+        let denied = response(
+            422,
+            "persistentvolumes \"pvc-1\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'b' denied request: no",
+        );
+        let conflict = response(409, "PersistentVolume \"pvc-1\" is invalid: x");
+        assert!(invalid_object(&invalid));
+        assert!(!invalid_object(&denied));
+        assert!(!invalid_object(&conflict));
+    }
+}

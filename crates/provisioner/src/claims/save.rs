@@ -63,9 +63,10 @@ impl ClaimsController {
                         crate::api_error::message(&e)
                     )
                 }),
-            Err(kube::Error::Api(e)) if e.code == 422 => {
-                // Invalid: the API server will never take this PV (the driver answered
-                // something no PV can hold). Retrying the save would keep the volume forever.
+            Err(kube::Error::Api(e)) if crate::api_error::invalid_object(&e) => {
+                // The API server will never take this PV (the driver answered something no PV
+                // can hold). Retrying the save would keep the volume forever. (A denial by an
+                // admission policy is retried: the policy may change.)
                 return self.unkeepable_pv(claim, &name, &e.message).await;
             }
             Err(e) => Err(crate::api_error::message(&e)),
