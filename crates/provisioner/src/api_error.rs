@@ -12,7 +12,7 @@ pub fn message(e: &kube::Error) -> String {
 /// Whether the API server refused an object as invalid in itself (a field fails validation:
 /// `PersistentVolume "x" is invalid: spec...`), which no retry can change; an admission
 /// policy's denial has the same code (422) but may be lifted, and reads `... is forbidden: ...`.
-pub fn invalid_object(e: &kube::core::ErrorResponse) -> bool {
+pub fn invalid_object(e: &kube::core::Status) -> bool {
     e.code == 422 && e.message.contains("\" is invalid: ")
 }
 
@@ -20,7 +20,7 @@ pub fn invalid_object(e: &kube::core::ErrorResponse) -> bool {
 mod tests {
     use super::*;
 
-    fn response(code: u16, message: &str) -> kube::core::ErrorResponse {
+    fn response(code: u16, message: &str) -> kube::core::Status {
         serde_json::from_value(serde_json::json!({
             "status": "Failure", "message": message, "reason": "Invalid", "code": code
         }))
