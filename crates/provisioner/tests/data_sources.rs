@@ -626,15 +626,26 @@ async fn a_snapshot_that_is_not_ready_is_restored_once_it_is() {
     assert_eq!(w.created(), 2);
 }
 
-/// A claim being deleted (a pod still uses it, so kube-controller-manager's pvc-protection
-/// keeps it) cannot be cloned; the clone is never sent to the driver.
+/// A claim being deleted (a finalizer of someone else's still holds it) cannot be cloned; the
+/// clone is never sent to the driver.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_source_being_deleted_is_not_cloned() {
     let w = World::start("ds-going", &[]).await;
     w.s.claim("src", &w.class, "1Gi", json!({})).await;
     let _ = w.volume_of("src").await;
-    support::create_pod(&w.s, "user", "src", json!({})).await;
+    // Our own hold, not kube-controller-manager's pvc-protection: that one lets go of a claim
+    // whose user pod it has not seen yet.
+    let claims = w.s.claims();
+    let mut src = claims.get("src").await.unwrap();
+    src.metadata
+        .finalizers
+        .get_or_insert_with(Vec::new)
+        .push("test.example.com/hold".into());
+    claims
+        .replace("src", &PostParams::default(), &src)
+        .await
+        .unwrap();
     w.s.delete_claim("src").await;
     eventually("src terminating", || async {
         let c = w.s.claims().get("src").await.ok()?;
