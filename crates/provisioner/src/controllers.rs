@@ -7,7 +7,7 @@ use std::time::Duration;
 use controller_kit::events::EventRecorder;
 use controller_kit::reflect::Change;
 use futures::stream::BoxStream;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::base::Base;
@@ -337,8 +337,10 @@ async fn recheck_on_peer_changes(
     claims: ClaimsController,
 ) {
     while stream.next().await.is_some() {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        while let Some(Some(_)) = stream.next().now_or_never() {}
+        // One recheck per burst, but the stream is polled all along: the peers store (which the
+        // orphan sweep and the immediate-binding ranking read) fills only while it is.
+        let until = tokio::time::Instant::now() + Duration::from_secs(1);
+        while let Ok(Some(_)) = tokio::time::timeout_at(until, stream.next()).await {}
         claims.enqueue_waiting();
     }
 }

@@ -27,6 +27,9 @@ pub async fn run(
     cancel: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(every);
+    // Not at once: an instance that just started may not have seen its peers' objects yet and
+    // would take itself for the first one alive.
+    tick.tick().await;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
