@@ -66,10 +66,25 @@ pub fn too_small_message(got: i64, want: i64) -> String {
 }
 
 /// Whether the driver's answer lacks the content source a data-source claim needs (upstream then
-/// deletes the volume and retries with "volume content source missing").
-pub fn missing_content_source(claim: &PersistentVolumeClaim, volume: &Volume) -> bool {
-    let has_data_source = claim.spec.as_ref().is_some_and(|s| s.data_source.is_some());
-    has_data_source && volume.content_source.is_none()
+/// deletes the volume and retries with "volume content source missing"). A source in another
+/// namespace is only in `dataSourceRef`, so with `cross_namespace` (the
+/// `CrossNamespaceVolumeDataSource` gate) that counts too, as upstream.
+pub fn missing_content_source(
+    claim: &PersistentVolumeClaim,
+    volume: &Volume,
+    cross_namespace: bool,
+) -> bool {
+    let Some(spec) = claim.spec.as_ref() else {
+        return false;
+    };
+    let other_namespace = || {
+        spec.data_source_ref
+            .as_ref()
+            .and_then(|r| r.namespace.as_deref())
+            .is_some_and(|ns| !ns.is_empty())
+    };
+    let wants_content = spec.data_source.is_some() || (cross_namespace && other_namespace());
+    wants_content && volume.content_source.is_none()
 }
 
 /// The claim reference the PV is pre-bound to (client-go's `ref.GetReference` of the claim).

@@ -191,7 +191,11 @@ impl ClaimsController {
                 .bytes(plan.requested_bytes)
                 .unwrap_or(plan.requested_bytes),
         };
-        if missing_content_source(&claim, &volume) {
+        if missing_content_source(
+            &claim,
+            &volume,
+            self.provisioner_config().cross_namespace_data_sources,
+        ) {
             // The driver made an empty volume where data was asked for: it goes again.
             let deleted = self.delete_unkept(&uid, &volume.volume_id, &request).await;
             let mut message = "volume content source missing".to_string();

@@ -341,19 +341,34 @@ fn capacity_decisions() {
     );
 }
 
-#[test]
-fn content_source_check() {
+#[rstest::rstest]
+#[case::no_source(None, None, true, false)]
+#[case::data_source(Some(""), None, false, true)]
+#[case::same_namespace_ref_only(None, Some(""), true, false)]
+#[case::other_namespace_ref_with_gate(None, Some("src-ns"), true, true)]
+#[case::other_namespace_ref_without_gate(None, Some("src-ns"), false, false)]
+fn content_source_check(
+    #[case] data_source: Option<&str>,
+    #[case] ref_namespace: Option<&str>,
+    #[case] gate: bool,
+    #[case] wanted: bool,
+) {
     use csi::v1::VolumeContentSource;
-    use k8s_openapi::api::core::v1::TypedLocalObjectReference;
-    let mut with_source = claim();
-    spec_mut(&mut with_source).data_source = Some(TypedLocalObjectReference {
+    use k8s_openapi::api::core::v1::{TypedLocalObjectReference, TypedObjectReference};
+    let mut c = claim();
+    spec_mut(&mut c).data_source = data_source.map(|_| TypedLocalObjectReference {
         api_group: None,
         kind: "PersistentVolumeClaim".into(),
         name: "src".into(),
     });
+    spec_mut(&mut c).data_source_ref = ref_namespace.map(|ns| TypedObjectReference {
+        api_group: None,
+        kind: "PersistentVolumeClaim".into(),
+        name: "src".into(),
+        namespace: (!ns.is_empty()).then(|| ns.to_string()),
+    });
     let mut answered = volume();
-    assert!(missing_content_source(&with_source, &answered));
-    assert!(!missing_content_source(&claim(), &answered));
+    assert_eq!(missing_content_source(&c, &answered, gate), wanted);
     answered.content_source = Some(VolumeContentSource { r#type: None });
-    assert!(!missing_content_source(&with_source, &answered));
+    assert!(!missing_content_source(&c, &answered, gate));
 }
