@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use controller_kit::events::EventRecorder;
 use controller_kit::reflect::Change;
-use futures::stream::BoxStream;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::base::Base;

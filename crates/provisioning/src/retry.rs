@@ -61,6 +61,33 @@ pub fn hold_after_failure(
     }
 }
 
+/// What a failed restore attempt knew about its VolumeSnapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoreAttempt {
+    /// The source is a VolumeSnapshot (a clone's source claim has no watch).
+    pub from_snapshot: bool,
+    /// The snapshot became ready while the attempt was reading it.
+    pub ready_during_attempt: bool,
+    /// The attempt failed because the snapshot is missing or not ready yet.
+    pub awaiting_snapshot: bool,
+    /// The VolumeSnapshot watch runs, so its readiness will bring the claim back.
+    pub watch_running: bool,
+}
+
+/// The hold after a failed restore attempt (`None`: the failure's own backoff). A snapshot
+/// that became ready during the attempt retries at once; one still awaited waits for the watch,
+/// with `slow` (`--retry-interval-max`) as the backstop, rather than retrying on a backoff
+/// that could only fail the same way and spend the API budget ready claims need.
+pub fn restore_hold(attempt: RestoreAttempt, slow: Duration) -> Option<Duration> {
+    if !attempt.from_snapshot {
+        return None;
+    }
+    if attempt.ready_during_attempt {
+        return Some(Duration::ZERO);
+    }
+    (attempt.awaiting_snapshot && attempt.watch_running).then_some(slow)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +116,28 @@ mod tests {
         // A backoff already longer than the slow interval is kept.
         let long = hold_after_failure(t0, 400 * S, true, 300 * S, Some("a"));
         assert_eq!(wait(&long, t0, Some("a")), Some(400 * S));
+    }
+
+    #[rstest::rstest]
+    #[case::clone_source(false, true, true, true, None)]
+    #[case::ready_during_attempt(true, true, true, true, Some(Duration::ZERO))]
+    #[case::ready_during_attempt_without_watch(true, true, false, false, Some(Duration::ZERO))]
+    #[case::awaited_with_watch(true, false, true, true, Some(300 * S))]
+    #[case::awaited_without_watch(true, false, true, false, None)]
+    #[case::other_failure(true, false, false, true, None)]
+    fn a_restore_waits_for_its_snapshot(
+        #[case] from_snapshot: bool,
+        #[case] ready_during_attempt: bool,
+        #[case] awaiting_snapshot: bool,
+        #[case] watch_running: bool,
+        #[case] want: Option<Duration>,
+    ) {
+        let attempt = RestoreAttempt {
+            from_snapshot,
+            ready_during_attempt,
+            awaiting_snapshot,
+            watch_running,
+        };
+        assert_eq!(restore_hold(attempt, 300 * S), want);
     }
 }

@@ -14,6 +14,7 @@ use provisioning::data_source::snapshot::{
 use provisioning::data_source::{DataSource, SourceKind};
 use provisioning::errors::ProvisionError;
 use provisioning::names;
+use provisioning::retry;
 
 use super::{ClaimsController, claim_name};
 use crate::data_source_api::{contents, set_snapshot_finalizer, snapshots, typed};
@@ -150,25 +151,22 @@ impl ClaimsController {
         self.snapshot_watch.store(running, Ordering::Relaxed);
     }
 
-    /// After a failed restore attempt: with the watch running, a claim whose snapshot is
-    /// missing or not ready waits for it to become ready (the watch retries it then) rather than retrying on the
-    /// backoff, whose attempts could only fail the same way and spend the API budget the
-    /// ready claims need; `--retry-interval-max` stays the backstop. A snapshot that became
-    /// ready during the attempt retries at once. `None`: keep the failure's own hold.
+    /// The hold after a failed restore attempt ([`retry::restore_hold`] decides); `None`:
+    /// keep the failure's own hold.
     pub(super) fn restore_hold(
         &self,
         uid: &str,
         source: &DataSource,
         attempt_began: Instant,
     ) -> Option<Duration> {
-        let awaiting = self.awaiting_snapshot.lock().remove(uid);
-        if source.kind != SourceKind::Snapshot {
-            return None;
-        }
-        if self.snapshot_ready_since(source, attempt_began) {
-            return Some(Duration::ZERO);
-        }
-        (awaiting && self.snapshot_watch.load(Ordering::Relaxed))
-            .then_some(self.ctx.opts.retry_interval_max)
+        let awaiting_snapshot = self.awaiting_snapshot.lock().remove(uid);
+        let from_snapshot = source.kind == SourceKind::Snapshot;
+        let attempt = retry::RestoreAttempt {
+            from_snapshot,
+            ready_during_attempt: from_snapshot && self.snapshot_ready_since(source, attempt_began),
+            awaiting_snapshot,
+            watch_running: self.snapshot_watch.load(Ordering::Relaxed),
+        };
+        retry::restore_hold(attempt, self.ctx.opts.retry_interval_max)
     }
 }
