@@ -5,6 +5,7 @@
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client};
 use provisioning::data_source::{grant, snapshot};
+use provisioning::lifecycle::finalizers_with;
 use provisioning::names;
 
 fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
@@ -80,14 +81,10 @@ pub async fn set_snapshot_finalizer(
 ) -> Result<(), kube::Error> {
     let name = object.metadata.name.clone().unwrap_or_default();
     for attempt in 0..=CONFLICT_RETRIES {
-        let finalizers = object.metadata.finalizers.get_or_insert_with(Vec::new);
-        let present = finalizers
-            .iter()
-            .any(|f| f == names::SNAPSHOT_SOURCE_FINALIZER);
-        match (add, present) {
-            (true, false) => finalizers.push(names::SNAPSHOT_SOURCE_FINALIZER.to_string()),
-            (false, true) => finalizers.retain(|f| f != names::SNAPSHOT_SOURCE_FINALIZER),
-            _ => return Ok(()),
+        let finalizers = object.metadata.finalizers.as_ref();
+        match finalizers_with(finalizers, names::SNAPSHOT_SOURCE_FINALIZER, add) {
+            Some(f) => object.metadata.finalizers = Some(f),
+            None => return Ok(()),
         }
         match api.replace(&name, &PostParams::default(), &object).await {
             Ok(_) => {

@@ -114,29 +114,39 @@ pub fn decide(
 
 /// The claim's finalizers with ours added (`None` if already there).
 pub fn with_finalizer(claim: &PersistentVolumeClaim) -> Option<Vec<String>> {
-    if has_finalizer(claim) {
-        return None;
-    }
-    let mut finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
-    finalizers.push(CREATING_VOLUME_FINALIZER.to_string());
-    Some(finalizers)
+    finalizers_with(
+        claim.metadata.finalizers.as_ref(),
+        CREATING_VOLUME_FINALIZER,
+        true,
+    )
 }
 
 /// The claim's finalizers with ours removed (`None` if it was not there).
 pub fn without_finalizer(claim: &PersistentVolumeClaim) -> Option<Vec<String>> {
-    if !has_finalizer(claim) {
+    finalizers_with(
+        claim.metadata.finalizers.as_ref(),
+        CREATING_VOLUME_FINALIZER,
+        false,
+    )
+}
+
+/// `finalizers` with `name` present (`present`) or absent; `None` when they already are, so
+/// the caller writes nothing. The order of the others is kept and `name` goes last.
+pub fn finalizers_with(
+    finalizers: Option<&Vec<String>>,
+    name: &str,
+    present: bool,
+) -> Option<Vec<String>> {
+    let list = finalizers.map(Vec::as_slice).unwrap_or_default();
+    if list.iter().any(|f| f == name) == present {
         return None;
     }
-    Some(
-        claim
-            .metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .filter(|f| *f != CREATING_VOLUME_FINALIZER)
-            .cloned()
-            .collect(),
-    )
+    let others = list.iter().filter(|f| *f != name).cloned();
+    Some(if present {
+        others.chain([name.to_string()]).collect()
+    } else {
+        others.collect()
+    })
 }
 
 #[cfg(test)]
@@ -302,5 +312,23 @@ mod tests {
             without_finalizer(&held).unwrap(),
             ["kubernetes.io/pvc-protection"]
         );
+    }
+
+    #[rstest::rstest]
+    #[case::add_to_none(None, true, Some(vec!["x"]))]
+    #[case::add_after_others(Some(vec!["a", "b"]), true, Some(vec!["a", "b", "x"]))]
+    #[case::add_present(Some(vec!["x", "a"]), true, None)]
+    #[case::remove_keeps_order(Some(vec!["a", "x", "b"]), false, Some(vec!["a", "b"]))]
+    #[case::remove_duplicates(Some(vec!["x", "x"]), false, Some(vec![]))]
+    #[case::remove_absent(Some(vec!["a"]), false, None)]
+    #[case::remove_from_none(None, false, None)]
+    fn finalizer_lists(
+        #[case] before: Option<Vec<&str>>,
+        #[case] present: bool,
+        #[case] want: Option<Vec<&str>>,
+    ) {
+        let before: Option<Vec<String>> = before.map(|l| l.into_iter().map(String::from).collect());
+        let want: Option<Vec<String>> = want.map(|l| l.into_iter().map(String::from).collect());
+        assert_eq!(finalizers_with(before.as_ref(), "x", present), want);
     }
 }

@@ -60,20 +60,14 @@ impl ClaimsController {
             return Ok(());
         }
         self.clone_holds.lock().remove(&uid);
-        update::modify_claim(&self.ctx.client, &self.ctx.caches.claims, claim, |c| {
-            let Some(finalizers) = c.metadata.finalizers.as_mut() else {
-                return false;
-            };
-            let before = finalizers.len();
-            finalizers.retain(|f| f != names::CLONE_SOURCE_FINALIZER);
-            finalizers.len() != before
-        })
-        .await
-        .map_err(|source| ClaimError::ClaimWrite {
-            claim: claim_name(claim),
-            what: "remove the cloning-protection finalizer from",
-            source,
-        })?;
+        let (client, claims) = (&self.ctx.client, &self.ctx.caches.claims);
+        update::set_finalizer(client, claims, claim, names::CLONE_SOURCE_FINALIZER, false)
+            .await
+            .map_err(|source| ClaimError::ClaimWrite {
+                claim: claim_name(claim),
+                what: "remove the cloning-protection finalizer from",
+                source,
+            })?;
         klog::v!(3, claim = %claim_name(claim), "Removed finalizer {}", names::CLONE_SOURCE_FINALIZER);
         Ok(())
     }

@@ -92,17 +92,14 @@ impl ClaimsController {
         })?;
         if protect && let Some(source_claim) = &source_claim {
             let client = &self.ctx.client;
-            update::modify_claim(client, &self.ctx.caches.claims, source_claim, |c| {
-                let finalizers = c.metadata.finalizers.get_or_insert_with(Vec::new);
-                if finalizers
-                    .iter()
-                    .any(|f| f == names::CLONE_SOURCE_FINALIZER)
-                {
-                    return false;
-                }
-                finalizers.push(names::CLONE_SOURCE_FINALIZER.to_string());
-                true
-            })
+            let claims = &self.ctx.caches.claims;
+            update::set_finalizer(
+                client,
+                claims,
+                source_claim,
+                names::CLONE_SOURCE_FINALIZER,
+                true,
+            )
             .await
             .map_err(|e| ProvisionError::no_change(crate::api_error::message(&e)))?;
         }

@@ -6,6 +6,8 @@ use controller_kit::fresh::Fresh;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::PostParams;
 use kube::{Api, Client};
+use provisioning::lifecycle::finalizers_with;
+use provisioning::names::CREATING_VOLUME_FINALIZER;
 
 /// How often a conflicting write is re-read and retried before giving up to the work queue.
 const CONFLICT_RETRIES: usize = 3;
@@ -60,13 +62,7 @@ pub async fn add_finalizer(
     claims: &Fresh<PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-    set_finalizers(
-        client,
-        claims,
-        claim,
-        provisioning::lifecycle::with_finalizer,
-    )
-    .await
+    set_finalizer(client, claims, claim, CREATING_VOLUME_FINALIZER, true).await
 }
 
 /// Removes the creating-volume finalizer.
@@ -75,28 +71,26 @@ pub async fn remove_finalizer(
     claims: &Fresh<PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-    set_finalizers(
-        client,
-        claims,
-        claim,
-        provisioning::lifecycle::without_finalizer,
-    )
-    .await
+    set_finalizer(client, claims, claim, CREATING_VOLUME_FINALIZER, false).await
 }
 
-/// Writes the finalizer list `edit` computes from the current claim (`None`: already right).
-async fn set_finalizers(
+/// Adds (`present`) or removes the finalizer `name` (nothing is written when it already is
+/// so).
+pub async fn set_finalizer(
     client: &Client,
     claims: &Fresh<PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
-    edit: fn(&PersistentVolumeClaim) -> Option<Vec<String>>,
+    name: &str,
+    present: bool,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-    modify_claim(client, claims, claim, |c| match edit(c) {
-        Some(f) => {
-            c.metadata.finalizers = Some(f);
-            true
+    modify_claim(client, claims, claim, |c| {
+        match finalizers_with(c.metadata.finalizers.as_ref(), name, present) {
+            Some(f) => {
+                c.metadata.finalizers = Some(f);
+                true
+            }
+            None => false,
         }
-        None => false,
     })
     .await
 }
