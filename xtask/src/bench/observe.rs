@@ -256,3 +256,22 @@ pub fn watch_snapshots(api: Api<DynamicObject>, t0: Instant) -> Observer<Snapsho
         },
     )
 }
+
+/// How many ProvisioningFailed events the namespace has whose message passes `keep`, counting
+/// each event's repeats (`count`) as the API server aggregated them.
+pub async fn provisioning_failed(
+    client: &kube::Client,
+    namespace: &str,
+    keep: impl Fn(&str) -> bool,
+) -> Result<f64, kube::Error> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), namespace);
+    let params = kube::api::ListParams::default().fields("reason=ProvisioningFailed");
+    Ok(events
+        .list(&params)
+        .await?
+        .items
+        .iter()
+        .filter(|e| keep(e.message.as_deref().unwrap_or_default()))
+        .map(|e| f64::from(e.count.unwrap_or(1).max(1)))
+        .sum())
+}

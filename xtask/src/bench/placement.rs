@@ -5,10 +5,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::Api;
-use kube::api::ListParams;
 
 use super::calllog;
 use super::cluster::{self, create_all, poll};
@@ -65,24 +64,6 @@ pub fn plot() -> PlotSpec {
         series: "scheduled".into(),
         pick_by: "all_bound_s".into(),
     }
-}
-
-async fn exhausted_events(ctx: &Ctx, namespace: &str) -> Result<f64> {
-    let events: Api<Event> = Api::namespaced(ctx.client.clone(), namespace);
-    let list = events
-        .list(&ListParams::default().fields("reason=ProvisioningFailed"))
-        .await?;
-    Ok(list
-        .items
-        .iter()
-        .filter(|e| {
-            e.message
-                .as_deref()
-                .unwrap_or_default()
-                .contains("ResourceExhausted")
-        })
-        .map(|e| f64::from(e.count.unwrap_or(1).max(1)))
-        .fold(0.0, |a, b| a + b))
 }
 
 async fn measure(
@@ -152,7 +133,10 @@ async fn measure(
     );
     rec.set(
         "exhausted_events",
-        exhausted_events(ctx, &slot.namespace).await?,
+        observe::provisioning_failed(&ctx.client, &slot.namespace, |m| {
+            m.contains("ResourceExhausted")
+        })
+        .await?,
     );
     rec.series.insert("scheduled".into(), cumulative(times));
     Ok(())

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{DeleteParams, DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
@@ -159,19 +159,6 @@ fn snapshots(ctx: &Ctx, namespace: &str) -> Api<DynamicObject> {
     )
 }
 
-/// Sum of the counts of the namespace's ProvisioningFailed events.
-async fn failed_events(ctx: &Ctx, namespace: &str) -> Result<f64> {
-    let events: Api<Event> = Api::namespaced(ctx.client.clone(), namespace);
-    let list = events
-        .list(&ListParams::default().fields("reason=ProvisioningFailed"))
-        .await?;
-    Ok(list
-        .items
-        .iter()
-        .map(|e| f64::from(e.count.unwrap_or(1).max(1)))
-        .sum())
-}
-
 async fn measure(ctx: &Ctx, slot: &Slot, rec: &mut RunRecord, started: &mut Started) -> Result<()> {
     ctx.prepare(slot, false).await?;
     let node = node_name(slot);
@@ -290,7 +277,8 @@ async fn measure(ctx: &Ctx, slot: &Slot, rec: &mut RunRecord, started: &mut Star
         .filter(|c| c.name.as_deref().is_some_and(|v| volumes.contains(&v)))
         .count();
     rec.set("create_calls", creates as f64);
-    rec.set("failed_events", failed_events(ctx, &slot.namespace).await?);
+    let failed = observe::provisioning_failed(&ctx.client, &slot.namespace, |_| true).await?;
+    rec.set("failed_events", failed);
     rec.set("snapshots_ready_s", ready_last - t_snap);
     rec.set("wait_s", ctx.sizes.s8_wait.as_secs_f64());
     rec.set(
