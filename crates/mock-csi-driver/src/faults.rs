@@ -56,6 +56,8 @@ struct RawFault {
     code: Option<String>,
     message: Option<String>,
     delay_ms: Option<u64>,
+    delay_max_ms: Option<u64>,
+    probability: Option<f64>,
     times: Option<u64>,
     match_parameters: Option<BTreeMap<String, String>>,
     reply: Option<Reply>,
@@ -134,6 +136,11 @@ pub struct Fault {
     /// `None` (or `OK`) means delay only, then handle normally.
     pub error: Option<(Code, String)>,
     pub delay: Duration,
+    /// With a maximum, each call waits a uniformly random time in `delay..=delay_max`.
+    pub delay_max: Option<Duration>,
+    /// Applies to this share of the matching calls, in parts per million (`None`: all); a call
+    /// it skips goes on to the next entry and does not count against `times`.
+    pub chance_ppm: Option<u32>,
     /// Applies to this many matching calls after the file changed; `None` means every call.
     pub times: Option<u64>,
     /// Applies only to calls whose request `parameters` hold all of these.
@@ -182,6 +189,10 @@ pub enum FaultError {
         "faults file both fails {method} (code) and rewrites its reply; a failed call has no reply"
     )]
     ReplyAndError { method: String },
+    #[error("faults file gives {method} a probability of {value}; it must be from 0 to 1")]
+    Probability { method: String, value: String },
+    #[error("faults file gives {method} a delay_max_ms below its delay_ms")]
+    DelayRange { method: String },
 }
 
 /// The parsed faults plus how many calls each has already hit.
@@ -253,9 +264,28 @@ fn fault(method: &str, raw: RawFault) -> Result<Fault, FaultError> {
             });
         }
     }
+    let chance_ppm = match raw.probability {
+        None => None,
+        Some(p) if (0.0..=1.0).contains(&p) => Some((p * 1e6).round() as u32),
+        Some(value) => {
+            return Err(FaultError::Probability {
+                method: method.to_owned(),
+                value: value.to_string(),
+            });
+        }
+    };
+    let delay = Duration::from_millis(raw.delay_ms.unwrap_or(0));
+    let delay_max = raw.delay_max_ms.map(Duration::from_millis);
+    if delay_max.is_some_and(|max| max < delay) {
+        return Err(FaultError::DelayRange {
+            method: method.to_owned(),
+        });
+    }
     Ok(Fault {
         error,
-        delay: Duration::from_millis(raw.delay_ms.unwrap_or(0)),
+        delay,
+        delay_max,
+        chance_ppm,
         times: raw.times,
         match_parameters: raw.match_parameters.unwrap_or_default(),
         reply: raw.reply,
@@ -270,6 +300,17 @@ impl FaultState {
         method: &str,
         parameters: Option<&HashMap<String, String>>,
     ) -> Option<FaultAction> {
+        self.next_with(method, parameters, &mut || rand::random::<f64>())
+    }
+
+    /// [`FaultState::next`] with the dice given: `dice()` returns a number in `[0, 1)` for
+    /// each probability and each random delay.
+    pub fn next_with(
+        &mut self,
+        method: &str,
+        parameters: Option<&HashMap<String, String>>,
+        dice: &mut dyn FnMut() -> f64,
+    ) -> Option<FaultAction> {
         let list = self.faults.get(method)?;
         for (index, fault) in list.iter().enumerate() {
             if !fault.matches(parameters) {
@@ -279,9 +320,19 @@ impl FaultState {
             if fault.times.is_some_and(|times| *used >= times) {
                 continue;
             }
+            if fault
+                .chance_ppm
+                .is_some_and(|ppm| dice() * 1e6 >= f64::from(ppm))
+            {
+                continue;
+            }
             *used += 1;
+            let delay = match fault.delay_max {
+                Some(max) => fault.delay + (max - fault.delay).mul_f64(dice()),
+                None => fault.delay,
+            };
             return Some(FaultAction {
-                delay: fault.delay,
+                delay,
                 error: fault.error.clone(),
                 reply: fault.reply.clone(),
             });

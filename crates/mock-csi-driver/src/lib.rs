@@ -73,11 +73,13 @@
 //! `ValidateVolumeCapabilities`, `ControllerGetCapabilities`, `ControllerModifyVolume`,
 //! `GetPluginInfo`, `GetPluginCapabilities`, `Probe`, `NodeGetInfo`, `NodeGetCapabilities`,
 //! `NodeUnpublishVolume`, `NodeUnstageVolume`).
-//! All fields are optional: `delay_ms` sleeps before handling; `code` (a Go gRPC code name such
+//! All fields are optional: `delay_ms` sleeps before handling (with `delay_max_ms`, a uniformly
+//! random time between the two, drawn per call); `code` (a Go gRPC code name such
 //! as `ResourceExhausted`, or `RESOURCE_EXHAUSTED`; `OK` = no error) fails the call with
 //! `message` (default "injected fault for METHOD"); without `code` the call is then handled
 //! normally. `times` limits the fault to the next N calls of that method; absent means every
-//! call. The file is checked on every call and re-read when its mtime, size or inode changed;
+//! call. `probability` (0 to 1) applies the fault to that share of the calls, drawn per call;
+//! a call it skips is treated as if the entry were not there. The file is checked on every call and re-read when its mtime, size or inode changed;
 //! a change resets the `times` counters.
 //!
 //! A method may also have a list of faults; each call takes the first entry that matches and

@@ -227,3 +227,61 @@ fn replies_rewrite_only_what_they_name() {
         (-5, None)
     );
 }
+
+#[test]
+fn a_probability_picks_calls_by_the_dice_and_skipped_calls_fall_through() {
+    let text = r#"{"CreateVolume": [
+        {"code": "Unavailable", "probability": 0.25, "times": 1},
+        {"code": "Internal", "probability": 0.5}]}"#;
+    let mut state = parse_faults(text).unwrap();
+    let unavailable = action(
+        0,
+        Some((Code::Unavailable, "injected fault for CreateVolume")),
+    );
+    let internal = action(0, Some((Code::Internal, "injected fault for CreateVolume")));
+    let rolls = |r: &'static [f64]| {
+        let mut it = r.iter().copied();
+        move || it.next().expect("no more dice")
+    };
+    // 0.9 misses the first entry (and does not use up its one time), 0.3 hits the second.
+    assert_eq!(
+        state.next_with("CreateVolume", None, &mut rolls(&[0.9, 0.3])),
+        internal
+    );
+    assert_eq!(
+        state.next_with("CreateVolume", None, &mut rolls(&[0.6, 0.7])),
+        None
+    );
+    assert_eq!(
+        state.next_with("CreateVolume", None, &mut rolls(&[0.1])),
+        unavailable
+    );
+    // Its one time is used: the first entry is skipped without a roll.
+    assert_eq!(
+        state.next_with("CreateVolume", None, &mut rolls(&[0.2])),
+        internal
+    );
+}
+
+#[test]
+fn a_delay_range_is_drawn_per_call() {
+    let mut state =
+        parse_faults(r#"{"CreateVolume": {"delay_ms": 100, "delay_max_ms": 3100}}"#).unwrap();
+    for (roll, want_ms) in [(0.0, 100), (0.5, 1600), (0.999, 3097)] {
+        let got = state.next_with("CreateVolume", None, &mut || roll).unwrap();
+        assert_eq!(got.delay.as_millis(), want_ms, "roll {roll}");
+        assert_eq!(got.error, None);
+    }
+}
+
+#[rstest]
+#[case(r#"{"Probe": {"probability": 1.5}}"#, "probability of 1.5")]
+#[case(r#"{"Probe": {"probability": -0.1}}"#, "from 0 to 1")]
+#[case(
+    r#"{"Probe": {"delay_ms": 10, "delay_max_ms": 5}}"#,
+    "delay_max_ms below"
+)]
+fn bad_chances_and_ranges_are_refused(#[case] text: &str, #[case] says: &str) {
+    let err = parse_faults(text).unwrap_err().to_string();
+    assert!(err.contains(says), "{err}");
+}
