@@ -53,6 +53,9 @@ pub struct ControlPlane {
     kubeconfig: PathBuf,
     server_url: String,
     processes: Mutex<Vec<Process>>,
+    /// Each component's program and flags, to start it again ([`ControlPlane::restart`]).
+    commands: Vec<(String, PathBuf, Vec<String>)>,
+    /// As first started (a restarted component gets a new pid, not recorded here).
     pids: Vec<(String, u32)>,
     startup: Duration,
     /// False when attached to a cluster someone else started: never kill or clean it up.
@@ -100,6 +103,7 @@ impl ControlPlane {
             layout,
             server_url,
             processes: Mutex::new(Vec::new()),
+            commands: Vec::new(),
             pids: Vec::new(),
             startup: Duration::ZERO,
             owned: true,
@@ -149,6 +153,8 @@ impl ControlPlane {
         program: &Path,
         args: Vec<String>,
     ) -> Result<(), Error> {
+        self.commands
+            .push((name.to_string(), program.to_path_buf(), args.clone()));
         let mut cmd = Command::new(program);
         cmd.args(args).current_dir(&self.layout.dir);
         let logs = self.layout.logs();
@@ -160,6 +166,42 @@ impl ControlPlane {
         self.pids.push((name.to_string(), process.pid()));
         self.lock().push(process);
         Ok(())
+    }
+
+    /// Kills one component (`etcd`, `kube-apiserver`, `kube-controller-manager` or
+    /// `kube-scheduler`) with SIGKILL, leaves it down for `down`, starts it again with the
+    /// same flags (its log is appended to) and waits until the API server is ready again. For
+    /// failure tests; a control plane attached to, not started, cannot do this.
+    pub async fn restart(&self, component: &str, down: Duration) -> Result<(), Error> {
+        let (_, program, args) = self
+            .commands
+            .iter()
+            .find(|(name, _, _)| name == component)
+            .ok_or_else(|| {
+                Error::NotReady(format!("no component {component} started by this process"))
+            })?;
+        {
+            let mut procs = self.lock();
+            for p in procs.iter_mut().filter(|p| p.name() == component) {
+                p.kill9();
+            }
+            procs.retain(|p| p.name() != component);
+        }
+        tokio::time::sleep(down).await;
+        let mut cmd = Command::new(program);
+        cmd.args(args).current_dir(&self.layout.dir);
+        let process = try_spawn(component, cmd, &self.layout.logs())?;
+        self.lock().push(process);
+        let timeout = Duration::from_secs(120);
+        let client = self.try_client().await?;
+        self.wait_ok(
+            &client,
+            "/readyz",
+            "kube-apiserver",
+            Instant::now() + timeout,
+            timeout,
+        )
+        .await
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Process>> {
@@ -247,6 +289,7 @@ impl ControlPlane {
             layout,
             server_url,
             processes: Mutex::new(Vec::new()),
+            commands: Vec::new(),
             startup: Duration::ZERO,
             owned: false,
         })

@@ -255,3 +255,38 @@ async fn nodes_and_drivers_are_created_or_updated() {
     assert!(csi_nodes.get_opt("idem-1").await.unwrap().is_some());
     assert!(csi_nodes.get_opt("idem-2").await.unwrap().is_none());
 }
+
+/// `restart` takes a component down and brings it back with its data: an object written
+/// before the API server and then etcd were killed is still there, and writes work again.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn components_restart_with_their_data() {
+    let cp = ControlPlane::start(testenv::ControlPlaneOptions::default())
+        .await
+        .expect("a control plane of its own");
+    let client = cp.client().await;
+    let before = create_namespace(&client, "before-restart").await;
+    for component in ["kube-apiserver", "etcd"] {
+        cp.restart(component, Duration::from_secs(1))
+            .await
+            .unwrap_or_else(|e| panic!("restarting {component}: {e}"));
+        // A new client, as a restarted caller would have.
+        let client = cp.client().await;
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        wait_for(
+            &namespaces,
+            &before,
+            "the namespace after a restart",
+            |_| true,
+        )
+        .await;
+        create_namespace(&client, &format!("after-{component}")).await;
+    }
+    let log = std::fs::read_to_string(cp.log_dir().join("etcd.log")).unwrap();
+    assert_eq!(
+        log.matches("--- testenv: starting").count(),
+        2,
+        "etcd started twice"
+    );
+    assert!(cp.restart("kubelet", Duration::ZERO).await.is_err());
+}
