@@ -6,6 +6,7 @@
 #![allow(unsafe_code)]
 
 mod bench;
+mod chaos;
 mod cluster;
 mod demo;
 mod demo_driver;
@@ -54,6 +55,25 @@ enum Cmd {
         /// The CSI driver behind the provisioner.
         #[arg(long, value_enum, default_value = "mock")]
         driver: demo_driver::DemoDriver,
+    },
+    /// The reliability suite, ours and upstream external-provisioner v6.3.0 attacked alike:
+    /// writes `reliability/results/<n>.json` and RELIABILITY.md (`--quick`: target/chaos-quick/).
+    Chaos {
+        /// Scenarios to run (comma-separated); all that are built when omitted.
+        #[arg(long, value_delimiter = ',')]
+        scenario: Vec<u8>,
+        /// Runs per provisioner; the tables show median and min–max.
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+        /// Smaller sizes, for developing the suite.
+        #[arg(long)]
+        quick: bool,
+        /// Only re-render RELIABILITY.md from the JSON results.
+        #[arg(long)]
+        report_only: bool,
+        /// Use the release binaries already in target/release instead of building them.
+        #[arg(long)]
+        no_build: bool,
     },
     /// Side-by-side benchmarks with upstream external-provisioner v6.3.0: writes
     /// `bench/results/<n>.json`, BENCHMARKS.md and bench/plots/ (`--quick`: target/bench-quick/).
@@ -155,6 +175,28 @@ fn run(cli: Cli) -> Result<()> {
             gobuild::build(&root, false)?;
             build_our_binaries(false)?;
             demo::run(&root, &demo::Options { dir, keep, driver })
+        }
+        Cmd::Chaos {
+            scenario,
+            runs,
+            quick,
+            report_only,
+            no_build,
+        } => {
+            let opts = chaos::Options {
+                scenarios: scenario,
+                runs,
+                quick,
+                report_only,
+            };
+            if report_only {
+                return chaos::run(&root, &root, &opts);
+            }
+            let bin_dir = gobuild::build(&root, true)?;
+            if !no_build {
+                build_our_binaries(true)?;
+            }
+            chaos::run(&root, &bin_dir, &opts)
         }
         Cmd::Bench {
             scenario,

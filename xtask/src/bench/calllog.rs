@@ -15,6 +15,8 @@ pub struct Call {
     pub error: Option<String>,
     /// `request.name` (the volume name of CreateVolume), if any.
     pub name: Option<String>,
+    /// `response.volume.volume_id` of a successful CreateVolume.
+    pub volume_id: Option<String>,
     /// What a GetCapacity asked about: its topology and parameters, as one comparable string
     /// (one per CSIStorageCapacity object when the classes differ in a parameter).
     pub capacity_key: Option<String>,
@@ -51,6 +53,12 @@ fn parse_line(line: &str) -> Option<Call> {
         name: v
             .get("request")
             .and_then(|r| r.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        volume_id: v
+            .get("response")
+            .and_then(|r| r.get("volume"))
+            .and_then(|r| r.get("volume_id"))
             .and_then(Value::as_str)
             .map(str::to_string),
         capacity_key: (v.get("method")?.as_str()? == "GetCapacity").then(|| {

@@ -152,6 +152,24 @@ impl Ctx {
         socket: &std::path::Path,
         extra: &[&str],
     ) -> Result<Running> {
+        let args = self.provisioner_args(slot, budget, socket, extra).await?;
+        self.spawn_provisioner(slot, &args)
+    }
+
+    /// Starts (or starts again, with the same flags) the slot's provisioner.
+    pub fn spawn_provisioner(&self, slot: &Slot, args: &[String]) -> Result<Running> {
+        let env = [("NAMESPACE", slot.namespace.as_str())];
+        launch::start_provisioner(&self.bins, slot.which, &slot.dir, args, &env)
+    }
+
+    /// The run's identity (created here, once per slot) and the flags both provisioners get.
+    pub async fn provisioner_args(
+        &self,
+        slot: &Slot,
+        budget: &Budget,
+        socket: &std::path::Path,
+        extra: &[&str],
+    ) -> Result<Vec<String>> {
         let kubeconfig = identity::create(
             &self.client,
             &self.kubeconfig,
@@ -163,8 +181,7 @@ impl Ctx {
         let addr = launch::free_addr()?;
         let mut args = launch::provisioner_args(budget, &kubeconfig, socket, &addr);
         args.extend(extra.iter().map(|a| a.to_string()));
-        let env = [("NAMESPACE", slot.namespace.as_str())];
-        launch::start_provisioner(&self.bins, slot.which, &slot.dir, &args, &env)
+        Ok(args)
     }
 
     /// Stops the provisioner (SIGTERM, then SIGKILL) and the driver, then sweeps the slot's

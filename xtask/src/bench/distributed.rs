@@ -512,6 +512,7 @@ mod tests {
             duration_ms: 0,
             error: error.map(str::to_string),
             name: Some(name.into()),
+            volume_id: None,
             capacity_key: None,
         }
     }

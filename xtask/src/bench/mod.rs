@@ -3,29 +3,29 @@
 //! run), `BENCHMARKS.md` and `bench/plots/<n>.png` (rendered from the JSON). A program, not a
 //! test: no number ever fails it.
 
-mod calllog;
-mod cluster;
-mod ctx;
+pub(crate) mod calllog;
+pub(crate) mod cluster;
+pub(crate) mod ctx;
 mod distributed;
-mod explain;
+pub(crate) mod explain;
 mod freshness;
 mod hostpathlog;
 mod identity;
-mod launch;
+pub(crate) mod launch;
 mod memory;
-mod objects;
+pub(crate) mod objects;
 mod observe;
 mod placement;
-mod plot;
+pub(crate) mod plot;
 mod policy;
 mod procfs;
 mod prom;
-mod report;
+pub(crate) mod report;
 mod restore;
-mod results;
+pub(crate) mod results;
 mod sampler;
 mod scale;
-mod stats;
+pub(crate) mod stats;
 mod sweep;
 mod throughput;
 
@@ -84,6 +84,7 @@ impl Outputs {
 
     fn render(&self) -> Result<()> {
         report::write_all(
+            report::HEADER,
             &self.results,
             &self.markdown,
             &self.plots,

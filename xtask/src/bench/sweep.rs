@@ -91,6 +91,7 @@ mod tests {
             duration_ms: 0,
             error: None,
             name: None,
+            volume_id: None,
             capacity_key: Some(key.into()),
         }
     }
@@ -102,6 +103,7 @@ mod tests {
             duration_ms: 1,
             error: None,
             name: Some("pvc-1".into()),
+            volume_id: None,
             capacity_key: None,
         }
     }

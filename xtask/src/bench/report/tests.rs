@@ -91,7 +91,9 @@ fn plot_uses_the_median_run_of_each_side() {
 fn document_has_every_part() {
     let mut r = sample();
     r.runs[1].notes.push("timed out".into());
-    let doc = render(&[r], "bench/plots", &|_| "fewer requests per volume".into());
+    let doc = render(HEADER, &[r], "bench/plots", &|_| {
+        "fewer requests per volume".into()
+    });
     for want in [
         "# Benchmarks",
         "| 1. Throughput | 2026-01-01T00:00:00Z | 10 min |",
@@ -116,7 +118,7 @@ fn writes_markdown_and_plots_from_results() {
     crate::bench::results::write(&results.join("1.json"), &sample()).unwrap();
     let md = dir.path().join("BENCHMARKS.md");
     let plots = dir.path().join("plots");
-    write_all(&results, &md, &plots, "plots", &|_| "x".into()).unwrap();
+    write_all(HEADER, &results, &md, &plots, "plots", &|_| "x".into()).unwrap();
     assert!(
         std::fs::read_to_string(&md)
             .unwrap()

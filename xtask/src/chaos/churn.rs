@@ -1,0 +1,125 @@
+//! Scenario 1: kill -9 the provisioner at random moments while claims are created and deleted
+//! (CreateVolume taking 0–3 s), restarting it a second later each time.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde_json::json;
+
+use super::Sizes;
+use super::harness::{self, Victim};
+use super::tally;
+use crate::bench::ctx::{Ctx, Slot};
+use crate::bench::launch::Driver;
+use crate::bench::results::{MetricDef, RunRecord};
+
+/// How long a killed provisioner stays down before it is started again.
+const DOWN: Duration = Duration::from_secs(1);
+
+pub fn setup(sizes: &Sizes) -> String {
+    format!(
+        "{} claims of 1 Gi in an Immediate class (reclaim Delete) are created over {} s, one \
+         every {:.2} s; after every second creation a random earlier claim (Bound or not) is \
+         deleted. The mock driver's CreateVolume takes a random 0–3 s. During the churn the \
+         provisioner is killed with SIGKILL {} times at random moments and started again {} s \
+         later with the same flags. Then the run waits (up to {} s) until the claims left are \
+         Bound and the driver holds exactly their volumes.",
+        sizes.s1_claims,
+        sizes.s1_churn.as_secs(),
+        sizes.s1_churn.as_secs_f64() / sizes.s1_claims as f64,
+        sizes.s1_kills,
+        DOWN.as_secs(),
+        sizes.settle.as_secs(),
+    )
+}
+
+pub fn metrics() -> Vec<MetricDef> {
+    let mut m = super::loss_metrics();
+    m.extend([
+        MetricDef::new("kills", "Provisioner kills (the same for both)", "", true),
+        MetricDef::new("create_calls", "CreateVolume calls", "", true),
+    ]);
+    m
+}
+
+pub async fn measure(
+    ctx: &Ctx,
+    sizes: &Sizes,
+    slot: &Slot,
+    rec: &mut RunRecord,
+    started: &mut super::Started,
+) -> Result<()> {
+    harness::prepare(ctx, slot).await?;
+    let faults = json!({"CreateVolume": {"delay_ms": 0, "delay_max_ms": 3000}});
+    let driver: &Driver = started
+        .driver
+        .insert(harness::start_driver(ctx, slot, &faults)?);
+    let (socket, call_log) = (driver.socket.clone(), driver.call_log.clone());
+    let victim = started
+        .victim
+        .insert(Victim::start(ctx, slot, driver).await?);
+    let claims = harness::claims_api(ctx, slot);
+    let kept = Arc::new(Mutex::new(BTreeSet::new()));
+
+    let every = sizes.s1_churn.div_f64(sizes.s1_claims as f64);
+    let churn = {
+        let kept = kept.clone();
+        let claims = claims.clone();
+        async move {
+            for i in 0..sizes.s1_claims {
+                let name = format!("c{i}");
+                harness::create_claim(&claims, slot, &name).await?;
+                kept.lock().unwrap().insert(name);
+                if i % 2 == 1 {
+                    let victim_name = {
+                        let k = kept.lock().unwrap();
+                        let pick = rand::random_range(0..k.len());
+                        k.iter().nth(pick).cloned()
+                    };
+                    if let Some(v) = victim_name {
+                        harness::delete_claim(&claims, &v).await?;
+                        kept.lock().unwrap().remove(&v);
+                    }
+                }
+                tokio::time::sleep(every).await;
+            }
+            anyhow::Ok(())
+        }
+    };
+    let t0 = Instant::now();
+    let kills = harness::random_offsets(sizes.s1_kills, sizes.s1_churn);
+    let killer = async {
+        let mut kills_done = 0;
+        for at in &kills {
+            tokio::time::sleep_until((t0 + *at).into()).await;
+            victim.kill9();
+            kills_done += 1;
+            tokio::time::sleep(DOWN).await;
+            victim.restart(ctx, slot)?;
+        }
+        anyhow::Ok(kills_done)
+    };
+    let (churned, killed) = tokio::join!(churn, killer);
+    churned?;
+    rec.set("kills", killed? as f64);
+    let kept = kept.lock().unwrap().clone();
+    // Timed from the end of the churn, which is after the last kill's restart too.
+    let settled = harness::settle(ctx, slot, &socket, &kept, sizes.settle).await?;
+    match settled {
+        Some(seconds) => rec.set("recovery_s", seconds),
+        None => rec.notes.push(format!(
+            "not settled {} s after the churn",
+            sizes.settle.as_secs()
+        )),
+    }
+    let t = tally::gather(ctx, slot, &socket, &call_log, &kept).await?;
+    t.record(rec);
+    rec.set(
+        "create_calls",
+        crate::bench::calllog::count(&crate::bench::calllog::read(&call_log), "CreateVolume")
+            as f64,
+    );
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! Scenario 5: two replicas with leader election, each in its own UTS namespace with its own
+//! host name (upstream's candidate identity is the host name); the leader is killed mid-burst.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use serde_json::json;
+
+use super::Sizes;
+use super::harness;
+use super::tally;
+use crate::bench::calllog;
+use crate::bench::cluster::{PARALLEL, poll};
+use crate::bench::ctx::{Ctx, Slot};
+use crate::bench::launch::{self, Driver, Running};
+use crate::bench::results::{MetricDef, RunRecord};
+
+const REPLICAS: [&str; 2] = ["replica-a", "replica-b"];
+
+pub fn setup(sizes: &Sizes) -> String {
+    format!(
+        "Two replicas of the provisioner run with `--leader-election` (upstream's defaults: \
+         lease 15 s, renew deadline 10 s, retry period 5 s), each started with `unshare --uts` \
+         under its own host name. {} claims of 1 Gi in an Immediate class are created at once \
+         (CreateVolume takes a random 0–3 s); once a quarter of their PVs exist the leader is \
+         killed with SIGKILL and not started again. The gap is the time from the kill until \
+         the Lease names the other replica. Then the run waits (up to {} s) until every claim \
+         is Bound.",
+        sizes.s5_claims,
+        sizes.settle.as_secs(),
+    )
+}
+
+pub fn metrics() -> Vec<MetricDef> {
+    let mut m = super::loss_metrics();
+    m.extend([
+        MetricDef::new("gap_s", "Time without a leader after the kill", "s", true),
+        MetricDef::new("bound_s", "Time until every claim is Bound", "s", true),
+        MetricDef::new("create_calls", "CreateVolume calls", "", true),
+    ]);
+    m
+}
+
+/// Both replicas, for the teardown.
+#[derive(Default)]
+pub struct Pair(pub Vec<(String, Running)>);
+
+/// Starts one replica under host name `host`: the run's flags with its own metrics address and
+/// leader election on.
+fn spawn(ctx: &Ctx, slot: &Slot, args: &[String], host: &str) -> Result<Running> {
+    let addr = launch::free_addr()?;
+    let mut flags: Vec<String> = args
+        .iter()
+        .filter(|a| !a.starts_with("--http-endpoint=") && !a.starts_with("--leader-election"))
+        .cloned()
+        .collect();
+    flags.extend([
+        format!("--http-endpoint={addr}"),
+        "--leader-election=true".into(),
+        format!("--leader-election-namespace={}", slot.namespace),
+    ]);
+    let program = ctx.bins.provisioner(slot.which);
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--uts", "sh", "-c", "hostname \"$0\" && exec \"$@\"", host])
+        .arg(program)
+        .args(&flags)
+        .env("NAMESPACE", &slot.namespace);
+    let name = format!("csi-provisioner-{}-{host}", slot.which);
+    let process = testenv::try_spawn(&name, cmd, &slot.dir)?;
+    Ok(Running {
+        which: slot.which,
+        http_addr: addr,
+        process,
+        started: Instant::now(),
+    })
+}
+
+/// The Lease's holder, if any.
+async fn holder(leases: &Api<Lease>, name: &str) -> Result<Option<String>> {
+    Ok(leases
+        .get_opt(name)
+        .await?
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty()))
+}
+
+pub async fn measure(
+    ctx: &Ctx,
+    sizes: &Sizes,
+    slot: &Slot,
+    rec: &mut RunRecord,
+    started: &mut super::Started,
+    pair: &mut Pair,
+) -> Result<()> {
+    harness::prepare(ctx, slot).await?;
+    let faults = json!({"CreateVolume": {"delay_ms": 0, "delay_max_ms": 3000}});
+    let driver: &Driver = started
+        .driver
+        .insert(harness::start_driver(ctx, slot, &faults)?);
+    let (socket, call_log) = (driver.socket.clone(), driver.call_log.clone());
+    let args = ctx
+        .provisioner_args(slot, &harness::budget(), &socket, &[])
+        .await?;
+    for host in REPLICAS {
+        pair.0
+            .push((host.to_string(), spawn(ctx, slot, &args, host)?));
+    }
+    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &slot.namespace);
+    let lease = leader_election::lock_name(&slot.driver);
+    let first = poll(
+        "a leader",
+        sizes.settle,
+        Duration::from_millis(200),
+        || async { holder(&leases, &lease).await },
+    )
+    .await?;
+
+    let claims = harness::claims_api(ctx, slot);
+    let names: BTreeSet<String> = (0..sizes.s5_claims).map(|i| format!("c{i}")).collect();
+    let t0 = Instant::now();
+    futures::stream::iter(names.iter())
+        .map(|n| harness::create_claim(&claims, slot, n))
+        .buffer_unordered(PARALLEL)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let quarter = sizes.s5_claims / 4;
+    poll(
+        "a quarter of the PVs",
+        sizes.settle,
+        Duration::from_millis(100),
+        || async { Ok((harness::count_pvs(ctx, slot).await? >= quarter).then_some(())) },
+    )
+    .await?;
+    let Some(index) = pair
+        .0
+        .iter()
+        .position(|(host, _)| first.contains(host.as_str()))
+    else {
+        bail!("the Lease holder {first:?} is neither replica");
+    };
+    pair.0[index].1.process.kill9();
+    let killed = Instant::now();
+    poll(
+        "a new leader",
+        sizes.settle,
+        Duration::from_millis(100),
+        || async { Ok(holder(&leases, &lease).await?.filter(|h| *h != first)) },
+    )
+    .await
+    .context("after killing the leader")?;
+    rec.set("gap_s", killed.elapsed().as_secs_f64());
+    match harness::settle(ctx, slot, &socket, &names, sizes.settle).await? {
+        Some(_) => {
+            rec.set("bound_s", t0.elapsed().as_secs_f64());
+            rec.set("recovery_s", killed.elapsed().as_secs_f64());
+        }
+        None => rec.notes.push(format!(
+            "not settled {} s after the kill",
+            sizes.settle.as_secs()
+        )),
+    }
+    tally::gather(ctx, slot, &socket, &call_log, &names)
+        .await?
+        .record(rec);
+    let calls = calllog::read(&call_log);
+    rec.set(
+        "create_calls",
+        calllog::count(&calls, "CreateVolume") as f64,
+    );
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! What every chaos scenario shares: a provisioner that can be killed and started again with
+//! the same flags, a driver with a faults file, claims made and removed, and the wait until
+//! the cluster has settled.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::Value;
+
+use super::tally::{driver_volumes, is_bound};
+use crate::bench::cluster::{create_all, pv_driver};
+use crate::bench::ctx::{Ctx, Slot};
+use crate::bench::launch::{Budget, Driver, Running};
+use crate::bench::objects;
+
+/// Both provisioners get the same budget: rate limits are not what this suite attacks.
+pub fn budget() -> Budget {
+    Budget::defaults().with_qps(100, 200)
+}
+
+/// The provisioner under attack: the same flags on every start.
+pub struct Victim {
+    args: Vec<String>,
+    pub running: Option<Running>,
+    /// How often it was started (1 + restarts).
+    pub starts: u32,
+}
+
+impl Victim {
+    pub async fn start(ctx: &Ctx, slot: &Slot, driver: &Driver) -> Result<Victim> {
+        let args = ctx
+            .provisioner_args(slot, &budget(), &driver.socket, &[])
+            .await?;
+        let running = ctx.spawn_provisioner(slot, &args)?;
+        Ok(Victim {
+            args,
+            running: Some(running),
+            starts: 1,
+        })
+    }
+
+    /// SIGKILL, as the kernel's OOM killer or a node failure would.
+    pub fn kill9(&mut self) {
+        if let Some(mut r) = self.running.take() {
+            r.process.kill9();
+        }
+    }
+
+    /// Starts it again (its log is appended to).
+    pub fn restart(&mut self, ctx: &Ctx, slot: &Slot) -> Result<()> {
+        self.kill9();
+        self.running = Some(ctx.spawn_provisioner(slot, &self.args)?);
+        self.starts += 1;
+        Ok(())
+    }
+}
+
+/// Starts the mock driver of a slot with `faults` (a faults file's JSON) in force.
+pub fn start_driver(ctx: &Ctx, slot: &Slot, faults: &Value) -> Result<Driver> {
+    std::fs::create_dir_all(&slot.dir)?;
+    let path = faults_path(slot);
+    write_faults(&path, faults)?;
+    ctx.start_driver(slot, &[format!("--faults={}", path.display())])
+}
+
+pub fn faults_path(slot: &Slot) -> PathBuf {
+    slot.dir.join("faults.json")
+}
+
+/// Replaces the faults file atomically (the driver re-reads it on its next call).
+pub fn write_faults(path: &Path, faults: &Value) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(faults)?)?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Namespace, CSIDriver and the Immediate class of a slot.
+pub async fn prepare(ctx: &Ctx, slot: &Slot) -> Result<()> {
+    ctx.prepare(slot, false).await?;
+    let sc = objects::storage_class(&class_name(slot), &slot.driver, "Immediate", "Delete");
+    create_all(&Api::all(ctx.client.clone()), vec![sc]).await?;
+    Ok(())
+}
+
+/// The class of a slot (classes are cluster-wide, so it is named after the run's driver).
+pub fn class_name(slot: &Slot) -> String {
+    slot.driver.trim_end_matches(".bench.csi").to_string()
+}
+
+pub fn claims_api(ctx: &Ctx, slot: &Slot) -> Api<PersistentVolumeClaim> {
+    Api::namespaced(ctx.client.clone(), &slot.namespace)
+}
+
+/// Creates one 1Gi claim of the slot's class.
+pub async fn create_claim(api: &Api<PersistentVolumeClaim>, slot: &Slot, name: &str) -> Result<()> {
+    let claim = objects::claim(name, &class_name(slot), "1Gi", &slot.driver, None);
+    api.create(&PostParams::default(), &claim)
+        .await
+        .with_context(|| format!("creating claim {name}"))?;
+    Ok(())
+}
+
+/// Deletes a claim (a claim already gone is fine).
+pub async fn delete_claim(api: &Api<PersistentVolumeClaim>, name: &str) -> Result<()> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("deleting claim {name}")),
+    }
+}
+
+/// Waits until exactly the claims in `kept` exist and are Bound, the driver's PVs are theirs
+/// and the driver holds exactly their volumes; the seconds it took, or `None` after
+/// `timeout` (the tally then shows what is wrong).
+pub async fn settle(
+    ctx: &Ctx,
+    slot: &Slot,
+    socket: &Path,
+    kept: &BTreeSet<String>,
+    timeout: Duration,
+) -> Result<Option<f64>> {
+    let t0 = Instant::now();
+    let claims = claims_api(ctx, slot);
+    let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    loop {
+        let list = claims.list(&ListParams::default()).await?.items;
+        let claims_ok = list.len() == kept.len()
+            && list
+                .iter()
+                .all(|c| kept.contains(&c.name_any()) && is_bound(c));
+        let ours = pvs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|pv| pv_driver(pv) == Some(slot.driver.as_str()))
+            .count();
+        // The driver may be down for a moment: that is not settled.
+        let volumes = driver_volumes(socket).await.map(|v| v.len()).ok();
+        if claims_ok && ours == kept.len() && volumes == Some(kept.len()) {
+            return Ok(Some(t0.elapsed().as_secs_f64()));
+        }
+        if t0.elapsed() >= timeout {
+            return Ok(None);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// How many PVs of the slot's driver exist.
+pub async fn count_pvs(ctx: &Ctx, slot: &Slot) -> Result<usize> {
+    let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    Ok(pvs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|pv| pv_driver(pv) == Some(slot.driver.as_str()))
+        .count())
+}
+
+/// `n` distinct offsets drawn uniformly from `0..span`, sorted.
+pub fn random_offsets(n: usize, span: Duration) -> Vec<Duration> {
+    let mut v: Vec<Duration> = (0..n)
+        .map(|_| span.mul_f64(rand::random::<f64>()))
+        .collect();
+    v.sort();
+    v
+}
