@@ -5,6 +5,10 @@
 //! NodeUnstageVolume are answered too (OK for a known volume, NOT_FOUND otherwise) because
 //! csi-sanity calls them when cleaning up; nothing is ever published or staged.
 //!
+//! Every call runs to its end even when its caller goes away (a client deadline, a provisioner
+//! killed mid-call), as a real driver's backend would: the volume is made and the call logged,
+//! only the answer is lost.
+//!
 //! SIGTERM or SIGINT stops the driver: calls in flight get up to 5 s, idle client connections
 //! are dropped, and the socket file is removed. A stale socket file is replaced at start.
 //!

@@ -80,7 +80,7 @@ impl MockDriver {
         &self,
         method: &'static str,
         request: Request<Req>,
-        handle: impl FnOnce(&Pools, &Req) -> Result<Resp, Status>,
+        handle: impl FnOnce(&Pools, &Req) -> Result<Resp, Status> + Send + 'static,
     ) -> Result<Response<Resp>, Status>
     where
         Req: prost::Message + 'static,
@@ -91,66 +91,86 @@ impl MockDriver {
     }
 
     /// Runs one RPC: injected delay or error first, then the handler, then an injected
-    /// rewrite of its answer, then the logs.
+    /// rewrite of its answer, then the logs. It runs on its own task, so a call whose client
+    /// goes away (a killed provisioner, a client deadline) still runs to its end, as a real
+    /// driver's backend would: the volume is made and the call logged, only the answer is lost.
     async fn call<Req, Resp>(
         &self,
         method: &'static str,
         request: Request<Req>,
-        handle: impl FnOnce(&Inner, &Req) -> Result<Resp, Status>,
+        handle: impl FnOnce(&Inner, &Req) -> Result<Resp, Status> + Send + 'static,
     ) -> Result<Response<Resp>, Status>
     where
         Req: prost::Message + 'static,
         Resp: prost::Message + 'static,
     {
-        let _in_flight = InFlight::enter(&self.inner.in_flight);
-        let time = Timestamp::now();
-        let started = Instant::now();
+        let inner = self.inner.clone();
         let req = request.into_inner();
-        let fault = self.inner.faults.lock().next(method, parameters(&req));
-        let result = match fault {
-            Some(action) => {
-                if !action.delay.is_zero() {
-                    tokio::time::sleep(action.delay).await;
-                }
-                match action.error {
-                    Some((code, message)) => Err(Status::new(code, message)),
-                    None => handle(&self.inner, &req).map(|mut resp| {
-                        if let Some(reply) = &action.reply {
-                            rewrite(&mut resp, reply);
-                        }
-                        resp
-                    }),
-                }
-            }
-            None => handle(&self.inner, &req),
-        };
-        let duration = started.elapsed();
-        // Only the method and outcome reach stderr: requests may carry secrets.
-        match &result {
-            Ok(_) => tracing::info!(method, ms = duration.as_millis() as u64, "OK"),
-            Err(s) => tracing::info!(
-                method,
-                ms = duration.as_millis() as u64,
-                code = code_name(s.code()),
-                message = s.message(),
-                "failed"
-            ),
-        }
-        if let Some(log) = &self.inner.log {
-            let codec = log.codec();
-            log.write(&CallRecord {
-                time,
-                method: method.to_owned(),
-                duration,
-                request: codec.to_json(&format!("csi.v1.{method}Request"), &req),
-                outcome: match &result {
-                    Ok(resp) => Ok(codec.to_json(&format!("csi.v1.{method}Response"), resp)),
-                    Err(s) => Err((s.code(), s.message().to_owned())),
-                },
-            });
-        }
-        result.map(Response::new)
+        tokio::spawn(async move { run_call(&inner, method, req, handle).await })
+            .await
+            .unwrap_or_else(|e| Err(Status::internal(format!("mock driver task failed: {e}"))))
+            .map(Response::new)
     }
+}
+
+/// The body of [`MockDriver::call`], on its own task.
+async fn run_call<Req, Resp>(
+    inner: &Inner,
+    method: &'static str,
+    req: Req,
+    handle: impl FnOnce(&Inner, &Req) -> Result<Resp, Status>,
+) -> Result<Resp, Status>
+where
+    Req: prost::Message + 'static,
+    Resp: prost::Message + 'static,
+{
+    let _in_flight = InFlight::enter(&inner.in_flight);
+    let time = Timestamp::now();
+    let started = Instant::now();
+    let fault = inner.faults.lock().next(method, parameters(&req));
+    let result = match fault {
+        Some(action) => {
+            if !action.delay.is_zero() {
+                tokio::time::sleep(action.delay).await;
+            }
+            match action.error {
+                Some((code, message)) => Err(Status::new(code, message)),
+                None => handle(inner, &req).map(|mut resp| {
+                    if let Some(reply) = &action.reply {
+                        rewrite(&mut resp, reply);
+                    }
+                    resp
+                }),
+            }
+        }
+        None => handle(inner, &req),
+    };
+    let duration = started.elapsed();
+    // Only the method and outcome reach stderr: requests may carry secrets.
+    match &result {
+        Ok(_) => tracing::info!(method, ms = duration.as_millis() as u64, "OK"),
+        Err(s) => tracing::info!(
+            method,
+            ms = duration.as_millis() as u64,
+            code = code_name(s.code()),
+            message = s.message(),
+            "failed"
+        ),
+    }
+    if let Some(log) = &inner.log {
+        let codec = log.codec();
+        log.write(&CallRecord {
+            time,
+            method: method.to_owned(),
+            duration,
+            request: codec.to_json(&format!("csi.v1.{method}Request"), &req),
+            outcome: match &result {
+                Ok(resp) => Ok(codec.to_json(&format!("csi.v1.{method}Response"), resp)),
+                Err(s) => Err((s.code(), s.message().to_owned())),
+            },
+        });
+    }
+    result
 }
 
 /// The `parameters` of the requests that have them, for faults with `match_parameters`.

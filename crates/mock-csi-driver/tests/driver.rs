@@ -260,6 +260,56 @@ async fn delay_only_fault_then_normal_answer() {
     assert_eq!(cap.maximum_volume_size, None);
 }
 
+/// A caller that gives up (a deadline, a killed provisioner) does not stop the call: the
+/// volume is made and the call logged, as a real driver's backend would.
+#[tokio::test]
+async fn a_call_whose_caller_gave_up_still_makes_its_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = dir.path().join("faults.json");
+    let log = dir.path().join("calls.jsonl");
+    let driver = Driver::start(
+        dir.path(),
+        &[
+            format!("--faults={}", faults.display()),
+            format!("--call-log={}", log.display()),
+        ],
+    );
+    set_faults(&faults, json!({"CreateVolume": {"delay_ms": 1000}}));
+    let mut controller = ControllerClient::new(driver.channel().await);
+    let request = CreateVolumeRequest {
+        accessibility_requirements: None,
+        ..create_request("abandoned", GI, "")
+    };
+    let gave_up = tokio::time::timeout(
+        std::time::Duration::from_millis(100),
+        controller.create_volume(request),
+    )
+    .await;
+    assert!(
+        gave_up.is_err(),
+        "the caller stops waiting before the delay ends"
+    );
+    drop(controller);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let mut controller = ControllerClient::new(driver.channel().await);
+    let listed = controller
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.entries.len(), 1, "{listed:?}");
+    let creates: Vec<Value> = call_log(&log)
+        .into_iter()
+        .filter(|c| c["method"] == "CreateVolume")
+        .collect();
+    assert_eq!(creates.len(), 1);
+    assert_eq!(creates[0]["request"]["name"], "abandoned");
+    assert!(
+        creates[0]["response"]["volume"]["volume_id"].is_string(),
+        "{creates:?}"
+    );
+}
+
 /// `reply` faults: the volume really exists, the answer (and the call log) lies, only for
 /// requests whose parameters match.
 #[tokio::test]
