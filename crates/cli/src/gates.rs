@@ -346,4 +346,34 @@ mod tests {
         g.disable(Feature::VolumeAttributesClass);
         assert!(!g.enabled(Feature::VolumeAttributesClass));
     }
+
+    proptest::proptest! {
+        /// Any flag value parses or is refused with a one-line error, never a panic; a
+        /// refused value leaves the gates untouched.
+        #[test]
+        fn arbitrary_values_never_panic(values in proptest::collection::vec("\\PC{0,30}", 0..4)) {
+            match gates(&values.iter().map(String::as_str).collect::<Vec<_>>()) {
+                Ok(_) => {}
+                Err(e) => proptest::prop_assert!(!e.to_string().contains('\n'), "{e}"),
+            }
+        }
+
+        /// Known gates set to any spelling Go's ParseBool accepts take that value, with
+        /// spaces around keys and values and empty items ignored.
+        #[test]
+        fn known_gates_take_the_value_given(
+            value in proptest::bool::ANY,
+            spelling in 0usize..3,
+            pad in "[ ]{0,2}",
+        ) {
+            let word = match (value, spelling) {
+                (true, 0) => "true", (true, 1) => "1", (true, _) => "TRUE",
+                (false, 0) => "false", (false, 1) => "0", (false, _) => "False",
+            };
+            let flag = format!(",{pad}CrossNamespaceVolumeDataSource{pad}={pad}{word}{pad},");
+            let (g, _) = gates(&[flag.as_str()]).expect("a well-formed gate");
+            proptest::prop_assert_eq!(g.enabled(Feature::CrossNamespaceVolumeDataSource), value);
+            proptest::prop_assert!(g.explicitly_set(Feature::CrossNamespaceVolumeDataSource));
+        }
+    }
 }

@@ -50,4 +50,23 @@ mod tests {
     fn rejects(#[case] values: &[&str], #[case] bad: &str) {
         assert_eq!(parse_labels(values), Err(bad.to_string()));
     }
+
+    proptest::proptest! {
+        /// Whatever is given, the parser answers without panicking, and an error names an
+        /// item that really was in the input.
+        #[test]
+        fn never_panics(values in proptest::collection::vec("\\PC{0,20}", 0..4)) {
+            if let Err(bad) = parse_labels(&values) {
+                proptest::prop_assert!(values.iter().any(|v| v.split(',').any(|i| i == bad)));
+            }
+        }
+
+        /// Well-formed pairs come back as written; a later occurrence of a key wins.
+        #[test]
+        fn pairs_round_trip(pairs in proptest::collection::vec(("[a-z./-]{1,10}", "[a-z0-9-]{0,8}"), 1..6)) {
+            let flag = pairs.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(",");
+            let want: BTreeMap<String, String> = pairs.iter().cloned().collect();
+            proptest::prop_assert_eq!(parse_labels(&[flag]), Ok(want));
+        }
+    }
 }
