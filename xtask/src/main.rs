@@ -14,7 +14,7 @@ mod gobuild;
 mod recipe;
 mod thirdparty;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
@@ -59,45 +59,39 @@ enum Cmd {
     /// The reliability suite, ours and upstream external-provisioner v6.3.0 attacked alike:
     /// writes `reliability/results/<n>.json` and RELIABILITY.md (`--quick`: target/chaos-quick/).
     Chaos {
-        /// Scenarios to run (comma-separated); all that are built when omitted.
-        #[arg(long, value_delimiter = ',')]
-        scenario: Vec<u8>,
-        /// Runs per provisioner; the tables show median and min–max.
-        #[arg(long, default_value_t = 3)]
-        runs: u32,
-        /// Smaller sizes, for developing the suite.
-        #[arg(long)]
-        quick: bool,
-        /// Only re-render RELIABILITY.md from the JSON results.
-        #[arg(long)]
-        report_only: bool,
-        /// Use the release binaries already in target/release instead of building them.
-        #[arg(long)]
-        no_build: bool,
+        #[command(flatten)]
+        suite: SuiteArgs,
     },
     /// Side-by-side benchmarks with upstream external-provisioner v6.3.0: writes
     /// `bench/results/<n>.json`, BENCHMARKS.md and bench/plots/ (`--quick`: target/bench-quick/).
     Bench {
-        /// Scenarios to run (1-8, comma-separated); all when omitted.
-        #[arg(long, value_delimiter = ',')]
-        scenario: Vec<u8>,
-        /// Measured runs per provisioner (and variant); the tables show median and min–max.
-        #[arg(long, default_value_t = 3)]
-        runs: u32,
-        /// Smaller sizes, for developing the harness.
-        #[arg(long)]
-        quick: bool,
-        /// Only re-render BENCHMARKS.md and the plots from the JSON results.
-        #[arg(long)]
-        report_only: bool,
-        /// Use the release binaries already in target/release instead of building them.
-        #[arg(long)]
-        no_build: bool,
+        #[command(flatten)]
+        suite: SuiteArgs,
         /// Scenarios 1 and 2: run only ours with the admission policy, next to the plain
         /// variants' runs kept from the results already there.
         #[arg(long)]
         policy_only: bool,
     },
+}
+
+/// What `bench` and `chaos` share: which scenarios, how often, how big.
+#[derive(clap::Args)]
+struct SuiteArgs {
+    /// Scenarios to run (comma-separated); all (that are built) when omitted.
+    #[arg(long, value_delimiter = ',')]
+    scenario: Vec<u8>,
+    /// Runs per provisioner (and variant); the tables show median and min–max.
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Smaller sizes, for developing the harness; results go under target/.
+    #[arg(long)]
+    quick: bool,
+    /// Only re-render the report from the JSON results.
+    #[arg(long)]
+    report_only: bool,
+    /// Use the release binaries already in target/release instead of building them.
+    #[arg(long)]
+    no_build: bool,
 }
 
 #[derive(Subcommand)]
@@ -176,54 +170,41 @@ fn run(cli: Cli) -> Result<()> {
             build_our_binaries(false)?;
             demo::run(&root, &demo::Options { dir, keep, driver })
         }
-        Cmd::Chaos {
-            scenario,
-            runs,
-            quick,
-            report_only,
-            no_build,
-        } => {
+        Cmd::Chaos { suite } => {
             let opts = chaos::Options {
-                scenarios: scenario,
-                runs,
-                quick,
-                report_only,
+                scenarios: suite.scenario.clone(),
+                runs: suite.runs,
+                quick: suite.quick,
+                report_only: suite.report_only,
             };
-            if report_only {
-                return chaos::run(&root, &root, &opts);
-            }
-            let bin_dir = gobuild::build(&root, true)?;
-            if !no_build {
-                build_our_binaries(true)?;
-            }
-            chaos::run(&root, &bin_dir, &opts)
+            let run = |bin_dir: &Path| chaos::run(&root, bin_dir, &opts);
+            run_suite(&root, &suite, run)
         }
-        Cmd::Bench {
-            scenario,
-            runs,
-            quick,
-            report_only,
-            no_build,
-            policy_only,
-        } => {
+        Cmd::Bench { suite, policy_only } => {
             let opts = bench::Options {
-                scenarios: scenario,
-                runs,
-                quick,
-                report_only,
+                scenarios: suite.scenario.clone(),
+                runs: suite.runs,
+                quick: suite.quick,
+                report_only: suite.report_only,
                 policy_only,
             };
-            if report_only {
-                return bench::run(&root, &root, &opts);
-            }
-            let bin_dir = gobuild::build(&root, true)?;
-            // Release builds only: debug builds would measure the compiler, not the design.
-            if !no_build {
-                build_our_binaries(true)?;
-            }
-            bench::run(&root, &bin_dir, &opts)
+            let run = |bin_dir: &Path| bench::run(&root, bin_dir, &opts);
+            run_suite(&root, &suite, run)
         }
     }
+}
+
+/// Builds what a suite needs (the upstream provisioner and, unless `--no-build`, our release
+/// binaries: debug builds would measure the compiler, not the design), then runs it.
+fn run_suite(root: &Path, suite: &SuiteArgs, run: impl Fn(&Path) -> Result<()>) -> Result<()> {
+    if suite.report_only {
+        return run(root);
+    }
+    let bin_dir = gobuild::build(root, true)?;
+    if !suite.no_build {
+        build_our_binaries(true)?;
+    }
+    run(&bin_dir)
 }
 
 /// Builds the `csi-provisioner` and `mock-csi-driver` binaries (debug or release).

@@ -192,11 +192,18 @@ where
 
 /// The number of volumes the driver holds (ListVolumes over its socket).
 pub async fn driver_volume_count(socket: &std::path::Path) -> Result<usize> {
+    Ok(driver_volume_ids(socket).await?.len())
+}
+
+/// Every volume id the driver holds (ListVolumes, all pages).
+pub async fn driver_volume_ids(
+    socket: &std::path::Path,
+) -> Result<std::collections::BTreeSet<String>> {
     let endpoint = format!("unix://{}", socket.display());
     let client = csi::Client::connect(&endpoint, Default::default())
         .await
         .with_context(|| format!("connecting to {endpoint}"))?;
-    let mut count = 0;
+    let mut ids = std::collections::BTreeSet::new();
     let mut token = String::new();
     loop {
         let page = client
@@ -206,9 +213,13 @@ pub async fn driver_volume_count(socket: &std::path::Path) -> Result<usize> {
             })
             .await
             .context("ListVolumes")?;
-        count += page.entries.len();
+        ids.extend(
+            page.entries
+                .into_iter()
+                .filter_map(|e| e.volume.map(|v| v.volume_id)),
+        );
         if page.next_token.is_empty() {
-            return Ok(count);
+            return Ok(ids);
         }
         token = page.next_token;
     }

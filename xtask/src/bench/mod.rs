@@ -94,6 +94,68 @@ impl Outputs {
     }
 }
 
+/// Our release binaries and the cached upstream one; fails naming the one that is missing.
+pub(crate) fn binaries(root: &Path, bin_dir: &Path) -> Result<Binaries> {
+    let bins = Binaries {
+        ours: root.join("target/release/csi-provisioner"),
+        upstream: bin_dir.join("csi-provisioner-upstream"),
+        driver: root.join("target/release/mock-csi-driver"),
+    };
+    for b in [&bins.ours, &bins.upstream, &bins.driver] {
+        if !b.exists() {
+            bail!(
+                "{} is missing (the command builds it; did the build fail?)",
+                b.display()
+            );
+        }
+    }
+    Ok(bins)
+}
+
+/// A fresh directory for one invocation's logs: `target/<kind>-runs/<time>/`.
+pub(crate) fn work_dir(kind: &str) -> PathBuf {
+    let stamp = jiff::Timestamp::now()
+        .strftime("%Y%m%dT%H%M%SZ")
+        .to_string();
+    testenv::target_dir()
+        .join(format!("{kind}-runs"))
+        .join(stamp)
+}
+
+/// Starts the control plane in `work` and the context every scenario runs in. The control
+/// plane lives as long as the returned handle.
+pub(crate) async fn start_suite(
+    work: &Path,
+    bins: Binaries,
+    runs: u32,
+    quick: bool,
+    command: Box<dyn Fn(u8) -> String + Send + Sync>,
+) -> Result<(ControlPlane, Ctx)> {
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        dir: Some(work.join("control-plane")),
+        startup_timeout: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await?;
+    println!(
+        "control plane in {} (logs in {}/logs)",
+        work.display(),
+        cp.dir().display()
+    );
+    let ctx = Ctx {
+        client: cp.try_client().await?,
+        kubeconfig: cp.kubeconfig().to_path_buf(),
+        audit_log: cp.audit_log(),
+        bins,
+        runs,
+        quick,
+        sizes: if quick { Sizes::quick() } else { Sizes::full() },
+        work: work.to_path_buf(),
+        command,
+    };
+    Ok((cp, ctx))
+}
+
 /// The scenarios to run, sorted, without duplicates; all of them when none are named.
 pub fn selection(asked: &[u8]) -> Result<Vec<u8>> {
     if let Some(bad) = asked.iter().find(|s| !(1..=LAST).contains(*s)) {
@@ -132,52 +194,17 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
     if opts.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    let bins = Binaries {
-        ours: root.join("target/release/csi-provisioner"),
-        upstream: bin_dir.join("csi-provisioner-upstream"),
-        driver: root.join("target/release/mock-csi-driver"),
-    };
-    for b in [&bins.ours, &bins.upstream, &bins.driver] {
-        if !b.exists() {
-            bail!(
-                "{} is missing (the bench command builds it; did the build fail?)",
-                b.display()
-            );
-        }
-    }
-    let stamp = jiff::Timestamp::now()
-        .strftime("%Y%m%dT%H%M%SZ")
-        .to_string();
-    let work = testenv::target_dir().join("bench-runs").join(stamp);
+    let bins = binaries(root, bin_dir)?;
+    let work = work_dir("bench");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting a tokio runtime")?;
     let began = Instant::now();
     runtime.block_on(async {
-        let cp = ControlPlane::start(ControlPlaneOptions {
-            dir: Some(work.join("control-plane")),
-            startup_timeout: Duration::from_secs(120),
-            ..Default::default()
-        })
-        .await?;
-        println!(
-            "bench: control plane in {} (logs in {}/logs)",
-            work.display(),
-            cp.dir().display()
-        );
         let (runs, quick) = (opts.runs, opts.quick);
-        let ctx = Ctx {
-            client: cp.try_client().await?,
-            kubeconfig: cp.kubeconfig().to_path_buf(),
-            audit_log: cp.audit_log(),
-            bins,
-            runs,
-            quick,
-            sizes: if quick { Sizes::quick() } else { Sizes::full() },
-            work: work.clone(),
-            command: Box::new(move |s| command_line(s, runs, quick)),
-        };
+        let command = Box::new(move |s| command_line(s, runs, quick));
+        let (_cp, ctx) = start_suite(&work, bins, runs, quick, command).await?;
         run_scenarios(&ctx, &scenarios, &outputs, opts.policy_only).await
     })?;
     println!(

@@ -6,13 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use serde_json::json;
 
 use super::Sizes;
-use super::harness::{self, Victim};
-use super::tally;
+use super::harness;
 use crate::bench::ctx::{Ctx, Slot};
-use crate::bench::launch::Driver;
 use crate::bench::results::{MetricDef, RunRecord};
 
 /// How long a killed provisioner stays down before it is started again.
@@ -51,15 +48,9 @@ pub async fn measure(
     rec: &mut RunRecord,
     started: &mut super::Started,
 ) -> Result<()> {
-    harness::prepare(ctx, slot).await?;
-    let faults = json!({"CreateVolume": {"delay_ms": 0, "delay_max_ms": 3000}});
-    let driver: &Driver = started
-        .driver
-        .insert(harness::start_driver(ctx, slot, &faults)?);
-    let (socket, call_log) = (driver.socket.clone(), driver.call_log.clone());
-    let victim = started
-        .victim
-        .insert(Victim::start(ctx, slot, driver).await?);
+    let faults = harness::slow_creates(0, 3000);
+    let (socket, call_log) = harness::begin(ctx, slot, &faults, started).await?;
+    let victim = started.victim.as_mut().expect("begin started it");
     let claims = harness::claims_api(ctx, slot);
     let kept = Arc::new(Mutex::new(BTreeSet::new()));
 
@@ -106,20 +97,10 @@ pub async fn measure(
     rec.set("kills", killed? as f64);
     let kept = kept.lock().unwrap().clone();
     // Timed from the end of the churn, which is after the last kill's restart too.
-    let settled = harness::settle(ctx, slot, &socket, &kept, sizes.settle).await?;
-    match settled {
-        Some(seconds) => rec.set("recovery_s", seconds),
-        None => rec.notes.push(format!(
-            "not settled {} s after the churn",
-            sizes.settle.as_secs()
-        )),
-    }
-    let t = tally::gather(ctx, slot, &socket, &call_log, &kept).await?;
-    t.record(rec);
-    rec.set(
-        "create_calls",
-        crate::bench::calllog::count(&crate::bench::calllog::read(&call_log), "CreateVolume")
-            as f64,
-    );
+    let paths = (socket.as_path(), call_log.as_path());
+    let since = Instant::now();
+    harness::settle_and_count(ctx, slot, paths, &kept, sizes.settle, since, rec)
+        .await?
+        .record(rec);
     Ok(())
 }

@@ -1,23 +1,18 @@
 //! Scenario 5: two replicas with leader election, each in its own UTS namespace with its own
 //! host name (upstream's candidate identity is the host name); the leader is killed mid-burst.
 
-use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use serde_json::json;
 
 use super::Sizes;
 use super::harness;
-use super::tally;
-use crate::bench::calllog;
-use crate::bench::cluster::{PARALLEL, poll};
+use crate::bench::cluster::poll;
 use crate::bench::ctx::{Ctx, Slot};
-use crate::bench::launch::{self, Driver, Running};
+use crate::bench::launch::{self, Running};
 use crate::bench::results::{MetricDef, RunRecord};
 
 const REPLICAS: [&str; 2] = ["replica-a", "replica-b"];
@@ -98,8 +93,8 @@ pub async fn measure(
     pair: &mut Pair,
 ) -> Result<()> {
     harness::prepare(ctx, slot).await?;
-    let faults = json!({"CreateVolume": {"delay_ms": 0, "delay_max_ms": 3000}});
-    let driver: &Driver = started
+    let faults = harness::slow_creates(0, 3000);
+    let driver = started
         .driver
         .insert(harness::start_driver(ctx, slot, &faults)?);
     let (socket, call_log) = (driver.socket.clone(), driver.call_log.clone());
@@ -120,14 +115,9 @@ pub async fn measure(
     )
     .await?;
 
-    let claims = harness::claims_api(ctx, slot);
-    let names: BTreeSet<String> = (0..sizes.s5_claims).map(|i| format!("c{i}")).collect();
+    let names = harness::claim_names(sizes.s5_claims);
     let t0 = Instant::now();
-    futures::stream::iter(names.iter())
-        .map(|n| harness::create_claim(&claims, slot, n))
-        .buffer_unordered(PARALLEL)
-        .try_collect::<Vec<()>>()
-        .await?;
+    harness::create_claims(&harness::claims_api(ctx, slot), slot, &names).await?;
     let quarter = sizes.s5_claims / 4;
     poll(
         "a quarter of the PVs",
@@ -154,23 +144,12 @@ pub async fn measure(
     .await
     .context("after killing the leader")?;
     rec.set("gap_s", killed.elapsed().as_secs_f64());
-    match harness::settle(ctx, slot, &socket, &names, sizes.settle).await? {
-        Some(_) => {
-            rec.set("bound_s", t0.elapsed().as_secs_f64());
-            rec.set("recovery_s", killed.elapsed().as_secs_f64());
-        }
-        None => rec.notes.push(format!(
-            "not settled {} s after the kill",
-            sizes.settle.as_secs()
-        )),
+    let paths = (socket.as_path(), call_log.as_path());
+    let tally =
+        harness::settle_and_count(ctx, slot, paths, &names, sizes.settle, killed, rec).await?;
+    tally.record(rec);
+    if tally.unbound == 0 {
+        rec.set("bound_s", t0.elapsed().as_secs_f64());
     }
-    tally::gather(ctx, slot, &socket, &call_log, &names)
-        .await?
-        .record(rec);
-    let calls = calllog::read(&call_log);
-    rec.set(
-        "create_calls",
-        calllog::count(&calls, "CreateVolume") as f64,
-    );
     Ok(())
 }

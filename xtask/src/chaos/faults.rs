@@ -9,12 +9,10 @@ use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
 use super::Sizes;
-use super::harness::{self, Victim};
-use super::tally;
+use super::harness;
 use crate::bench::calllog;
 use crate::bench::cluster::PARALLEL;
 use crate::bench::ctx::{Ctx, Slot};
-use crate::bench::launch::Driver;
 use crate::bench::results::{MetricDef, RunRecord};
 
 /// The codes each failing call gets, each with the same share.
@@ -78,29 +76,19 @@ pub async fn measure(
     rec: &mut RunRecord,
     started: &mut super::Started,
 ) -> Result<()> {
-    harness::prepare(ctx, slot).await?;
-    let driver: &Driver = started
-        .driver
-        .insert(harness::start_driver(ctx, slot, &faults())?);
-    let (socket, call_log) = (driver.socket.clone(), driver.call_log.clone());
-    started.victim = Some(Victim::start(ctx, slot, driver).await?);
+    let (socket, call_log) = harness::begin(ctx, slot, &faults(), started).await?;
+    let paths = (socket.as_path(), call_log.as_path());
     let claims = harness::claims_api(ctx, slot);
-    let names: BTreeSet<String> = (0..sizes.s4_claims).map(|i| format!("c{i}")).collect();
+    let names = harness::claim_names(sizes.s4_claims);
 
     let t0 = Instant::now();
-    futures::stream::iter(names.iter())
-        .map(|n| harness::create_claim(&claims, slot, n))
-        .buffer_unordered(PARALLEL)
-        .try_collect::<Vec<()>>()
-        .await?;
-    match harness::settle(ctx, slot, &socket, &names, sizes.settle).await? {
-        Some(_) => rec.set("bound_s", t0.elapsed().as_secs_f64()),
-        None => rec
-            .notes
-            .push(format!("not all Bound after {} s", sizes.settle.as_secs())),
+    harness::create_claims(&claims, slot, &names).await?;
+    let after_create =
+        harness::settle_and_count(ctx, slot, paths, &names, sizes.settle, t0, rec).await?;
+    // Settling after the creation is not the recovery this scenario reports.
+    if let Some(seconds) = rec.values.remove("recovery_s") {
+        rec.set("bound_s", seconds);
     }
-    // Unbound claims are counted before they are deleted.
-    let after_create = tally::gather(ctx, slot, &socket, &call_log, &names).await?;
 
     let t1 = Instant::now();
     futures::stream::iter(names.iter())
@@ -109,33 +97,18 @@ pub async fn measure(
         .try_collect::<Vec<()>>()
         .await?;
     let none = BTreeSet::new();
-    match harness::settle(ctx, slot, &socket, &none, sizes.settle).await? {
-        Some(_) => {
-            rec.set("gone_s", t1.elapsed().as_secs_f64());
-            rec.set("recovery_s", t1.elapsed().as_secs_f64());
-        }
-        None => rec.notes.push(format!(
-            "volumes left {} s after the deletion",
-            sizes.settle.as_secs()
-        )),
+    let mut t = harness::settle_and_count(ctx, slot, paths, &none, sizes.settle, t1, rec).await?;
+    if let Some(seconds) = rec.values.get("recovery_s").copied() {
+        rec.set("gone_s", seconds);
     }
-    let mut t = tally::gather(ctx, slot, &socket, &call_log, &none).await?;
+    // Claims that never became Bound were counted before they were deleted.
     t.unbound = after_create.unbound;
     t.record(rec);
-    let calls = calllog::read(&call_log);
-    let failed = calls
+    let failed = calllog::read(&call_log)
         .iter()
         .filter(|c| c.method == "CreateVolume" || c.method == "DeleteVolume")
         .filter(|c| c.error.is_some())
         .count();
     rec.set("failed_calls", failed as f64);
-    rec.set(
-        "create_calls",
-        calllog::count(&calls, "CreateVolume") as f64,
-    );
-    rec.set(
-        "delete_calls",
-        calllog::count(&calls, "DeleteVolume") as f64,
-    );
     Ok(())
 }

@@ -7,16 +7,19 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 
-use super::tally::{driver_volumes, is_bound};
-use crate::bench::cluster::{create_all, pv_driver};
+use super::tally::{self, Tally, is_bound};
+use crate::bench::calllog;
+use crate::bench::cluster::{PARALLEL, create_all, driver_volume_ids, pv_driver};
 use crate::bench::ctx::{Ctx, Slot};
 use crate::bench::launch::{Budget, Driver, Running};
 use crate::bench::objects;
+use crate::bench::results::RunRecord;
 
 /// Both provisioners get the same budget: rate limits are not what this suite attacks.
 pub fn budget() -> Budget {
@@ -33,8 +36,18 @@ pub struct Victim {
 
 impl Victim {
     pub async fn start(ctx: &Ctx, slot: &Slot, driver: &Driver) -> Result<Victim> {
+        Victim::start_with(ctx, slot, driver, &budget()).await
+    }
+
+    /// [`Victim::start`] with another budget (capacity tracking).
+    pub async fn start_with(
+        ctx: &Ctx,
+        slot: &Slot,
+        driver: &Driver,
+        budget: &Budget,
+    ) -> Result<Victim> {
         let args = ctx
-            .provisioner_args(slot, &budget(), &driver.socket, &[])
+            .provisioner_args(slot, budget, &driver.socket, &[])
             .await?;
         let running = ctx.spawn_provisioner(slot, &args)?;
         Ok(Victim {
@@ -58,6 +71,77 @@ impl Victim {
         self.starts += 1;
         Ok(())
     }
+}
+
+/// CreateVolume taking a random `min_ms`–`max_ms` (a faults file's JSON).
+pub fn slow_creates(min_ms: u64, max_ms: u64) -> Value {
+    serde_json::json!({"CreateVolume": {"delay_ms": min_ms, "delay_max_ms": max_ms}})
+}
+
+/// What most scenarios start with: the slot's namespace, CSIDriver and class, the driver with
+/// `faults`, and the provisioner (kept in `started` for the teardown). Returns the driver's
+/// socket and call log.
+pub async fn begin(
+    ctx: &Ctx,
+    slot: &Slot,
+    faults: &Value,
+    started: &mut super::Started,
+) -> Result<(PathBuf, PathBuf)> {
+    prepare(ctx, slot).await?;
+    let driver = started.driver.insert(start_driver(ctx, slot, faults)?);
+    let paths = (driver.socket.clone(), driver.call_log.clone());
+    started.victim = Some(Victim::start(ctx, slot, driver).await?);
+    Ok(paths)
+}
+
+/// Waits until the cluster has settled on `kept` ([`settle`]) and counts what was lost. The
+/// time since `since` is the run's `recovery_s`; a run that did not settle gets a note
+/// instead. Also records the driver's CreateVolume and DeleteVolume calls.
+pub async fn settle_and_count(
+    ctx: &Ctx,
+    slot: &Slot,
+    (socket, call_log): (&Path, &Path),
+    kept: &BTreeSet<String>,
+    timeout: Duration,
+    since: Instant,
+    rec: &mut RunRecord,
+) -> Result<Tally> {
+    match settle(ctx, slot, socket, kept, timeout).await? {
+        Some(_) => rec.set("recovery_s", since.elapsed().as_secs_f64()),
+        None => rec.notes.push(format!(
+            "not settled within {} s: see the counts",
+            timeout.as_secs()
+        )),
+    }
+    let calls = calllog::read(call_log);
+    rec.set(
+        "create_calls",
+        calllog::count(&calls, "CreateVolume") as f64,
+    );
+    rec.set(
+        "delete_calls",
+        calllog::count(&calls, "DeleteVolume") as f64,
+    );
+    tally::gather(ctx, slot, socket, call_log, kept).await
+}
+
+/// Creates every claim in `names`, [`PARALLEL`] at a time.
+pub async fn create_claims(
+    api: &Api<PersistentVolumeClaim>,
+    slot: &Slot,
+    names: &BTreeSet<String>,
+) -> Result<()> {
+    futures::stream::iter(names)
+        .map(|n| create_claim(api, slot, n))
+        .buffer_unordered(PARALLEL)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(drop)
+}
+
+/// `c0` .. `c<n-1>`.
+pub fn claim_names(n: usize) -> BTreeSet<String> {
+    (0..n).map(|i| format!("c{i}")).collect()
 }
 
 /// Starts the mock driver of a slot with `faults` (a faults file's JSON) in force.
@@ -141,7 +225,7 @@ pub async fn settle(
             .filter(|pv| pv_driver(pv) == Some(slot.driver.as_str()))
             .count();
         // The driver may be down for a moment: that is not settled.
-        let volumes = driver_volumes(socket).await.map(|v| v.len()).ok();
+        let volumes = driver_volume_ids(socket).await.map(|v| v.len()).ok();
         if claims_ok && ours == kept.len() && volumes == Some(kept.len()) {
             return Ok(Some(t0.elapsed().as_secs_f64()));
         }

@@ -4,6 +4,7 @@
 //! `reliability/results/<n>.json` and `RELIABILITY.md` (through the benchmark report code).
 //! A program, not a test: no count fails it.
 
+mod capacity;
 mod churn;
 mod failover;
 mod faults;
@@ -16,16 +17,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use testenv::{ControlPlane, ControlPlaneOptions};
+use testenv::ControlPlane;
 
 use crate::bench::ctx::{Ctx, Slot};
-use crate::bench::launch::{Binaries, Driver};
+use crate::bench::launch::Driver;
 use crate::bench::report;
 use crate::bench::results::{self, Impl, MetricDef, RunRecord, ScenarioResult};
 
 /// The scenarios of the issue, and which of them this suite runs so far.
 const ALL: u8 = 7;
-const BUILT: [u8; 5] = [1, 2, 3, 4, 5];
+const BUILT: [u8; 6] = [1, 2, 3, 4, 5, 6];
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -48,6 +49,7 @@ pub struct Sizes {
     pub s3_claims: usize,
     pub s4_claims: usize,
     pub s5_claims: usize,
+    pub s6_nodes: usize,
     /// The longest a run waits for the cluster to settle.
     pub settle: Duration,
 }
@@ -63,6 +65,7 @@ impl Sizes {
             s3_claims: 300,
             s4_claims: 300,
             s5_claims: 300,
+            s6_nodes: 10,
             settle: Duration::from_secs(600),
         }
     }
@@ -77,6 +80,7 @@ impl Sizes {
             s3_claims: 40,
             s4_claims: 30,
             s5_claims: 40,
+            s6_nodes: 4,
             settle: Duration::from_secs(180),
         }
     }
@@ -168,20 +172,8 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
     if opts.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    let bins = Binaries {
-        ours: root.join("target/release/csi-provisioner"),
-        upstream: bin_dir.join("csi-provisioner-upstream"),
-        driver: root.join("target/release/mock-csi-driver"),
-    };
-    for b in [&bins.ours, &bins.upstream, &bins.driver] {
-        if !b.exists() {
-            bail!("{} is missing (did the build fail?)", b.display());
-        }
-    }
-    let stamp = jiff::Timestamp::now()
-        .strftime("%Y%m%dT%H%M%SZ")
-        .to_string();
-    let work = testenv::target_dir().join("chaos-runs").join(stamp);
+    let bins = crate::bench::binaries(root, bin_dir)?;
+    let work = crate::bench::work_dir("chaos");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -192,29 +184,9 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
         Sizes::full()
     };
     runtime.block_on(async {
-        let cp = ControlPlane::start(ControlPlaneOptions {
-            dir: Some(work.join("control-plane")),
-            startup_timeout: Duration::from_secs(120),
-            ..Default::default()
-        })
-        .await?;
-        println!("chaos: control plane in {}", work.display());
         let (runs, quick) = (opts.runs, opts.quick);
-        let ctx = Ctx {
-            client: cp.try_client().await?,
-            kubeconfig: cp.kubeconfig().to_path_buf(),
-            audit_log: cp.audit_log(),
-            bins,
-            runs,
-            quick,
-            sizes: if quick {
-                crate::bench::ctx::Sizes::quick()
-            } else {
-                crate::bench::ctx::Sizes::full()
-            },
-            work: work.clone(),
-            command: Box::new(move |s| command_line(s, runs, quick)),
-        };
+        let command = Box::new(move |s| command_line(s, runs, quick));
+        let (cp, ctx) = crate::bench::start_suite(&work, bins, runs, quick, command).await?;
         for &n in &scenarios {
             let began = Instant::now();
             let runs = run_scenario(&ctx, &cp, &sizes, n).await;
@@ -244,6 +216,7 @@ async fn run_scenario(ctx: &Ctx, cp: &ControlPlane, sizes: &Sizes, n: u8) -> Vec
                 2 => race::measure(ctx, sizes, &slot, &mut rec, &mut started).await,
                 3 => restart::measure(ctx, cp, sizes, &slot, &mut rec, &mut started).await,
                 4 => faults::measure(ctx, sizes, &slot, &mut rec, &mut started).await,
+                6 => capacity::measure(ctx, sizes, &slot, &mut rec, &mut started).await,
                 _ => {
                     let m = failover::measure(ctx, sizes, &slot, &mut rec, &mut started, &mut pair);
                     m.await
@@ -282,6 +255,11 @@ fn assemble(ctx: &Ctx, sizes: &Sizes, n: u8, runs: Vec<RunRecord>, wall: f64) ->
             restart::metrics(),
         ),
         4 => ("CSI faults", faults::setup(sizes), faults::metrics()),
+        6 => (
+            "Capacity under faults",
+            capacity::setup(sizes),
+            capacity::metrics(),
+        ),
         _ => (
             "Leader failover",
             failover::setup(sizes),
@@ -328,17 +306,23 @@ fn explain(r: &ScenarioResult) -> String {
             .sum()
     };
     let (ours, upstream) = (lost(Impl::Ours), lost(Impl::Upstream));
-    let counts = if ours == 0.0 && upstream == 0.0 {
-        "Neither lost anything in any run: no leaked, orphan or duplicate volume, every claim \
-         that should be Bound was."
-            .to_string()
-    } else {
-        format!(
+    let objects = r.scenario == 6;
+    let counts = match (ours == 0.0 && upstream == 0.0, objects) {
+        (true, false) => "Neither lost anything in any run: no leaked, orphan or duplicate \
+                          volume, every claim that should be Bound was."
+            .to_string(),
+        (true, true) => "Neither left a duplicate, missing or wrong object in any run.".to_string(),
+        (false, false) => format!(
             "Lost over all runs (leaked + orphan + duplicate volumes + claims not Bound): ours \
              {}, upstream {}.",
             report::fmt_num(ours),
             report::fmt_num(upstream)
-        )
+        ),
+        (false, true) => format!(
+            "Duplicate + missing + wrong objects over all runs: ours {}, upstream {}.",
+            report::fmt_num(ours),
+            report::fmt_num(upstream)
+        ),
     };
     let settle = match (
         median(Impl::Ours, "recovery_s"),
@@ -369,6 +353,11 @@ fn explain(r: &ScenarioResult) -> String {
             "Neither provisioner is restarted: both keep their in-flight calls, retry the \
              writes the outage refused and resume their watches"
         }
+        6 => {
+            "After the restart each finds its own objects by their labels; a node removed \
+             while GetCapacity failed must lose its objects, one added then must get them once \
+             GetCapacity answers, and nobody may publish a second object for one class and node"
+        }
         4 => {
             "Both retry failed and timed-out calls under the same name, which the driver \
              answers idempotently; the counts of calls show how each paced its retries"
@@ -383,7 +372,15 @@ fn explain(r: &ScenarioResult) -> String {
 }
 
 /// The keys that count what a run lost.
-const LOSSES: [&str; 4] = ["leaked", "orphan_pvs", "duplicates", "unbound"];
+const LOSSES: [&str; 7] = [
+    "leaked",
+    "orphan_pvs",
+    "duplicates",
+    "unbound",
+    "duplicate_objects",
+    "missing_objects",
+    "wrong_objects",
+];
 
 const HEADER: &str = "# Reliability: csi-provisioner (Rust) vs external-provisioner v6.3.0
 
@@ -404,7 +401,7 @@ To reproduce: `cargo xtask chaos [--scenario N[,M]] [--runs K] [--quick] [--no-b
 [--report-only]`. Logs of every run (both provisioners, the driver, its faults file and call
 log, the control plane) stay in `target/chaos-runs/<time>/`. Built so far: scenarios 1
 (kill -9 during churn), 2 (create→delete race), 3 (API server and etcd restart), 4 (CSI
-faults) and 5 (leader failover); 6 (capacity under faults) and 7 (one-hour soak) are not yet.
+faults), 5 (leader failover) and 6 (capacity under faults); 7 (one-hour soak) is not yet.
 
 ";
 
@@ -414,9 +411,9 @@ mod tests {
 
     #[test]
     fn only_built_scenarios_run() {
-        assert_eq!(selection(&[]).unwrap(), vec![1, 2, 3, 4, 5]);
+        assert_eq!(selection(&[]).unwrap(), vec![1, 2, 3, 4, 5, 6]);
         assert_eq!(selection(&[4, 1, 4]).unwrap(), vec![1, 4]);
-        let err = selection(&[6]).unwrap_err().to_string();
+        let err = selection(&[7]).unwrap_err().to_string();
         assert!(err.contains("not built yet"), "{err}");
         assert!(
             selection(&[8])

@@ -6,14 +6,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use futures::StreamExt;
-use serde_json::json;
 
 use super::Sizes;
-use super::harness::{self, Victim};
-use super::tally;
-use crate::bench::calllog;
+use super::harness;
 use crate::bench::ctx::{Ctx, Slot};
-use crate::bench::launch::Driver;
 use crate::bench::results::{MetricDef, RunRecord};
 
 const DELETE_WITHIN: Duration = Duration::from_secs(3);
@@ -46,13 +42,8 @@ pub async fn measure(
     rec: &mut RunRecord,
     started: &mut super::Started,
 ) -> Result<()> {
-    harness::prepare(ctx, slot).await?;
-    let faults = json!({"CreateVolume": {"delay_ms": 2000, "delay_max_ms": 5000}});
-    let driver: &Driver = started
-        .driver
-        .insert(harness::start_driver(ctx, slot, &faults)?);
-    let (socket, call_log) = (driver.socket.clone(), driver.call_log.clone());
-    started.victim = Some(Victim::start(ctx, slot, driver).await?);
+    let faults = harness::slow_creates(2000, 5000);
+    let (socket, call_log) = harness::begin(ctx, slot, &faults, started).await?;
     let claims = harness::claims_api(ctx, slot);
 
     let t0 = Instant::now();
@@ -73,26 +64,10 @@ pub async fn measure(
         .collect::<Vec<Result<()>>>()
         .await;
     lives.into_iter().collect::<Result<Vec<()>>>()?;
-    let last_delete = Instant::now();
+    let paths = (socket.as_path(), call_log.as_path());
     let none = BTreeSet::new();
-    match harness::settle(ctx, slot, &socket, &none, sizes.settle).await? {
-        Some(_) => rec.set("recovery_s", last_delete.elapsed().as_secs_f64()),
-        None => rec.notes.push(format!(
-            "not settled {} s after the last deletion",
-            sizes.settle.as_secs()
-        )),
-    }
-    tally::gather(ctx, slot, &socket, &call_log, &none)
+    harness::settle_and_count(ctx, slot, paths, &none, sizes.settle, Instant::now(), rec)
         .await?
         .record(rec);
-    let calls = calllog::read(&call_log);
-    rec.set(
-        "create_calls",
-        calllog::count(&calls, "CreateVolume") as f64,
-    );
-    rec.set(
-        "delete_calls",
-        calllog::count(&calls, "DeleteVolume") as f64,
-    );
     Ok(())
 }

@@ -1,21 +1,14 @@
 //! Scenario 3: the API server, then etcd, is killed and started again in the middle of a burst
 //! of claims (CreateVolume taking 0–3 s).
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use futures::{StreamExt, TryStreamExt};
-use serde_json::json;
 use testenv::ControlPlane;
 
 use super::Sizes;
-use super::harness::{self, Victim};
-use super::tally;
-use crate::bench::calllog;
-use crate::bench::cluster::PARALLEL;
+use super::harness;
 use crate::bench::ctx::{Ctx, Slot};
-use crate::bench::launch::Driver;
 use crate::bench::results::{MetricDef, RunRecord};
 
 /// How long each component stays down.
@@ -53,24 +46,12 @@ pub async fn measure(
     rec: &mut RunRecord,
     started: &mut super::Started,
 ) -> Result<()> {
-    harness::prepare(ctx, slot).await?;
-    let faults = json!({"CreateVolume": {"delay_ms": 0, "delay_max_ms": 3000}});
-    let driver: &Driver = started
-        .driver
-        .insert(harness::start_driver(ctx, slot, &faults)?);
-    let (socket, call_log) = (driver.socket.clone(), driver.call_log.clone());
-    let victim = started
-        .victim
-        .insert(Victim::start(ctx, slot, driver).await?);
-    let claims = harness::claims_api(ctx, slot);
-    let names: BTreeSet<String> = (0..sizes.s3_claims).map(|i| format!("c{i}")).collect();
-
+    let faults = harness::slow_creates(0, 3000);
+    let (socket, call_log) = harness::begin(ctx, slot, &faults, started).await?;
+    let victim = started.victim.as_ref().expect("begin started it");
+    let names = harness::claim_names(sizes.s3_claims);
     let t0 = Instant::now();
-    futures::stream::iter(names.iter())
-        .map(|n| harness::create_claim(&claims, slot, n))
-        .buffer_unordered(PARALLEL)
-        .try_collect::<Vec<()>>()
-        .await?;
+    harness::create_claims(&harness::claims_api(ctx, slot), slot, &names).await?;
     let quarter = sizes.s3_claims / 4;
     crate::bench::cluster::poll(
         "a quarter of the PVs",
@@ -93,16 +74,13 @@ pub async fn measure(
             .await
             .with_context(|| format!("restarting {component}"))?;
     }
-    let last_fault = Instant::now();
-    match harness::settle(ctx, slot, &socket, &names, sizes.settle).await? {
-        Some(_) => {
-            rec.set("bound_s", t0.elapsed().as_secs_f64());
-            rec.set("recovery_s", last_fault.elapsed().as_secs_f64());
-        }
-        None => rec.notes.push(format!(
-            "not settled {} s after the restarts",
-            sizes.settle.as_secs()
-        )),
+    let paths = (socket.as_path(), call_log.as_path());
+    let tally =
+        harness::settle_and_count(ctx, slot, paths, &names, sizes.settle, Instant::now(), rec)
+            .await?;
+    tally.record(rec);
+    if tally.unbound == 0 {
+        rec.set("bound_s", t0.elapsed().as_secs_f64());
     }
     if let Some(r) = &victim.running
         && !r.process.is_running()
@@ -110,13 +88,5 @@ pub async fn measure(
         rec.notes
             .push("the provisioner exited during the restarts".to_string());
     }
-    tally::gather(ctx, slot, &socket, &call_log, &names)
-        .await?
-        .record(rec);
-    let calls = calllog::read(&call_log);
-    rec.set(
-        "create_calls",
-        calllog::count(&calls, "CreateVolume") as f64,
-    );
     Ok(())
 }

@@ -4,13 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use crate::bench::calllog::{self, Call};
-use crate::bench::cluster::pv_driver;
+use crate::bench::cluster::{driver_volume_ids, pv_driver};
 use crate::bench::ctx::{Ctx, Slot};
 use crate::bench::results::RunRecord;
 
@@ -75,7 +75,7 @@ pub async fn gather(
     call_log: &Path,
     kept: &BTreeSet<String>,
 ) -> Result<Tally> {
-    let volumes = driver_volumes(socket).await?;
+    let volumes = driver_volume_ids(socket).await?;
     let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let handles: Vec<String> = pvs
         .list(&ListParams::default())
@@ -102,34 +102,6 @@ pub async fn gather(
 
 pub fn is_bound(claim: &PersistentVolumeClaim) -> bool {
     claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
-}
-
-/// Every volume id the driver holds (ListVolumes, all pages).
-pub async fn driver_volumes(socket: &Path) -> Result<BTreeSet<String>> {
-    let endpoint = format!("unix://{}", socket.display());
-    let client = csi::Client::connect(&endpoint, Default::default())
-        .await
-        .with_context(|| format!("connecting to {endpoint}"))?;
-    let mut ids = BTreeSet::new();
-    let mut token = String::new();
-    loop {
-        let page = client
-            .list_volumes(csi::v1::ListVolumesRequest {
-                max_entries: 0,
-                starting_token: token.clone(),
-            })
-            .await
-            .context("ListVolumes")?;
-        ids.extend(
-            page.entries
-                .into_iter()
-                .filter_map(|e| e.volume.map(|v| v.volume_id)),
-        );
-        if page.next_token.is_empty() {
-            return Ok(ids);
-        }
-        token = page.next_token;
-    }
 }
 
 #[cfg(test)]
