@@ -77,7 +77,7 @@ enum Cmd {
 /// What `bench` and `chaos` share: which scenarios, how often, how big.
 #[derive(clap::Args)]
 struct SuiteArgs {
-    /// Scenarios to run (comma-separated); all (that are built) when omitted.
+    /// Scenarios to run (comma-separated); all when omitted.
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<u8>,
     /// Runs per provisioner (and variant); the tables show median and min–max.

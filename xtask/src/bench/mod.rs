@@ -18,7 +18,7 @@ mod observe;
 mod placement;
 pub(crate) mod plot;
 mod policy;
-mod procfs;
+pub(crate) mod procfs;
 mod prom;
 pub(crate) mod report;
 mod restore;
@@ -158,11 +158,16 @@ pub(crate) async fn start_suite(
 
 /// The scenarios to run, sorted, without duplicates; all of them when none are named.
 pub fn selection(asked: &[u8]) -> Result<Vec<u8>> {
-    if let Some(bad) = asked.iter().find(|s| !(1..=LAST).contains(*s)) {
-        bail!("there is no scenario {bad}: scenarios are 1 to {LAST}");
+    select(asked, LAST)
+}
+
+/// Scenarios `asked` of `1..=last`, sorted and without duplicates; all when none are named.
+pub(crate) fn select(asked: &[u8], last: u8) -> Result<Vec<u8>> {
+    if let Some(bad) = asked.iter().find(|s| !(1..=last).contains(*s)) {
+        bail!("there is no scenario {bad}: scenarios are 1 to {last}");
     }
     let mut s: Vec<u8> = if asked.is_empty() {
-        (1..=LAST).collect()
+        (1..=last).collect()
     } else {
         asked.to_vec()
     };
@@ -173,7 +178,12 @@ pub fn selection(asked: &[u8]) -> Result<Vec<u8>> {
 
 /// The command that reproduces one scenario as it was run.
 pub fn command_line(scenario: u8, runs: u32, quick: bool) -> String {
-    let mut c = format!("cargo xtask bench --scenario {scenario}");
+    reproduce("bench", scenario, runs, quick)
+}
+
+/// `cargo xtask <tool> --scenario N` with the run count and size it was run with.
+pub(crate) fn reproduce(tool: &str, scenario: u8, runs: u32, quick: bool) -> String {
+    let mut c = format!("cargo xtask {tool} --scenario {scenario}");
     if runs != 3 {
         c.push_str(&format!(" --runs {runs}"));
     }
