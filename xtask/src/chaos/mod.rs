@@ -388,10 +388,11 @@ after the last fault. Numbers are median (min–max) over the runs; ratios are u
 
 To reproduce: `cargo xtask chaos [--scenario N[,M]] [--runs K] [--quick] [--no-build]
 [--report-only]`. Logs of every run (both provisioners, the driver, its faults file and call
-log, the control plane) stay in `target/chaos-runs/<time>/`. Built so far: scenarios 1
-(kill -9 during churn), 2 (create→delete race), 3 (API server and etcd restart), 4 (CSI
-faults), 5 (leader failover), 6 (capacity under faults) and 7 (one-hour soak; six hours for
-three runs of both, so name the others with `--scenario 1,2,3,4,5,6` to leave it out).
+log, the control plane) stay in `target/chaos-runs/<time>/`. The scenarios: 1 kill -9
+during churn, 2 create→delete race, 3 API server and etcd restart, 4 CSI faults, 5 leader
+failover, 6 capacity under faults, 7 one-hour soak (six hours for three runs of both: name the
+others with `--scenario 1,2,3,4,5,6` to leave it out). A scenario without a section below has
+not been run at full size yet.
 
 ";
 
