@@ -107,8 +107,12 @@ pub async fn settle_and_count(
     rec: &mut RunRecord,
 ) -> Result<Tally> {
     match settle(ctx, slot, socket, kept, timeout).await? {
-        Some(_) => rec.set("recovery_s", since.elapsed().as_secs_f64()),
-        None => rec.notes.push(format!(
+        Settled::Done(_) => rec.set("recovery_s", since.elapsed().as_secs_f64()),
+        Settled::Stuck => rec.notes.push(format!(
+            "claims and PVs final, the driver's volumes not theirs for {} s: see the counts",
+            QUIET.as_secs()
+        )),
+        Settled::TimedOut => rec.notes.push(format!(
             "not settled within {} s: see the counts",
             timeout.as_secs()
         )),
@@ -198,19 +202,34 @@ pub async fn delete_claim(api: &Api<PersistentVolumeClaim>, name: &str) -> Resul
     }
 }
 
+/// How a wait for the cluster to settle ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Settled {
+    /// After this many seconds.
+    Done(f64),
+    /// Claims and PVs are final but the driver's volumes do not match them, unchanged for
+    /// [`QUIET`]: neither provisioner ever looks at a volume no claim or PV names again.
+    Stuck,
+    TimedOut,
+}
+
+/// How long a final-but-wrong state must hold before the wait gives up on it.
+pub const QUIET: Duration = Duration::from_secs(30);
+
 /// Waits until exactly the claims in `kept` exist and are Bound, the driver's PVs are theirs
-/// and the driver holds exactly their volumes; the seconds it took, or `None` after
-/// `timeout` (the tally then shows what is wrong).
+/// and the driver holds exactly their volumes (the tally then counts what is wrong if it
+/// does not).
 pub async fn settle(
     ctx: &Ctx,
     slot: &Slot,
     socket: &Path,
     kept: &BTreeSet<String>,
     timeout: Duration,
-) -> Result<Option<f64>> {
+) -> Result<Settled> {
     let t0 = Instant::now();
     let claims = claims_api(ctx, slot);
     let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let mut last: Option<(BTreeSet<String>, Instant)> = None;
     loop {
         let list = claims.list(&ListParams::default()).await?.items;
         let claims_ok = list.len() == kept.len()
@@ -225,12 +244,28 @@ pub async fn settle(
             .filter(|pv| pv_driver(pv) == Some(slot.driver.as_str()))
             .count();
         // The driver may be down for a moment: that is not settled.
-        let volumes = driver_volume_ids(socket).await.map(|v| v.len()).ok();
-        if claims_ok && ours == kept.len() && volumes == Some(kept.len()) {
-            return Ok(Some(t0.elapsed().as_secs_f64()));
+        let volumes = driver_volume_ids(socket).await.ok();
+        let count = volumes.as_ref().map(BTreeSet::len);
+        if claims_ok && ours == kept.len() && count == Some(kept.len()) {
+            return Ok(Settled::Done(t0.elapsed().as_secs_f64()));
+        }
+        if claims_ok
+            && ours == kept.len()
+            && let Some(volumes) = volumes
+        {
+            match &last {
+                Some((seen, since)) if *seen == volumes => {
+                    if since.elapsed() >= QUIET {
+                        return Ok(Settled::Stuck);
+                    }
+                }
+                _ => last = Some((volumes, Instant::now())),
+            }
+        } else {
+            last = None;
         }
         if t0.elapsed() >= timeout {
-            return Ok(None);
+            return Ok(Settled::TimedOut);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -61,7 +61,7 @@ impl Sizes {
         Sizes {
             s1_claims: 500,
             s1_kills: 20,
-            s1_churn: Duration::from_secs(150),
+            s1_churn: Duration::from_secs(120),
             s2_claims: 1000,
             s2_spread: Duration::from_secs(100),
             s3_claims: 300,
