@@ -52,7 +52,7 @@ impl World {
             s,
             node,
             plugin,
-            prov: prov,
+            prov,
         }
     }
 
