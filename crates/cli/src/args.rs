@@ -130,6 +130,19 @@ pub(crate) struct RawArgs {
     #[arg(long, value_name = DURATION, allow_hyphen_values = true,
           help = "How often capacity is polled from the driver [default: 1m0s]")]
     pub capacity_poll_interval: Option<String>,
+    #[arg(long, value_name = DURATION, allow_hyphen_values = true,
+          help = "Not in upstream: when GetCapacity has not succeeded for this long, a Warning \
+                  event on the CSIStorageCapacity says so; 0 is off, as upstream [default: 0s]")]
+    pub capacity_stale_after: Option<String>,
+    #[arg(
+        long,
+        value_name = "keep|zero",
+        allow_hyphen_values = true,
+        help = "Not in upstream: what a stale object shows: its last value (keep), or 0 so that \
+                  the scheduler stops sending volumes to storage that cannot be asked (zero); \
+                  needs --capacity-stale-after [default: keep]"
+    )]
+    pub capacity_stale_action: Option<String>,
     #[arg(
         long,
         value_name = "int",

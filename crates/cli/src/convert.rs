@@ -10,7 +10,7 @@ use crate::goparse::{
     NumError, parse_go_bool, parse_go_float, parse_go_float32, parse_go_int, parse_go_uint,
 };
 use crate::labels::parse_labels;
-use crate::options::{Env, LoggingOptions, Options};
+use crate::options::{Env, LoggingOptions, Options, StaleAction};
 
 const DURATION_FORM: &str = "expected a Go duration such as 10s, 1m30s or 250ms";
 
@@ -207,6 +207,23 @@ pub(crate) fn convert(
             ));
         }
     };
+    let capacity_stale_after = Some(duration(
+        "capacity-stale-after",
+        raw.capacity_stale_after.take(),
+        Duration::ZERO,
+    )?)
+    .filter(|d| !d.is_zero());
+    let capacity_stale_action = match raw.capacity_stale_action.take().as_deref() {
+        None | Some("keep") => StaleAction::Keep,
+        Some("zero") => StaleAction::Zero,
+        Some(s) => {
+            return Err(CliError::value(
+                "capacity-stale-action",
+                s,
+                "expected keep or zero",
+            ));
+        }
+    };
     let level_raw = raw.capacity_ownerref_level.take();
     let level = int("capacity-ownerref-level", level_raw.clone(), 1)?;
     let capacity_ownerref_level = if level < 0 {
@@ -294,6 +311,8 @@ pub(crate) fn convert(
                 raw.capacity_poll_interval,
                 d.capacity_poll_interval,
             )?,
+            capacity_stale_after,
+            capacity_stale_action,
             capacity_ownerref_level,
             node_deployment: boolean("node-deployment", raw.node_deployment, d.node_deployment)?,
             node_deployment_immediate_binding: boolean(

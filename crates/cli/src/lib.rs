@@ -33,7 +33,7 @@ use clap::{CommandFactory, FromArgMatches};
 pub use duration::{DurationError, format_go_duration, parse_go_duration};
 pub use error::CliError;
 pub use gates::{Feature, FeatureGates};
-pub use options::{Env, LoggingOptions, Options, process_env, version_line};
+pub use options::{Env, LoggingOptions, Options, StaleAction, process_env, version_line};
 
 /// Parses a command line (`args[0]` is the program name) and the environment read through `env`,
 /// then validates them as upstream main does.

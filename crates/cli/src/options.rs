@@ -7,6 +7,16 @@ use klog::Format;
 
 use crate::gates::FeatureGates;
 
+/// What a CSIStorageCapacity shows once it is stale (`--capacity-stale-action`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StaleAction {
+    /// The last value, as upstream.
+    #[default]
+    Keep,
+    /// 0, for capacity and maximumVolumeSize.
+    Zero,
+}
+
 /// Environment variables upstream reads at start-up. Empty values count as unset, as upstream's
 /// `os.Getenv(...) == ""` checks do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -112,6 +122,10 @@ pub struct Options {
     pub enable_capacity: bool,
     pub capacity_for_immediate_binding: bool,
     pub capacity_poll_interval: Duration,
+    /// `--capacity-stale-after` (ours); `None` when 0 (off).
+    pub capacity_stale_after: Option<Duration>,
+    /// `--capacity-stale-action` (ours).
+    pub capacity_stale_action: StaleAction,
     /// `None` for no owner (any negative level).
     pub capacity_ownerref_level: Option<u32>,
     pub node_deployment: bool,
@@ -175,6 +189,8 @@ impl Default for Options {
             enable_capacity: false,
             capacity_for_immediate_binding: false,
             capacity_poll_interval: Duration::from_secs(60),
+            capacity_stale_after: None,
+            capacity_stale_action: StaleAction::Keep,
             capacity_ownerref_level: Some(1),
             node_deployment: false,
             node_deployment_immediate_binding: true,

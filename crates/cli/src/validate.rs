@@ -15,7 +15,7 @@ use klog::Format;
 use crate::duration::format_go_duration;
 use crate::error::CliError;
 use crate::gates::GateError;
-use crate::options::Options;
+use crate::options::{Options, StaleAction};
 
 const LOGGING_ALPHA: &str = "needs the LoggingAlphaOptions feature gate, which cannot be enabled; only the default is accepted (as upstream)";
 
@@ -154,6 +154,12 @@ fn capacity(opts: &Options) -> Result<(), CliError> {
         return Err(CliError::invalid(
             "capacity-poll-interval",
             "must be greater than 0",
+        ));
+    }
+    if opts.capacity_stale_action == StaleAction::Zero && opts.capacity_stale_after.is_none() {
+        return Err(CliError::invalid(
+            "capacity-stale-action",
+            "zero needs --capacity-stale-after (when an object counts as stale)",
         ));
     }
     if opts.kube_api_capacity_qps > 0.0 && opts.kube_api_capacity_burst < 0 {

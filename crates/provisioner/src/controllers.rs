@@ -78,7 +78,7 @@ pub(crate) async fn run_controllers(
     tasks.spawn("populator event delivery", deliver);
 
     let capacity = if opts.enable_capacity {
-        Some(capacity_controller(&base, &caches).await?)
+        Some(capacity_controller(&base, &caches, recorder.clone()).await?)
     } else {
         None
     };
@@ -217,6 +217,7 @@ const DRAIN_EXTRA: Duration = Duration::from_secs(5);
 async fn capacity_controller(
     base: &Base,
     caches: &Caches,
+    recorder: EventRecorder,
 ) -> Result<(CapacityController, cap::RefreshHandle), AppError> {
     let opts = &base.opts;
     let namespace = opts.env.namespace.clone().unwrap_or_default();
@@ -244,6 +245,8 @@ async fn capacity_controller(
         retry_interval_start: opts.retry_interval_start,
         retry_interval_max: opts.retry_interval_max,
         timeout: opts.timeout,
+        stale_after: opts.capacity_stale_after,
+        stale_zero: opts.capacity_stale_action == cli::StaleAction::Zero,
     };
     Ok(CapacityController::new(
         config,
@@ -252,6 +255,7 @@ async fn capacity_controller(
         caches.clone(),
         base.capacity_metrics.clone(),
         &base.queue_metrics,
+        recorder,
     ))
 }
 

@@ -463,6 +463,79 @@ async fn failures_keep_value_and_show_staleness() {
     }
 }
 
+/// Ours (`--capacity-stale-after`, `--capacity-stale-action=zero`): once GetCapacity has not
+/// answered for the set time, one Warning event on the object says so and the object shows 0,
+/// so the scheduler stops sending volumes there; the real value returns with GetCapacity.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_stale_object_is_reported_once_and_shows_zero() {
+    let w = World::start(
+        "cap-zero",
+        &[("a", "10Gi")],
+        &["--max-volume-size=4Gi"],
+        &[
+            "--capacity-poll-interval=1s",
+            "--capacity-stale-after=3s",
+            "--capacity-stale-action=zero",
+        ],
+    )
+    .await;
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    let a = key(&class, &w.node("a"));
+    let objects = w
+        .wait_objects("10Gi on a", |o| o.get(&a).and_then(bytes) == Some(10 * GI))
+        .await;
+    let name = objects[&a].metadata.name.clone().unwrap();
+    let maximum = |o: &k8s_openapi::api::storage::v1::CSIStorageCapacity| {
+        o.maximum_volume_size.as_ref().map(|q| q.0.clone())
+    };
+    assert_eq!(maximum(&objects[&a]).as_deref(), Some("4Gi"));
+
+    w.mock
+        .set_faults(json!({"GetCapacity": {"code": "Unavailable", "message": "backend down"}}));
+    let objects = w
+        .wait_objects("0 on a", |o| o.get(&a).and_then(bytes) == Some(0))
+        .await;
+    assert_eq!(
+        maximum(&objects[&a]).as_deref(),
+        Some("0"),
+        "maximumVolumeSize too"
+    );
+    let events: Api<Event> = Api::namespaced(w.client.clone(), &w.ns);
+    let stale = || async {
+        let params = ListParams::default()
+            .fields(&format!("involvedObject.name={name},reason=CapacityStale"));
+        events.list(&params).await.unwrap().items
+    };
+    let first = eventually("the CapacityStale event", || async {
+        let list = stale().await;
+        (!list.is_empty()).then_some(list)
+    })
+    .await;
+    assert_eq!(first[0].type_.as_deref(), Some("Warning"));
+    let message = first[0].message.clone().unwrap_or_default();
+    assert!(
+        message.contains("has not succeeded for 3s") && message.contains("backend down"),
+        "{message}"
+    );
+    // More failed polls, the same spell: still one event, said once.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let later = stale().await;
+    assert_eq!(later.len(), 1, "{later:?}");
+    assert_eq!(later[0].count.unwrap_or(1), 1, "{later:?}");
+
+    w.mock.clear_faults();
+    let objects = w
+        .wait_objects("10Gi again", |o| o.get(&a).and_then(bytes) == Some(10 * GI))
+        .await;
+    assert_eq!(maximum(&objects[&a]).as_deref(), Some("4Gi"));
+    assert_eq!(
+        objects[&a].metadata.name.as_deref(),
+        Some(name.as_str()),
+        "same object"
+    );
+}
+
 /// A driver without GetCapacity is a warning once, not a log line per poll.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]

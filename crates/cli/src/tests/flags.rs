@@ -60,20 +60,50 @@ const UPSTREAM_FLAGS: &[&str] = &[
     "worker-threads",
 ];
 
+/// Flags upstream does not have (docs/compatibility.md says what each does); their defaults
+/// keep upstream's behaviour.
+const OUR_FLAGS: &[&str] = &["capacity-stale-action", "capacity-stale-after"];
+
 #[test]
-fn registers_exactly_the_upstream_flags() {
+fn registers_exactly_the_upstream_flags_and_ours() {
     let mut ours: Vec<String> = args::RawArgs::command()
         .get_arguments()
         .filter_map(|a| a.get_long().map(str::to_string))
         .collect();
     ours.sort();
+    let mut want: Vec<String> = UPSTREAM_FLAGS
+        .iter()
+        .chain(OUR_FLAGS)
+        .map(|s| s.to_string())
+        .collect();
+    want.sort();
+    assert_eq!(ours, want);
+}
+
+#[rstest]
+#[case(&[], None, StaleAction::Keep)]
+#[case(&["--capacity-stale-after=0"], None, StaleAction::Keep)]
+#[case(&["--capacity-stale-after=90s"], Some(secs(90)), StaleAction::Keep)]
+#[case(&["--capacity-stale-after=2m", "--capacity-stale-action=zero"], Some(secs(120)), StaleAction::Zero)]
+#[case(&["--capacity-stale-after=1m", "--capacity-stale-action=keep"], Some(secs(60)), StaleAction::Keep)]
+fn stale_policy_flags(
+    #[case] args: &[&str],
+    #[case] after: Option<Duration>,
+    #[case] action: StaleAction,
+) {
+    let o = ok(args);
     assert_eq!(
-        ours,
-        UPSTREAM_FLAGS
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
+        (o.capacity_stale_after, o.capacity_stale_action),
+        (after, action)
     );
+}
+
+#[rstest]
+#[case(&["--capacity-stale-action=drop"], "expected keep or zero")]
+#[case(&["--capacity-stale-after=-1s"], "capacity-stale-after")]
+fn stale_policy_mistakes_are_named(#[case] args: &[&str], #[case] says: &str) {
+    let e = parse(args).unwrap_err().to_string();
+    assert!(e.contains(says), "{e}");
 }
 
 #[test]

@@ -67,6 +67,7 @@ fn rejects_with_one_line_messages(#[case] args: &[&str], #[case] message: &str) 
 #[case(&["--enable-capacity"], &[("NAMESPACE", "kube-system")], "the POD_NAME environment variable must be set when --enable-capacity is set and --capacity-ownerref-level is 0 or more")]
 #[case(&["--enable-capacity", "--capacity-threads=0"], &[("NAMESPACE", "ns"), ("POD_NAME", "p")], "flag --capacity-threads: must be greater than 0")]
 #[case(&["--enable-capacity", "--capacity-poll-interval=0s"], &[("NAMESPACE", "ns"), ("POD_NAME", "p")], "flag --capacity-poll-interval: must be greater than 0")]
+#[case(&["--enable-capacity", "--capacity-stale-action=zero"], &[("NAMESPACE", "ns"), ("POD_NAME", "p")], "flag --capacity-stale-action: zero needs --capacity-stale-after (when an object counts as stale)")]
 #[case(&["--node-deployment"], &[("NODE_NAME", "")], "the NODE_NAME environment variable must be set when --node-deployment is set")]
 fn rejects_with_environment(
     #[case] args: &[&str],

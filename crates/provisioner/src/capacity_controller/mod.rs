@@ -32,6 +32,7 @@ use capacity::explain::explain_exhaustion;
 use capacity::published::ObjectTemplate;
 use capacity::refresh::keys_for_volume;
 use capacity::{Capacity, Key, Segment};
+use controller_kit::events::EventRecorder;
 use controller_kit::reflect::Change;
 use controller_kit::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
 use futures::stream::BoxStream;
@@ -77,6 +78,10 @@ pub struct CapacityConfig {
     pub retry_interval_max: Duration,
     /// `--timeout` for GetCapacity.
     pub timeout: Duration,
+    /// `--capacity-stale-after` (ours): when an object counts as stale.
+    pub stale_after: Option<Duration>,
+    /// `--capacity-stale-action=zero` (ours): a stale object shows 0.
+    pub stale_zero: bool,
 }
 
 /// The change streams the capacity controller consumes (it also reads the shared caches).
@@ -124,6 +129,8 @@ struct Shared {
     topology: WorkQueue<()>,
     state: Mutex<State>,
     published: watch::Sender<u64>,
+    /// Events on our objects (`--capacity-stale-after`).
+    recorder: EventRecorder,
 }
 
 impl Shared {
@@ -264,6 +271,7 @@ impl CapacityController {
         caches: Caches,
         metrics: CapacityMetrics,
         queue_metrics: &WorkQueueMetrics,
+        recorder: EventRecorder,
     ) -> (CapacityController, RefreshHandle) {
         let (start, max) = (config.retry_interval_start, config.retry_interval_max);
         let shared = Arc::new(Shared {
@@ -288,6 +296,7 @@ impl CapacityController {
             ),
             state: Mutex::new(State::default()),
             published: watch::channel(0).0,
+            recorder,
             config,
         });
         let source: Arc<dyn metrics::Source> = shared.clone();

@@ -14,6 +14,8 @@ struct Entry {
     since: Instant,
     last_success: Option<Instant>,
     failures: u32,
+    /// This stale spell was already reported (`--capacity-stale-after`).
+    reported: bool,
 }
 
 /// One key's freshness at one moment.
@@ -40,6 +42,7 @@ impl Staleness {
                 since: now,
                 last_success: None,
                 failures: 0,
+                reported: false,
             });
         }
     }
@@ -49,6 +52,30 @@ impl Staleness {
         if let Some(e) = self.entries.get_mut(key) {
             e.last_success = Some(now);
             e.failures = 0;
+            e.reported = false;
+        }
+    }
+
+    /// Whether `key` has had no successful GetCapacity for `after` or longer (since it became
+    /// desired, if it never had one).
+    pub fn is_stale(&self, key: &Key, now: Instant, after: std::time::Duration) -> bool {
+        self.entries.get(key).is_some_and(|e| {
+            now.saturating_duration_since(e.last_success.unwrap_or(e.since)) >= after
+        })
+    }
+
+    /// [`Staleness::is_stale`], true only the first time in each stale spell (a success ends
+    /// the spell): when to say so once.
+    pub fn newly_stale(&mut self, key: &Key, now: Instant, after: std::time::Duration) -> bool {
+        if !self.is_stale(key, now, after) {
+            return false;
+        }
+        match self.entries.get_mut(key) {
+            Some(e) if !e.reported => {
+                e.reported = true;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -104,6 +131,25 @@ mod tests {
         Fail(&'static str, u32),
         Wait(u64),
         Expect(&'static [(&'static str, u64, u32)]),
+    }
+
+    #[test]
+    fn a_stale_spell_is_reported_once_and_ends_with_a_success() {
+        let after = std::time::Duration::from_secs(10);
+        let mut s = Staleness::default();
+        let t0 = Instant::now();
+        let a = key("a");
+        s.retain(&[a.clone()].into(), t0);
+        let at = |secs: u64| t0 + std::time::Duration::from_secs(secs);
+        // Never answered: stale once desired for `after`.
+        assert!(!s.newly_stale(&a, at(9), after));
+        assert!(s.newly_stale(&a, at(10), after));
+        assert!(!s.newly_stale(&a, at(30), after), "once per spell");
+        assert!(s.is_stale(&a, at(30), after));
+        s.success(&a, at(31));
+        assert!(!s.is_stale(&a, at(40), after));
+        assert!(s.newly_stale(&a, at(41), after), "a new spell");
+        assert!(!s.newly_stale(&key("unknown"), at(99), after));
     }
 
     #[test]

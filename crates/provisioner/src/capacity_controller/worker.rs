@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use capacity::class::eligible;
 use capacity::desired::desired_keys;
@@ -9,9 +10,11 @@ use capacity::plan::{Write, plan_key};
 use capacity::published::{Published, build_object, updated_object};
 use capacity::segment::{display, segment_of};
 use capacity::{Capacity, Key};
+use controller_kit::events::EventType;
 use controller_kit::workqueue::Outcome;
 use csi::status::go_error_string;
 use csi::v1::{GetCapacityRequest, Topology};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
@@ -121,7 +124,13 @@ impl Shared {
         self.state.lock().unattempted.remove(&key);
         let response = match result {
             Ok(r) => r,
-            Err(status) => return self.capacity_failed(&key, &status),
+            Err(status) => {
+                let retry = self.capacity_failed(&key, &status);
+                return match self.stale(&key, &status).await {
+                    Outcome::Done => retry,
+                    failed_write => failed_write,
+                };
+            }
         };
         let (available, maximum) = (response.available_capacity, response.maximum_volume_size);
         if Capacity::was_clamped(available, maximum) {
@@ -164,6 +173,38 @@ impl Shared {
             cfg.retry_interval_max,
             failures,
         ))
+    }
+
+    /// `--capacity-stale-after` (ours): once the key has had no successful GetCapacity for
+    /// that long, a Warning event on its objects says so (once per stale spell), and with
+    /// `--capacity-stale-action=zero` the objects show 0 until GetCapacity answers again.
+    async fn stale(&self, key: &Key, status: &tonic::Status) -> Outcome {
+        let Some(after) = self.config.stale_after else {
+            return Outcome::Done;
+        };
+        let now = Instant::now();
+        let (newly, stale) = {
+            let mut state = self.state.lock();
+            let newly = state.staleness.newly_stale(key, now, after);
+            (newly, state.staleness.is_stale(key, now, after))
+        };
+        if newly {
+            let message = stale_message(after, self.config.stale_zero, &go_error_string(status));
+            let segment = display(&key.segment);
+            tracing::warn!(class = %key.class, segment = %segment, "{message}");
+            for object in self.objects_of(key) {
+                self.recorder.event(
+                    &object_reference(&object),
+                    EventType::Warning,
+                    STALE_REASON,
+                    message.clone(),
+                );
+            }
+        }
+        if stale && self.config.stale_zero {
+            return self.write(key, Capacity::from_response(0, Some(0))).await;
+        }
+        Outcome::Done
     }
 
     /// The objects representing `key` as the next write must see them: the cache's, read
@@ -335,5 +376,33 @@ impl Shared {
             fresh.deleted(Some(namespace), name, &base, remains);
         }
         Ok(())
+    }
+}
+
+/// The event reason of a stale object.
+pub(super) const STALE_REASON: &str = "CapacityStale";
+
+/// What a stale object's event and log line say.
+pub(super) fn stale_message(after: Duration, zero: bool, error: &str) -> String {
+    let what = if zero {
+        "publishing 0 until it answers again (--capacity-stale-action=zero)"
+    } else {
+        "the published capacity is that old (--capacity-stale-action=keep)"
+    };
+    format!(
+        "GetCapacity has not succeeded for {} or longer (--capacity-stale-after); last error: {error}; {what}",
+        cli::format_go_duration(i64::try_from(after.as_nanos()).unwrap_or(i64::MAX))
+    )
+}
+
+fn object_reference(object: &CSIStorageCapacity) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("storage.k8s.io/v1".into()),
+        kind: Some("CSIStorageCapacity".into()),
+        name: object.metadata.name.clone(),
+        namespace: object.metadata.namespace.clone(),
+        uid: object.metadata.uid.clone(),
+        resource_version: object.metadata.resource_version.clone(),
+        field_path: None,
     }
 }
