@@ -26,6 +26,7 @@
 pub mod class;
 pub mod desired;
 pub mod explain;
+pub mod grace;
 pub mod orphans;
 pub mod plan;
 pub mod published;

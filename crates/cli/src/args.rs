@@ -134,6 +134,11 @@ pub(crate) struct RawArgs {
           help = "Not in upstream: when GetCapacity has not succeeded for this long, a Warning \
                   event on the CSIStorageCapacity says so; 0 is off, as upstream [default: 0s]")]
     pub capacity_stale_after: Option<String>,
+    #[arg(long, value_name = DURATION, allow_hyphen_values = true,
+          help = "Not in upstream: how long a node whose CSINode entry for the driver went away \
+                  (a driver restarting) keeps its CSIStorageCapacity objects; 0 deletes them at \
+                  once, as upstream [default: 30s]")]
+    pub capacity_driver_grace: Option<String>,
     #[arg(
         long,
         value_name = "keep|zero",

@@ -312,6 +312,11 @@ pub(crate) fn convert(
                 d.capacity_poll_interval,
             )?,
             capacity_stale_after,
+            capacity_driver_grace: duration(
+                "capacity-driver-grace",
+                raw.capacity_driver_grace.take(),
+                d.capacity_driver_grace,
+            )?,
             capacity_stale_action,
             capacity_ownerref_level,
             node_deployment: boolean("node-deployment", raw.node_deployment, d.node_deployment)?,

@@ -124,6 +124,8 @@ pub struct Options {
     pub capacity_poll_interval: Duration,
     /// `--capacity-stale-after` (ours); `None` when 0 (off).
     pub capacity_stale_after: Option<Duration>,
+    /// `--capacity-driver-grace` (ours).
+    pub capacity_driver_grace: Duration,
     /// `--capacity-stale-action` (ours).
     pub capacity_stale_action: StaleAction,
     /// `None` for no owner (any negative level).
@@ -190,6 +192,7 @@ impl Default for Options {
             capacity_for_immediate_binding: false,
             capacity_poll_interval: Duration::from_secs(60),
             capacity_stale_after: None,
+            capacity_driver_grace: Duration::from_secs(30),
             capacity_stale_action: StaleAction::Keep,
             capacity_ownerref_level: Some(1),
             node_deployment: false,

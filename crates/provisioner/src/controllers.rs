@@ -247,6 +247,7 @@ async fn capacity_controller(
         timeout: opts.timeout,
         stale_after: opts.capacity_stale_after,
         stale_zero: opts.capacity_stale_action == cli::StaleAction::Zero,
+        driver_grace: opts.capacity_driver_grace,
     };
     Ok(CapacityController::new(
         config,

@@ -147,11 +147,12 @@ async fn owner_lookup_walks_real_objects() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn objects_follow_classes_and_topology() {
+    // Grace 0: a vanished driver entry loses its objects at once, as upstream.
     let w = World::start(
         "cap-life",
         &[("a", "10Gi"), ("b", "10Gi"), ("c", "30Gi")],
         &[],
-        &[],
+        &["--capacity-driver-grace=0"],
     )
     .await;
     // Node c is not there yet: remove its CSINode entry until it "joins".
@@ -217,6 +218,72 @@ async fn objects_follow_classes_and_topology() {
         .await
         .unwrap();
     w.wait_objects("class deleted", |o| o.is_empty()).await;
+}
+
+/// Ours (`--capacity-driver-grace`): a driver that de-registers from a node for a few seconds
+/// (a restart) leaves the node's objects as they were; one that stays away loses them once the
+/// grace is over.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_driver_restart_on_a_node_keeps_its_objects() {
+    let w = World::start(
+        "cap-grace",
+        &[("a", "10Gi"), ("b", "20Gi")],
+        &[],
+        &["--capacity-driver-grace=8s"],
+    )
+    .await;
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    let a = key(&class, &w.node("a"));
+    let before = w
+        .wait_objects("objects for a and b", |o| o.len() == 2)
+        .await;
+    let uid = before[&a].metadata.uid.clone().unwrap();
+    let csi_nodes: Api<CSINode> = Api::all(w.client.clone());
+    let deregister = || async {
+        let no_drivers = json!({"spec": {"drivers": []}});
+        csi_nodes
+            .patch(
+                &w.node("a"),
+                &PatchParams::default(),
+                &Patch::Merge(&no_drivers),
+            )
+            .await
+            .unwrap();
+    };
+    let same_object = || async {
+        let list = w.capacities().list(&ListParams::default()).await.unwrap();
+        let objects = world::by_key(list.items);
+        objects.get(&a).and_then(|o| o.metadata.uid.clone()) == Some(uid.clone())
+    };
+
+    // Gone for 3 s, then back: the object never goes away.
+    deregister().await;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        assert!(
+            same_object().await,
+            "a's object kept while its driver restarts"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    testenv::create_fake_nodes(&w.client, &w.driver, KEY, &[&w.node("a")]).await;
+    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    assert!(
+        same_object().await,
+        "still the same object after the grace would have ended"
+    );
+
+    // Gone for good: deleted once the grace is over, not before.
+    deregister().await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(same_object().await, "kept within the grace");
+    let after = w
+        .wait_objects("a's object deleted after the grace", |o| {
+            !o.contains_key(&a)
+        })
+        .await;
+    assert_eq!(after.len(), 1, "b's object stays");
 }
 
 /// Test 3: the scheduler places by published capacity; maximumVolumeSize limits too.

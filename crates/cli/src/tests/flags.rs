@@ -62,7 +62,11 @@ const UPSTREAM_FLAGS: &[&str] = &[
 
 /// Flags upstream does not have (docs/compatibility.md says what each does); their defaults
 /// keep upstream's behaviour.
-const OUR_FLAGS: &[&str] = &["capacity-stale-action", "capacity-stale-after"];
+const OUR_FLAGS: &[&str] = &[
+    "capacity-driver-grace",
+    "capacity-stale-action",
+    "capacity-stale-after",
+];
 
 #[test]
 fn registers_exactly_the_upstream_flags_and_ours() {
@@ -99,6 +103,15 @@ fn stale_policy_flags(
 }
 
 #[rstest]
+#[case(&[], secs(30))]
+#[case(&["--capacity-driver-grace=0"], secs(0))]
+#[case(&["--capacity-driver-grace=2m"], secs(120))]
+fn driver_grace_flag(#[case] args: &[&str], #[case] want: Duration) {
+    assert_eq!(ok(args).capacity_driver_grace, want);
+}
+
+#[rstest]
+#[case(&["--capacity-driver-grace=soon"], "capacity-driver-grace")]
 #[case(&["--capacity-stale-action=drop"], "expected keep or zero")]
 #[case(&["--capacity-stale-after=-1s"], "capacity-stale-after")]
 fn stale_policy_mistakes_are_named(#[case] args: &[&str], #[case] says: &str) {

@@ -82,6 +82,9 @@ pub struct CapacityConfig {
     pub stale_after: Option<Duration>,
     /// `--capacity-stale-action=zero` (ours): a stale object shows 0.
     pub stale_zero: bool,
+    /// `--capacity-driver-grace` (ours): how long a node whose driver entry went away keeps
+    /// its objects.
+    pub driver_grace: Duration,
 }
 
 /// The change streams the capacity controller consumes (it also reads the shared caches).
@@ -109,8 +112,11 @@ struct State {
     desired: BTreeSet<Key>,
     /// Eligible classes by name, as used for `desired`.
     classes: BTreeMap<String, Class>,
-    /// The segment each node with our driver contributed at the last resync.
+    /// The segment each node with our driver contributed at the last resync (including
+    /// nodes in their driver grace).
     node_segments: HashMap<String, Segment>,
+    /// Nodes in their driver grace ([`capacity::grace`]).
+    lost: capacity::grace::Lost,
     index: index::Index,
     staleness: staleness::Staleness,
     /// Desired keys whose capacity was never asked for (or not since their class changed).

@@ -23,6 +23,7 @@ use tonic::Code;
 
 use super::error::CapacityError;
 use super::{Item, Shared};
+use capacity::grace::with_grace;
 use capacity::resync::{backoff, diff, node_driver};
 
 impl Shared {
@@ -39,7 +40,7 @@ impl Shared {
                 &cfg.driver_name,
                 cfg.include_immediate,
             );
-            let node_segments: std::collections::HashMap<_, _> = self
+            let current: std::collections::HashMap<_, _> = self
                 .caches
                 .csi_nodes
                 .state()
@@ -51,6 +52,20 @@ impl Shared {
                     Some((d.node, segment))
                 })
                 .collect();
+            let state = &mut *state;
+            let (node_segments, grace_ends) = with_grace(
+                current,
+                &state.node_segments,
+                &mut state.lost,
+                |n| self.caches.nodes.get(&ObjectRef::new(n)).is_some(),
+                std::time::Instant::now(),
+                cfg.driver_grace,
+            );
+            if let Some(end) = grace_ends {
+                // Look again when the first grace is over.
+                let wait = end.saturating_duration_since(std::time::Instant::now());
+                self.topology.add_after((), wait);
+            }
             let segments = node_segments.values().cloned().collect();
             let desired = desired_keys(&segments, &classes);
             let classes: BTreeMap<_, _> =
