@@ -117,6 +117,9 @@ struct State {
     node_segments: HashMap<String, Segment>,
     /// Nodes in their driver grace ([`capacity::grace`]).
     lost: capacity::grace::Lost,
+    /// How many refreshes of each key have finished (published or failed), for
+    /// [`RefreshHandle::refresh_and_wait`].
+    refreshed: HashMap<Key, u64>,
     index: index::Index,
     staleness: staleness::Staleness,
     /// Desired keys whose capacity was never asked for (or not since their class changed).
@@ -199,29 +202,67 @@ pub enum Refresh<'a> {
     },
     /// An attempt for `class` failed or was cleaned up: its objects anywhere.
     Class(&'a str),
+    /// The objects of `class` for the segment of `node`.
+    Node { class: &'a str, node: &'a str },
 }
 
 impl RefreshHandle {
     /// Refreshes the objects `what` names now, ahead of periodic work (bursts coalesce per
     /// object).
     pub fn refresh(&self, what: Refresh<'_>) {
-        let keys: Vec<Key> = {
+        let keys = self.keys(what);
+        self.shared.enqueue_urgent(keys);
+    }
+
+    /// [`RefreshHandle::refresh`], then waits (at most `timeout`) until every object named
+    /// has been refreshed: asked GetCapacity and published, or found failing.
+    pub async fn refresh_and_wait(&self, what: Refresh<'_>, timeout: Duration) {
+        let keys = self.keys(what);
+        let before: Vec<(Key, u64)> = {
             let state = self.shared.state.lock();
-            match what {
-                Refresh::Volume { class, affinity } => {
-                    keys_for_volume(affinity, class, &state.desired)
-                        .into_iter()
-                        .collect()
+            let done = |k: &Key| state.refreshed.get(k).copied().unwrap_or(0);
+            keys.iter().map(|k| (k.clone(), done(k))).collect()
+        };
+        let mut changes = self.subscribe();
+        self.shared.enqueue_urgent(keys);
+        let all_done = || {
+            let state = self.shared.state.lock();
+            before
+                .iter()
+                .all(|(k, n)| state.refreshed.get(k).copied().unwrap_or(0) > *n)
+        };
+        let wait = async {
+            while !all_done() {
+                if changes.changed().await.is_err() {
+                    return;
                 }
-                Refresh::Class(class) => state
-                    .desired
-                    .iter()
-                    .filter(|k| k.class == class)
-                    .cloned()
-                    .collect(),
             }
         };
-        self.shared.enqueue_urgent(keys);
+        let _ = tokio::time::timeout(timeout, wait).await;
+    }
+
+    fn keys(&self, what: Refresh<'_>) -> Vec<Key> {
+        let state = self.shared.state.lock();
+        match what {
+            Refresh::Volume { class, affinity } => keys_for_volume(affinity, class, &state.desired)
+                .into_iter()
+                .collect(),
+            Refresh::Class(class) => state
+                .desired
+                .iter()
+                .filter(|k| k.class == class)
+                .cloned()
+                .collect(),
+            Refresh::Node { class, node } => match state.node_segments.get(node) {
+                Some(segment) => state
+                    .desired
+                    .iter()
+                    .filter(|k| k.class == class && &k.segment == segment)
+                    .cloned()
+                    .collect(),
+                None => Vec::new(),
+            },
+        }
     }
 
     /// When no published segment of `class` can hold `requested` bytes, the message to put on

@@ -77,6 +77,7 @@ impl Shared {
                     .rebuild(store.state().iter().map(|o| o.as_ref()));
             }
             state.staleness.retain(&desired, Instant::now());
+            state.refreshed.retain(|k, _| desired.contains(k));
             state.unattempted.retain(|k| desired.contains(k));
             state.unattempted.extend(plan.refresh.iter().cloned());
             state
@@ -113,7 +114,13 @@ impl Shared {
 
     pub(super) async fn process(&self, item: Item) -> Outcome {
         match item {
-            Item::Refresh(key) => self.refresh(key).await,
+            Item::Refresh(key) => {
+                let outcome = self.refresh(key.clone()).await;
+                // Published or failed: whoever waits for this key may go on.
+                *self.state.lock().refreshed.entry(key).or_insert(0) += 1;
+                self.bump();
+                outcome
+            }
             Item::Delete(name) => self.delete_if_doomed(&name).await,
         }
     }

@@ -15,6 +15,9 @@ use provisioning::retry;
 use super::{ClaimError, ClaimKey, ClaimsController, SyncError, claim_name, class_name, update};
 use crate::capacity_controller::Refresh;
 
+/// The longest a rescheduled claim waits for its node's capacity objects to be refreshed.
+const REFRESH_BEFORE_RESCHEDULE: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl ClaimsController {
     /// Reports a failed attempt as upstream does, reschedules when asked, and holds the next
     /// attempt for the claim's backoff (longer for an `infeasible` request).
@@ -53,6 +56,16 @@ impl ClaimsController {
         if err.state != ProvisioningState::NoChange
             && let Some(capacity) = &ctx.capacity
         {
+            // Rescheduled away from a node: its objects show the driver's answer before the
+            // scheduler is asked again, so it does not pick the same node on stale data.
+            if err.state == ProvisioningState::Reschedule
+                && let Some(node) = provisioning::claim::selected_node(claim)
+            {
+                let node = Refresh::Node { class, node };
+                capacity
+                    .refresh_and_wait(node, REFRESH_BEFORE_RESCHEDULE)
+                    .await;
+            }
             capacity.refresh(Refresh::Class(class));
         }
         if matches!(
