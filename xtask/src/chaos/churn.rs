@@ -33,12 +33,10 @@ pub fn setup(sizes: &Sizes) -> String {
 }
 
 pub fn metrics() -> Vec<MetricDef> {
-    let mut m = super::loss_metrics();
-    m.extend([
+    super::with_losses([
         MetricDef::new("kills", "Provisioner kills (the same for both)", "", true),
         MetricDef::new("create_calls", "CreateVolume calls", "", true),
-    ]);
-    m
+    ])
 }
 
 pub async fn measure(

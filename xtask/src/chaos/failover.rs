@@ -32,13 +32,11 @@ pub fn setup(sizes: &Sizes) -> String {
 }
 
 pub fn metrics() -> Vec<MetricDef> {
-    let mut m = super::loss_metrics();
-    m.extend([
+    super::with_losses([
         MetricDef::new("gap_s", "Time without a leader after the kill", "s", true),
         MetricDef::new("bound_s", "Time until every claim is Bound", "s", true),
         MetricDef::new("create_calls", "CreateVolume calls", "", true),
-    ]);
-    m
+    ])
 }
 
 /// Both replicas, for the teardown.

@@ -53,8 +53,7 @@ pub fn setup(sizes: &Sizes) -> String {
 }
 
 pub fn metrics() -> Vec<MetricDef> {
-    let mut m = super::loss_metrics();
-    m.extend([
+    super::with_losses([
         MetricDef::new("bound_s", "Time until every claim is Bound", "s", true),
         MetricDef::new("gone_s", "Time until every volume is deleted", "s", true),
         MetricDef::new(
@@ -65,8 +64,7 @@ pub fn metrics() -> Vec<MetricDef> {
         ),
         MetricDef::new("create_calls", "CreateVolume calls", "", true),
         MetricDef::new("delete_calls", "DeleteVolume calls", "", true),
-    ]);
-    m
+    ])
 }
 
 pub async fn measure(

@@ -97,6 +97,11 @@ pub struct Started {
     pub driver: Option<Driver>,
 }
 
+/// [`loss_metrics`], then a scenario's own.
+pub fn with_losses(own: impl IntoIterator<Item = MetricDef>) -> Vec<MetricDef> {
+    loss_metrics().into_iter().chain(own).collect()
+}
+
 /// The counts every scenario reports first.
 pub fn loss_metrics() -> Vec<MetricDef> {
     vec![

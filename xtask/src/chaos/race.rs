@@ -27,12 +27,10 @@ pub fn setup(sizes: &Sizes) -> String {
 }
 
 pub fn metrics() -> Vec<MetricDef> {
-    let mut m = super::loss_metrics();
-    m.extend([
+    super::with_losses([
         MetricDef::new("create_calls", "CreateVolume calls", "", true),
         MetricDef::new("delete_calls", "DeleteVolume calls", "", true),
-    ]);
-    m
+    ])
 }
 
 pub async fn measure(

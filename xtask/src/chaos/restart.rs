@@ -30,12 +30,10 @@ pub fn setup(sizes: &Sizes) -> String {
 }
 
 pub fn metrics() -> Vec<MetricDef> {
-    let mut m = super::loss_metrics();
-    m.extend([
+    super::with_losses([
         MetricDef::new("bound_s", "Time until every claim is Bound", "s", true),
         MetricDef::new("create_calls", "CreateVolume calls", "", true),
-    ]);
-    m
+    ])
 }
 
 pub async fn measure(

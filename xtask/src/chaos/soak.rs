@@ -36,8 +36,7 @@ pub fn setup(sizes: &Sizes) -> String {
 }
 
 pub fn metrics() -> Vec<MetricDef> {
-    let mut m = super::loss_metrics();
-    m.extend([
+    super::with_losses([
         MetricDef::new("rss_start_mib", "RSS after the warm-up", "MiB", true),
         MetricDef::new("rss_end_mib", "RSS at the end", "MiB", true),
         MetricDef::new("rss_growth_mib", "RSS growth over the soak", "MiB", true),
@@ -49,8 +48,7 @@ pub fn metrics() -> Vec<MetricDef> {
         ),
         MetricDef::new("fds_end", "Open file descriptors at the end", "", true),
         MetricDef::new("claims", "Claims created", "", false),
-    ]);
-    m
+    ])
 }
 
 fn open_fds(pid: u32) -> Option<usize> {
