@@ -153,6 +153,16 @@ pub fn cleanup(state: &VolumeState, name_taken: bool) -> Cleanup {
     }
 }
 
+/// The clean-up's step once the API server was asked whether the claim's own PV exists
+/// (`pv_saved`): a saved PV owns the volume, and its reclaim policy decides what happens to it
+/// (a `Retain` volume must survive its claim), so the clean-up only lets the claim go.
+pub fn unless_saved(step: Cleanup, pv_saved: bool) -> Cleanup {
+    match step {
+        Cleanup::Delete(_) if pv_saved => Cleanup::Release,
+        other => other,
+    }
+}
+
 /// What to do with the volume a probe returned: delete it unless a PV of another claim uses it
 /// (`used_elsewhere`), in which case it was never ours.
 pub fn after_probe(volume_id: Option<&str>, used_elsewhere: bool) -> Cleanup {
@@ -166,6 +176,18 @@ pub fn after_probe(volume_id: Option<&str>, used_elsewhere: bool) -> Cleanup {
 mod tests {
     use super::*;
     use VolumeState as S;
+
+    #[test]
+    fn a_saved_pv_keeps_its_volume_from_the_clean_up() {
+        let delete = || Cleanup::Delete("v".into());
+        assert_eq!(unless_saved(delete(), true), Cleanup::Release);
+        assert_eq!(unless_saved(delete(), false), delete());
+        assert_eq!(unless_saved(Cleanup::Release, true), Cleanup::Release);
+        assert_eq!(
+            unless_saved(Cleanup::ProbeRebuilt, false),
+            Cleanup::ProbeRebuilt
+        );
+    }
 
     #[test]
     fn a_call_moves_the_state() {

@@ -7,7 +7,7 @@
 use controller_kit::events::EventType;
 use csi::v1::CreateVolumeRequest;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use provisioning::attempt::{Cleanup, after_probe, cleanup};
+use provisioning::attempt::{Cleanup, after_probe, cleanup, unless_saved};
 use provisioning::errors::{ProvisioningState, classify_create_volume_error};
 use provisioning::prepare::Prepared;
 
@@ -36,6 +36,12 @@ impl ClaimsController {
             },
             Cleanup::ProbeRebuilt => self.probe_rebuilt(claim).await?,
             other => (other, secrets),
+        };
+        // The cache may not show a PV saved a moment ago (a claim deleted while its PV was
+        // being written): the API server decides before a volume is deleted.
+        let step = match step {
+            Cleanup::Delete(_) => unless_saved(step, self.pv_saved(claim).await?),
+            other => other,
         };
         if let Cleanup::Delete(volume_id) = step {
             match self.delete_own_volume(&uid, &volume_id, secrets).await {
@@ -72,6 +78,29 @@ impl ClaimsController {
                 what: "remove the finalizer from",
                 source,
             })
+    }
+
+    /// Whether the API server has a PV for the claim (named for it and bound to its UID).
+    async fn pv_saved(&self, claim: &PersistentVolumeClaim) -> Result<bool, ClaimError> {
+        let uid = claim.metadata.uid.as_deref();
+        let Ok(name) = self.volume_name(uid.unwrap_or_default()) else {
+            return Ok(false);
+        };
+        let api: kube::Api<k8s_openapi::api::core::v1::PersistentVolume> =
+            kube::Api::all(self.ctx.client.clone());
+        match api.get_opt(&name).await {
+            Ok(pv) => {
+                let saved = pv.is_some_and(|pv| uid.is_some() && bound_uid(&pv) == uid);
+                if saved {
+                    klog::v!(2, claim = %claim_name(claim), pv = %name, "The deleted claim's PV exists; its reclaim policy decides about the volume");
+                }
+                Ok(saved)
+            }
+            Err(e) => Err(ClaimError::Probe {
+                claim: claim_name(claim),
+                message: format!("cannot read PV {name}: {}", crate::api_error::message(&e)),
+            }),
+        }
     }
 
     /// DeleteVolume for a volume a CreateVolume of claim `uid` returned. `Ok(false)`: a PV of
