@@ -133,6 +133,34 @@ impl Ctx {
         launch::start_driver(&self.bins, &slot.dir, &slot.driver, args)
     }
 
+    /// A finished scenario's result: its runs with the fixed description (`setup` gets the
+    /// machine line appended), finished now; no plot and no notes yet.
+    pub fn result(
+        &self,
+        scenario: u8,
+        title: &str,
+        setup: String,
+        metrics: Vec<super::results::MetricDef>,
+        runs: Vec<super::results::RunRecord>,
+        wall_seconds: f64,
+    ) -> super::results::ScenarioResult {
+        super::results::ScenarioResult {
+            scenario,
+            title: title.into(),
+            quick: self.quick,
+            finished_at: jiff::Timestamp::now()
+                .strftime("%Y-%m-%d %H:%M UTC")
+                .to_string(),
+            wall_seconds,
+            command: (self.command)(scenario),
+            setup: format!("{setup}\n\n{}", super::explain::machine()),
+            metrics,
+            runs,
+            plot: None,
+            notes: Vec::new(),
+        }
+    }
+
     /// Starts the provisioner under the run's own identity (see [`identity`]).
     pub async fn start_provisioner(
         &self,

@@ -354,19 +354,9 @@ fn assemble(
         ),
     };
     ScenarioResult {
-        scenario: n,
-        title: title.into(),
-        quick: ctx.quick,
-        finished_at: jiff::Timestamp::now()
-            .strftime("%Y-%m-%d %H:%M UTC")
-            .to_string(),
-        wall_seconds: wall,
-        command: (ctx.command)(n),
-        setup: format!("{setup}\n\n{}", explain::machine()),
-        metrics,
-        runs,
         plot: Some(plot),
         notes,
+        ..ctx.result(n, title, setup, metrics, runs, wall)
     }
 }
 

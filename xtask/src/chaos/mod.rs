@@ -256,25 +256,11 @@ fn assemble(ctx: &Ctx, sizes: &Sizes, n: u8, runs: Vec<RunRecord>, wall: f64) ->
             failover::metrics(),
         ),
     };
-    ScenarioResult {
-        scenario: n,
-        title: title.into(),
-        quick: ctx.quick,
-        finished_at: jiff::Timestamp::now()
-            .strftime("%Y-%m-%d %H:%M UTC")
-            .to_string(),
-        wall_seconds: wall,
-        command: (ctx.command)(n),
-        setup: format!(
-            "{setup} Both provisioners: `--kube-api-qps=100 --kube-api-burst=200 \
-             --worker-threads=100 --timeout=10s`, no leader election.\n\n{}",
-            crate::bench::explain::machine()
-        ),
-        metrics,
-        runs,
-        plot: None,
-        notes: Vec::new(),
-    }
+    let setup = format!(
+        "{setup} Both provisioners: `--kube-api-qps=100 --kube-api-burst=200 \
+         --worker-threads=100 --timeout=10s`, no leader election."
+    );
+    ctx.result(n, title, setup, metrics, runs, wall)
 }
 
 /// The line under each table: what the counts say, from the results themselves, and what
