@@ -20,6 +20,7 @@ mod error;
 mod index;
 mod metrics;
 mod owner;
+mod rounds;
 mod staleness;
 mod worker;
 
@@ -117,9 +118,8 @@ struct State {
     node_segments: HashMap<String, Segment>,
     /// Nodes in their driver grace ([`capacity::grace`]).
     lost: capacity::grace::Lost,
-    /// How many refreshes of each key have finished (published or failed), for
-    /// [`RefreshHandle::refresh_and_wait`].
-    refreshed: HashMap<Key, u64>,
+    /// Refreshes of each key begun and ended, for [`RefreshHandle::refresh_and_wait`].
+    refreshed: HashMap<Key, rounds::Rounds>,
     index: index::Index,
     staleness: staleness::Staleness,
     /// Desired keys whose capacity was never asked for (or not since their class changed).
@@ -215,21 +215,22 @@ impl RefreshHandle {
     }
 
     /// [`RefreshHandle::refresh`], then waits (at most `timeout`) until every object named
-    /// has been refreshed: asked GetCapacity and published, or found failing.
+    /// has been refreshed by a GetCapacity begun after this call (published, or found
+    /// failing); one already in flight may have read the value from before.
     pub async fn refresh_and_wait(&self, what: Refresh<'_>, timeout: Duration) {
         let keys = self.keys(what);
-        let before: Vec<(Key, u64)> = {
+        let tickets: Vec<(Key, u64)> = {
             let state = self.shared.state.lock();
-            let done = |k: &Key| state.refreshed.get(k).copied().unwrap_or(0);
-            keys.iter().map(|k| (k.clone(), done(k))).collect()
+            let ticket = |k: &Key| state.refreshed.get(k).map_or(0, |r| r.ticket());
+            keys.iter().map(|k| (k.clone(), ticket(k))).collect()
         };
         let mut changes = self.subscribe();
         self.shared.enqueue_urgent(keys);
         let all_done = || {
             let state = self.shared.state.lock();
-            before
+            tickets
                 .iter()
-                .all(|(k, n)| state.refreshed.get(k).copied().unwrap_or(0) > *n)
+                .all(|(k, t)| state.refreshed.get(k).is_some_and(|r| r.served(*t)))
         };
         let wait = async {
             while !all_done() {

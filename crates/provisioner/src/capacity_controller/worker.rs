@@ -115,9 +115,15 @@ impl Shared {
     pub(super) async fn process(&self, item: Item) -> Outcome {
         match item {
             Item::Refresh(key) => {
+                self.state
+                    .lock()
+                    .refreshed
+                    .entry(key.clone())
+                    .or_default()
+                    .start();
                 let outcome = self.refresh(key.clone()).await;
                 // Published or failed: whoever waits for this key may go on.
-                *self.state.lock().refreshed.entry(key).or_insert(0) += 1;
+                self.state.lock().refreshed.entry(key).or_default().finish();
                 self.bump();
                 outcome
             }
