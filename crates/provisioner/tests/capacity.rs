@@ -286,19 +286,34 @@ async fn a_driver_restart_on_a_node_keeps_its_objects() {
     assert_eq!(after.len(), 1, "b's object stays");
 }
 
-/// The resourceVersion of the first version of object `name` (watched from now on) that
-/// satisfies `done`.
-async fn first_version_where<K>(api: Api<K>, name: String, done: impl Fn(&K) -> bool) -> u64
+/// The resourceVersion of the first version of object `name` that satisfies `done`, watched
+/// from now on; `ready` fires once the watch's initial list is in (later changes are seen).
+async fn first_version_where<K>(
+    api: Api<K>,
+    name: String,
+    ready: tokio::sync::oneshot::Sender<()>,
+    done: impl Fn(&K) -> bool,
+) -> u64
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
     K::DynamicType: Default,
 {
     use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
+    use kube::runtime::watcher::{self, Event};
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut stream = std::pin::pin!(watcher(api, config).applied_objects());
-    while let Some(object) = stream.next().await {
-        let object = object.unwrap();
+    let mut stream = std::pin::pin!(watcher::watcher(api, config));
+    let mut ready = Some(ready);
+    while let Some(event) = stream.next().await {
+        let object = match event.unwrap() {
+            Event::InitDone => {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(());
+                }
+                continue;
+            }
+            Event::Apply(o) | Event::InitApply(o) => o,
+            Event::Delete(_) | Event::Init => continue,
+        };
         if done(&object) {
             let rv = object.meta().resource_version.clone().unwrap_or_default();
             return rv.parse().unwrap();
@@ -339,14 +354,26 @@ async fn a_refused_node_shows_the_truth_before_the_claim_is_rescheduled() {
     );
 
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(w.client.clone(), &w.ns);
-    let released = tokio::spawn(first_version_where(claims.clone(), "big".into(), |c| {
-        let annotations = c.metadata.annotations.clone().unwrap_or_default();
-        !annotations.contains_key("volume.kubernetes.io/selected-node")
-    }));
-    let lowered = tokio::spawn(first_version_where(w.capacities(), object, |o| {
-        bytes(o).is_some_and(|b| b < 4 * GI)
-    }));
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let (claims_ready, claims_watched) = tokio::sync::oneshot::channel();
+    let released = tokio::spawn(first_version_where(
+        claims.clone(),
+        "big".into(),
+        claims_ready,
+        |c| {
+            let annotations = c.metadata.annotations.clone().unwrap_or_default();
+            !annotations.contains_key("volume.kubernetes.io/selected-node")
+        },
+    ));
+    let (object_ready, object_watched) = tokio::sync::oneshot::channel();
+    let lowered = tokio::spawn(first_version_where(
+        w.capacities(),
+        object,
+        object_ready,
+        |o| bytes(o).is_some_and(|b| b < 4 * GI),
+    ));
+    // Both watches see every change from here on: the order below is the servers', not ours.
+    claims_watched.await.unwrap();
+    object_watched.await.unwrap();
     let claim: PersistentVolumeClaim = serde_json::from_value(json!({
         "metadata": {"name": "big", "annotations": {
             "volume.kubernetes.io/selected-node": node,
