@@ -7,18 +7,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
+use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use serde_json::json;
 
-use super::Sizes;
 use super::harness::{self, Victim};
-use crate::bench::cluster::{create_all, ensure_nodes, poll};
+use super::{Metric, RECOVERY_S, Run, Sizes};
+use crate::bench::cluster::{ensure_nodes, poll};
 use crate::bench::ctx::{Ctx, Slot};
 use crate::bench::launch::Driver;
 use crate::bench::objects::{self, TOPOLOGY_KEY};
-use crate::bench::results::{MetricDef, RunRecord};
 
 const GI: i64 = 1 << 30;
 /// How long GetCapacity fails before and after the restart.
@@ -42,30 +41,23 @@ pub fn setup(sizes: &Sizes) -> String {
     )
 }
 
-pub fn metrics() -> Vec<MetricDef> {
-    vec![
-        MetricDef::new(
-            "duplicate_objects",
-            "Duplicate objects (class and node)",
-            "",
-            true,
-        ),
-        MetricDef::new("missing_objects", "Missing objects", "", true),
-        MetricDef::new(
-            "wrong_objects",
-            "Wrong objects (value, or a node that is gone)",
-            "",
-            true,
-        ),
-        MetricDef::new(
-            "recovery_s",
-            "Time to settle after the last fault",
-            "s",
-            true,
-        ),
-        MetricDef::new("publish_s", "First publication of every object", "s", true),
-    ]
-}
+pub const METRICS: &[Metric] = &[
+    Metric(
+        "duplicate_objects",
+        "Duplicate objects (class and node)",
+        "",
+        true,
+    ),
+    Metric("missing_objects", "Missing objects", "", true),
+    Metric(
+        "wrong_objects",
+        "Wrong objects (value, or a node that is gone)",
+        "",
+        true,
+    ),
+    RECOVERY_S,
+    Metric("publish_s", "First publication of every object", "s", true),
+];
 
 /// What is wrong with the published objects.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -134,25 +126,15 @@ fn expected(classes: &[String], nodes: &[(String, i64)]) -> BTreeMap<(String, St
         .collect()
 }
 
-pub async fn measure(
-    ctx: &Ctx,
-    sizes: &Sizes,
-    slot: &Slot,
-    rec: &mut RunRecord,
-    started: &mut super::Started,
-) -> Result<()> {
+pub async fn measure(run: Run<'_>) -> Result<()> {
+    let (ctx, sizes, slot) = (run.ctx, run.sizes, run.slot);
     let all = objects::node_names(sizes.s6_nodes + 2);
     let first = ensure_nodes(&ctx.client, sizes.s6_nodes, &slot.driver).await?;
-    ctx.prepare(slot, true).await?;
     let classes: Vec<String> = ["a", "b"]
         .iter()
         .map(|c| format!("{}-{c}", harness::class_name(slot)))
         .collect();
-    let scs: Vec<StorageClass> = classes
-        .iter()
-        .map(|c| objects::storage_class(c, &slot.driver, "WaitForFirstConsumer", "Delete"))
-        .collect();
-    create_all(&Api::all(ctx.client.clone()), scs).await?;
+    harness::prepare_classes(ctx, slot, true, &classes, "WaitForFirstConsumer").await?;
     let pools: Vec<String> = all
         .iter()
         .enumerate()
@@ -163,10 +145,11 @@ pub async fn measure(
     harness::write_faults(&faults_path, &json!({}))?;
     let mut args = pools;
     args.push(format!("--faults={}", faults_path.display()));
-    let driver: &Driver = started.driver.insert(ctx.start_driver(slot, &args)?);
+    let driver: &Driver = run.started.driver.insert(ctx.start_driver(slot, &args)?);
     let budget = harness::budget().with_capacity(100, 200, POLL);
     let t0 = Instant::now();
-    let victim = started
+    let victim = run
+        .started
         .victim
         .insert(Victim::start_with(ctx, slot, driver, &budget).await?);
     let bytes_of = |name: &str| pool_bytes(all.iter().position(|n| n == name).unwrap_or(0));
@@ -188,7 +171,7 @@ pub async fn measure(
         },
     )
     .await?;
-    rec.set("publish_s", t0.elapsed().as_secs_f64());
+    run.rec.set("publish_s", t0.elapsed().as_secs_f64());
 
     harness::write_faults(
         &faults_path,
@@ -221,11 +204,11 @@ pub async fn measure(
     let tally = loop {
         let t = count(&published(ctx, slot).await?, &want);
         if t.clean() {
-            rec.set("recovery_s", healed.elapsed().as_secs_f64());
+            run.rec.set("recovery_s", healed.elapsed().as_secs_f64());
             break t;
         }
         if Instant::now() >= deadline {
-            rec.notes.push(format!(
+            run.rec.notes.push(format!(
                 "objects still wrong {} s after GetCapacity answered again: {t:?}",
                 sizes.settle.as_secs()
             ));
@@ -233,9 +216,9 @@ pub async fn measure(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    rec.set("duplicate_objects", tally.duplicates as f64);
-    rec.set("missing_objects", tally.missing as f64);
-    rec.set("wrong_objects", tally.wrong as f64);
+    run.rec.set("duplicate_objects", tally.duplicates as f64);
+    run.rec.set("missing_objects", tally.missing as f64);
+    run.rec.set("wrong_objects", tally.wrong as f64);
     Ok(())
 }
 

@@ -7,10 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::Sizes;
-use super::harness;
-use crate::bench::ctx::{Ctx, Slot};
-use crate::bench::results::{MetricDef, RunRecord};
+use super::{CREATE_CALLS, Metric, Run, Sizes, harness};
 
 /// How long a killed provisioner stays down before it is started again.
 const DOWN: Duration = Duration::from_secs(1);
@@ -32,34 +29,24 @@ pub fn setup(sizes: &Sizes) -> String {
     )
 }
 
-pub fn metrics() -> Vec<MetricDef> {
-    super::with_losses([
-        MetricDef::new("kills", "Provisioner kills (the same for both)", "", true),
-        MetricDef::new("create_calls", "CreateVolume calls", "", true),
-    ])
-}
+pub const METRICS: &[Metric] = &[
+    Metric("kills", "Provisioner kills (the same for both)", "", true),
+    CREATE_CALLS,
+];
 
-pub async fn measure(
-    ctx: &Ctx,
-    sizes: &Sizes,
-    slot: &Slot,
-    rec: &mut RunRecord,
-    started: &mut super::Started,
-) -> Result<()> {
-    let faults = harness::slow_creates(0, 3000);
-    let (socket, call_log) = harness::begin(ctx, slot, &faults, started).await?;
-    let victim = started.victim.as_mut().expect("begin started it");
-    let claims = harness::claims_api(ctx, slot);
+pub async fn measure(mut run: Run<'_>) -> Result<()> {
+    let stage = harness::begin(&mut run, &harness::slow_creates(0, 3000)).await?;
+    let (ctx, sizes, slot) = (run.ctx, run.sizes, run.slot);
+    let victim = run.started.victim.as_mut().expect("begin started it");
     let kept = Arc::new(Mutex::new(BTreeSet::new()));
 
     let every = sizes.s1_churn.div_f64(sizes.s1_claims as f64);
     let churn = {
-        let kept = kept.clone();
-        let claims = claims.clone();
+        let (kept, stage) = (kept.clone(), &stage);
         async move {
             for i in 0..sizes.s1_claims {
                 let name = format!("c{i}");
-                harness::create_claim(&claims, slot, &name).await?;
+                stage.create(&name).await?;
                 kept.lock().unwrap().insert(name);
                 if i % 2 == 1 {
                     let victim_name = {
@@ -68,7 +55,7 @@ pub async fn measure(
                         k.iter().nth(pick).cloned()
                     };
                     if let Some(v) = victim_name {
-                        harness::delete_claim(&claims, &v).await?;
+                        stage.delete(&v).await?;
                         kept.lock().unwrap().remove(&v);
                     }
                 }
@@ -92,13 +79,9 @@ pub async fn measure(
     };
     let (churned, killed) = tokio::join!(churn, killer);
     churned?;
-    rec.set("kills", killed? as f64);
+    run.rec.set("kills", killed? as f64);
     let kept = kept.lock().unwrap().clone();
     // Timed from the end of the churn, which is after the last kill's restart too.
-    let paths = (socket.as_path(), call_log.as_path());
-    let since = Instant::now();
-    harness::settle_and_count(ctx, slot, paths, &kept, sizes.settle, since, rec)
-        .await?
-        .record(rec);
+    stage.finish(&kept, Instant::now(), run.rec).await?;
     Ok(())
 }

@@ -8,12 +8,10 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
-use super::Sizes;
-use super::harness;
+use super::{BOUND_S, CREATE_CALLS, Metric, Run, Sizes, harness};
 use crate::bench::cluster::poll;
 use crate::bench::ctx::{Ctx, Slot};
 use crate::bench::launch::{self, Running};
-use crate::bench::results::{MetricDef, RunRecord};
 
 const REPLICAS: [&str; 2] = ["replica-a", "replica-b"];
 
@@ -31,17 +29,11 @@ pub fn setup(sizes: &Sizes) -> String {
     )
 }
 
-pub fn metrics() -> Vec<MetricDef> {
-    super::with_losses([
-        MetricDef::new("gap_s", "Time without a leader after the kill", "s", true),
-        MetricDef::new("bound_s", "Time until every claim is Bound", "s", true),
-        MetricDef::new("create_calls", "CreateVolume calls", "", true),
-    ])
-}
-
-/// Both replicas, for the teardown.
-#[derive(Default)]
-pub struct Pair(pub Vec<(String, Running)>);
+pub const METRICS: &[Metric] = &[
+    Metric("gap_s", "Time without a leader after the kill", "s", true),
+    BOUND_S,
+    CREATE_CALLS,
+];
 
 /// Starts one replica under host name `host`: the run's flags with its own metrics address and
 /// leader election on.
@@ -82,26 +74,15 @@ async fn holder(leases: &Api<Lease>, name: &str) -> Result<Option<String>> {
         .filter(|h| !h.is_empty()))
 }
 
-pub async fn measure(
-    ctx: &Ctx,
-    sizes: &Sizes,
-    slot: &Slot,
-    rec: &mut RunRecord,
-    started: &mut super::Started,
-    pair: &mut Pair,
-) -> Result<()> {
-    harness::prepare(ctx, slot).await?;
-    let faults = harness::slow_creates(0, 3000);
-    let driver = started
-        .driver
-        .insert(harness::start_driver(ctx, slot, &faults)?);
-    let (socket, call_log) = (driver.socket.clone(), driver.call_log.clone());
+pub async fn measure(mut run: Run<'_>) -> Result<()> {
+    let stage = harness::begin_driver(&mut run, &harness::slow_creates(0, 3000)).await?;
+    let (ctx, sizes, slot) = (run.ctx, run.sizes, run.slot);
     let args = ctx
-        .provisioner_args(slot, &harness::budget(), &socket, &[])
+        .provisioner_args(slot, &harness::budget(), &stage.socket, &[])
         .await?;
+    let replicas = &mut run.started.replicas;
     for host in REPLICAS {
-        pair.0
-            .push((host.to_string(), spawn(ctx, slot, &args, host)?));
+        replicas.push((host.to_string(), spawn(ctx, slot, &args, host)?));
     }
     let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), &slot.namespace);
     let lease = leader_election::lock_name(&slot.driver);
@@ -115,23 +96,15 @@ pub async fn measure(
 
     let names = harness::claim_names(sizes.s5_claims);
     let t0 = Instant::now();
-    harness::create_claims(&harness::claims_api(ctx, slot), slot, &names).await?;
-    let quarter = sizes.s5_claims / 4;
-    poll(
-        "a quarter of the PVs",
-        sizes.settle,
-        Duration::from_millis(100),
-        || async { Ok((harness::count_pvs(ctx, slot).await? >= quarter).then_some(())) },
-    )
-    .await?;
-    let Some(index) = pair
-        .0
+    stage.create_all(&names).await?;
+    stage.until_quarter(sizes.s5_claims, None).await?;
+    let Some(index) = replicas
         .iter()
         .position(|(host, _)| first.contains(host.as_str()))
     else {
         bail!("the Lease holder {first:?} is neither replica");
     };
-    pair.0[index].1.process.kill9();
+    replicas[index].1.process.kill9();
     let killed = Instant::now();
     poll(
         "a new leader",
@@ -141,13 +114,10 @@ pub async fn measure(
     )
     .await
     .context("after killing the leader")?;
-    rec.set("gap_s", killed.elapsed().as_secs_f64());
-    let paths = (socket.as_path(), call_log.as_path());
-    let tally =
-        harness::settle_and_count(ctx, slot, paths, &names, sizes.settle, killed, rec).await?;
-    tally.record(rec);
+    run.rec.set("gap_s", killed.elapsed().as_secs_f64());
+    let tally = stage.finish(&names, killed, run.rec).await?;
     if tally.unbound == 0 {
-        rec.set("bound_s", t0.elapsed().as_secs_f64());
+        run.rec.set("bound_s", t0.elapsed().as_secs_f64());
     }
     Ok(())
 }

@@ -5,15 +5,10 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use anyhow::Result;
-use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
-use super::Sizes;
-use super::harness;
+use super::{BOUND_S, CREATE_CALLS, DELETE_CALLS, Metric, Run, Sizes, harness};
 use crate::bench::calllog;
-use crate::bench::cluster::PARALLEL;
-use crate::bench::ctx::{Ctx, Slot};
-use crate::bench::results::{MetricDef, RunRecord};
 
 /// The codes each failing call gets, each with the same share.
 const CODES: [&str; 5] = [
@@ -52,61 +47,46 @@ pub fn setup(sizes: &Sizes) -> String {
     )
 }
 
-pub fn metrics() -> Vec<MetricDef> {
-    super::with_losses([
-        MetricDef::new("bound_s", "Time until every claim is Bound", "s", true),
-        MetricDef::new("gone_s", "Time until every volume is deleted", "s", true),
-        MetricDef::new(
-            "failed_calls",
-            "CreateVolume/DeleteVolume calls failed",
-            "",
-            true,
-        ),
-        MetricDef::new("create_calls", "CreateVolume calls", "", true),
-        MetricDef::new("delete_calls", "DeleteVolume calls", "", true),
-    ])
-}
+pub const METRICS: &[Metric] = &[
+    BOUND_S,
+    Metric("gone_s", "Time until every volume is deleted", "s", true),
+    Metric(
+        "failed_calls",
+        "CreateVolume/DeleteVolume calls failed",
+        "",
+        true,
+    ),
+    CREATE_CALLS,
+    DELETE_CALLS,
+];
 
-pub async fn measure(
-    ctx: &Ctx,
-    sizes: &Sizes,
-    slot: &Slot,
-    rec: &mut RunRecord,
-    started: &mut super::Started,
-) -> Result<()> {
-    let (socket, call_log) = harness::begin(ctx, slot, &faults(), started).await?;
-    let paths = (socket.as_path(), call_log.as_path());
-    let claims = harness::claims_api(ctx, slot);
+pub async fn measure(mut run: Run<'_>) -> Result<()> {
+    let stage = harness::begin(&mut run, &faults()).await?;
+    let sizes = run.sizes;
     let names = harness::claim_names(sizes.s4_claims);
 
     let t0 = Instant::now();
-    harness::create_claims(&claims, slot, &names).await?;
-    let after_create =
-        harness::settle_and_count(ctx, slot, paths, &names, sizes.settle, t0, rec).await?;
+    stage.create_all(&names).await?;
+    let after_create = stage.count(&names, t0, run.rec).await?;
     // Settling after the creation is not the recovery this scenario reports.
-    if let Some(seconds) = rec.values.remove("recovery_s") {
-        rec.set("bound_s", seconds);
+    if let Some(seconds) = run.rec.values.remove("recovery_s") {
+        run.rec.set("bound_s", seconds);
     }
 
     let t1 = Instant::now();
-    futures::stream::iter(names.iter())
-        .map(|n| harness::delete_claim(&claims, n))
-        .buffer_unordered(PARALLEL)
-        .try_collect::<Vec<()>>()
-        .await?;
-    let none = BTreeSet::new();
-    let mut t = harness::settle_and_count(ctx, slot, paths, &none, sizes.settle, t1, rec).await?;
-    if let Some(seconds) = rec.values.get("recovery_s").copied() {
-        rec.set("gone_s", seconds);
+    stage.delete_all(&names).await?;
+    let mut t = stage.count(&BTreeSet::new(), t1, run.rec).await?;
+    if let Some(seconds) = run.rec.values.get("recovery_s").copied() {
+        run.rec.set("gone_s", seconds);
     }
     // Claims that never became Bound were counted before they were deleted.
     t.unbound = after_create.unbound;
-    t.record(rec);
-    let failed = calllog::read(&call_log)
+    t.record(run.rec);
+    let failed = calllog::read(&stage.call_log)
         .iter()
         .filter(|c| c.method == "CreateVolume" || c.method == "DeleteVolume")
         .filter(|c| c.error.is_some())
         .count();
-    rec.set("failed_calls", failed as f64);
+    run.rec.set("failed_calls", failed as f64);
     Ok(())
 }

@@ -21,12 +21,93 @@ use anyhow::{Context, Result, bail};
 use testenv::ControlPlane;
 
 use crate::bench::ctx::{Ctx, Slot};
-use crate::bench::launch::Driver;
+use crate::bench::launch::{Driver, Running};
 use crate::bench::report;
 use crate::bench::results::{self, Impl, MetricDef, RunRecord, ScenarioResult};
 
+/// What sets each scenario's result apart, scenario 1 first (how it runs: [`measure`]).
+const SCENARIOS: [Scenario; 7] = [
+    Scenario::new("kill -9 during churn", churn::setup, churn::METRICS),
+    Scenario::new("Create→delete race", race::setup, race::METRICS),
+    Scenario::new(
+        "API server and etcd restart",
+        restart::setup,
+        restart::METRICS,
+    ),
+    Scenario::new("CSI faults", faults::setup, faults::METRICS),
+    Scenario::new("Leader failover", failover::setup, failover::METRICS),
+    // Counts capacity objects, not volumes.
+    Scenario {
+        volumes: false,
+        ..Scenario::new("Capacity under faults", capacity::setup, capacity::METRICS)
+    },
+    Scenario::new("Soak", soak::setup, soak::METRICS),
+];
+
 /// The number of the last scenario.
-const LAST: u8 = 7;
+const LAST: u8 = SCENARIOS.len() as u8;
+
+struct Scenario {
+    title: &'static str,
+    setup: fn(&Sizes) -> String,
+    /// What it reports: after [`VOLUME_LOSSES`] if it counts volumes.
+    metrics: &'static [Metric],
+    volumes: bool,
+}
+
+impl Scenario {
+    const fn new(
+        title: &'static str,
+        setup: fn(&Sizes) -> String,
+        metrics: &'static [Metric],
+    ) -> Self {
+        Scenario {
+            title,
+            setup,
+            metrics,
+            volumes: true,
+        }
+    }
+
+    fn metric_defs(&self) -> Vec<MetricDef> {
+        let losses: &[Metric] = if self.volumes { &VOLUME_LOSSES } else { &[] };
+        losses.iter().chain(self.metrics).map(Metric::def).collect()
+    }
+}
+
+/// A [`MetricDef`] as a constant: key, label, unit, and whether lower is better.
+pub struct Metric(&'static str, &'static str, &'static str, bool);
+
+impl Metric {
+    fn def(&self) -> MetricDef {
+        MetricDef::new(self.0, self.1, self.2, self.3)
+    }
+}
+
+/// The counts every volume scenario reports first.
+const VOLUME_LOSSES: [Metric; 5] = [
+    Metric("leaked", "Leaked volumes (in the driver, no PV)", "", true),
+    Metric("orphan_pvs", "Orphan PVs (volume gone)", "", true),
+    Metric(
+        "duplicates",
+        "Duplicate volumes (two ids for one claim)",
+        "",
+        true,
+    ),
+    Metric("unbound", "Claims not Bound that should be", "", true),
+    RECOVERY_S,
+];
+
+// Metrics more than one scenario reports.
+pub const RECOVERY_S: Metric = Metric(
+    "recovery_s",
+    "Time to settle after the last fault",
+    "s",
+    true,
+);
+pub const BOUND_S: Metric = Metric("bound_s", "Time until every claim is Bound", "s", true);
+pub const CREATE_CALLS: Metric = Metric("create_calls", "CreateVolume calls", "", true);
+pub const DELETE_CALLS: Metric = Metric("delete_calls", "DeleteVolume calls", "", true);
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -95,32 +176,19 @@ impl Sizes {
 pub struct Started {
     pub victim: Option<harness::Victim>,
     pub driver: Option<Driver>,
+    /// Scenario 5's provisioners, by host name.
+    pub replicas: Vec<(String, Running)>,
 }
 
-/// [`loss_metrics`], then a scenario's own.
-pub fn with_losses(own: impl IntoIterator<Item = MetricDef>) -> Vec<MetricDef> {
-    loss_metrics().into_iter().chain(own).collect()
-}
-
-/// The counts every scenario reports first.
-pub fn loss_metrics() -> Vec<MetricDef> {
-    vec![
-        MetricDef::new("leaked", "Leaked volumes (in the driver, no PV)", "", true),
-        MetricDef::new("orphan_pvs", "Orphan PVs (volume gone)", "", true),
-        MetricDef::new(
-            "duplicates",
-            "Duplicate volumes (two ids for one claim)",
-            "",
-            true,
-        ),
-        MetricDef::new("unbound", "Claims not Bound that should be", "", true),
-        MetricDef::new(
-            "recovery_s",
-            "Time to settle after the last fault",
-            "s",
-            true,
-        ),
-    ]
+/// One run of a scenario against one provisioner: what its steps use, where they record, and
+/// what they started (the caller tears it down even when a step fails).
+pub struct Run<'a> {
+    pub ctx: &'a Ctx,
+    pub cp: &'a ControlPlane,
+    pub sizes: &'a Sizes,
+    pub slot: &'a Slot,
+    pub rec: &'a mut RunRecord,
+    pub started: &'a mut Started,
 }
 
 pub fn selection(asked: &[u8]) -> Result<Vec<u8>> {
@@ -198,23 +266,15 @@ async fn run_scenario(ctx: &Ctx, cp: &ControlPlane, sizes: &Sizes, n: u8) -> Vec
             println!("chaos: scenario {n}, run {run}, {which}");
             let mut rec = RunRecord::new(which, "", run);
             let mut started = Started::default();
-            let mut pair = failover::Pair::default();
-            let measured = match n {
-                1 => churn::measure(ctx, sizes, &slot, &mut rec, &mut started).await,
-                2 => race::measure(ctx, sizes, &slot, &mut rec, &mut started).await,
-                3 => restart::measure(ctx, cp, sizes, &slot, &mut rec, &mut started).await,
-                4 => faults::measure(ctx, sizes, &slot, &mut rec, &mut started).await,
-                6 => capacity::measure(ctx, sizes, &slot, &mut rec, &mut started).await,
-                7 => soak::measure(ctx, sizes, &slot, &mut rec, &mut started).await,
-                _ => {
-                    let m = failover::measure(ctx, sizes, &slot, &mut rec, &mut started, &mut pair);
-                    m.await
-                }
+            let this = Run {
+                ctx,
+                cp,
+                sizes,
+                slot: &slot,
+                rec: &mut rec,
+                started: &mut started,
             };
-            for (_, mut replica) in pair.0 {
-                replica.process.kill();
-            }
-            if let Err(e) = measured {
+            if let Err(e) = measure(n, this).await {
                 rec.notes.push(format!("{e:#}"));
             }
             teardown(ctx, &slot, started).await;
@@ -225,63 +285,50 @@ async fn run_scenario(ctx: &Ctx, cp: &ControlPlane, sizes: &Sizes, n: u8) -> Vec
     records
 }
 
+/// What scenario `n` does in one run; the run's start and end are [`harness`]'s.
+async fn measure(n: u8, run: Run<'_>) -> Result<()> {
+    match n {
+        1 => churn::measure(run).await,
+        2 => race::measure(run).await,
+        3 => restart::measure(run).await,
+        4 => faults::measure(run).await,
+        5 => failover::measure(run).await,
+        6 => capacity::measure(run).await,
+        _ => soak::measure(run).await,
+    }
+}
+
 async fn teardown(ctx: &Ctx, slot: &Slot, started: Started) {
+    for (_, mut replica) in started.replicas {
+        replica.process.kill();
+    }
     let prov = started.victim.and_then(|v| v.running);
     ctx.teardown(slot, prov, started.driver).await;
 }
 
 fn assemble(ctx: &Ctx, sizes: &Sizes, n: u8, runs: Vec<RunRecord>, wall: f64) -> ScenarioResult {
-    let (title, setup, metrics) = match n {
-        1 => (
-            "kill -9 during churn",
-            churn::setup(sizes),
-            churn::metrics(),
-        ),
-        2 => ("Create→delete race", race::setup(sizes), race::metrics()),
-        3 => (
-            "API server and etcd restart",
-            restart::setup(sizes),
-            restart::metrics(),
-        ),
-        4 => ("CSI faults", faults::setup(sizes), faults::metrics()),
-        7 => ("Soak", soak::setup(sizes), soak::metrics()),
-        6 => (
-            "Capacity under faults",
-            capacity::setup(sizes),
-            capacity::metrics(),
-        ),
-        _ => (
-            "Leader failover",
-            failover::setup(sizes),
-            failover::metrics(),
-        ),
-    };
+    let s = &SCENARIOS[usize::from(n) - 1];
     let setup = format!(
-        "{setup} Both provisioners: `--kube-api-qps=100 --kube-api-burst=200 \
-         --worker-threads=100 --timeout=10s`, no leader election."
+        "{} Both provisioners: `--kube-api-qps=100 --kube-api-burst=200 \
+         --worker-threads=100 --timeout=10s`, no leader election.",
+        (s.setup)(sizes)
     );
-    ctx.result(n, title, setup, metrics, runs, wall)
+    ctx.result(n, s.title, setup, s.metric_defs(), runs, wall)
 }
 
 /// The line under each table: what the counts say, from the results themselves, and what
 /// protects a volume in that scenario on each side.
 fn explain(r: &ScenarioResult) -> String {
-    let median = |which: Impl, key: &str| {
+    let summary = |which: Impl, key: &str| {
         let v: Vec<f64> = r
             .values(which, "", key)
             .into_iter()
             .map(|(_, x)| x)
             .collect();
-        crate::bench::stats::summarize(&v).map(|s| s.median)
+        crate::bench::stats::summarize(&v)
     };
-    let range = |which: Impl, key: &str| {
-        let v: Vec<f64> = r
-            .values(which, "", key)
-            .into_iter()
-            .map(|(_, x)| x)
-            .collect();
-        report::fmt_summary(crate::bench::stats::summarize(&v))
-    };
+    let median = |which: Impl, key: &str| summary(which, key).map(|s| s.median);
+    let range = |which: Impl, key: &str| report::fmt_summary(summary(which, key));
     let lost = |which: Impl| -> f64 {
         r.runs
             .iter()
@@ -433,6 +480,17 @@ mod tests {
         assert!(q.s1_claims < f.s1_claims && q.s2_claims < f.s2_claims);
         assert!(q.s3_claims < f.s3_claims && q.s4_claims < f.s4_claims);
         assert!(q.settle < f.settle);
+    }
+
+    #[test]
+    fn every_scenario_reports_each_metric_once() {
+        for s in &SCENARIOS {
+            let defs = s.metric_defs();
+            let keys: std::collections::BTreeSet<&str> =
+                defs.iter().map(|m| m.key.as_str()).collect();
+            assert_eq!(keys.len(), defs.len(), "{}", s.title);
+            assert!(keys.contains("recovery_s"), "{}", s.title);
+        }
     }
 
     #[test]

@@ -7,10 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use futures::StreamExt;
 
-use super::Sizes;
-use super::harness;
-use crate::bench::ctx::{Ctx, Slot};
-use crate::bench::results::{MetricDef, RunRecord};
+use super::{CREATE_CALLS, DELETE_CALLS, Metric, Run, Sizes, harness};
 
 const DELETE_WITHIN: Duration = Duration::from_secs(3);
 
@@ -26,46 +23,32 @@ pub fn setup(sizes: &Sizes) -> String {
     )
 }
 
-pub fn metrics() -> Vec<MetricDef> {
-    super::with_losses([
-        MetricDef::new("create_calls", "CreateVolume calls", "", true),
-        MetricDef::new("delete_calls", "DeleteVolume calls", "", true),
-    ])
-}
+pub const METRICS: &[Metric] = &[CREATE_CALLS, DELETE_CALLS];
 
-pub async fn measure(
-    ctx: &Ctx,
-    sizes: &Sizes,
-    slot: &Slot,
-    rec: &mut RunRecord,
-    started: &mut super::Started,
-) -> Result<()> {
-    let faults = harness::slow_creates(2000, 5000);
-    let (socket, call_log) = harness::begin(ctx, slot, &faults, started).await?;
-    let claims = harness::claims_api(ctx, slot);
+pub async fn measure(mut run: Run<'_>) -> Result<()> {
+    let stage = harness::begin(&mut run, &harness::slow_creates(2000, 5000)).await?;
+    let sizes = run.sizes;
 
     let t0 = Instant::now();
     let every = sizes.s2_spread.div_f64(sizes.s2_claims as f64);
     // Each claim's life: created on its slot in the spread, deleted 0–3 s later.
     let lives = futures::stream::iter(0..sizes.s2_claims)
         .map(|i| {
-            let claims = claims.clone();
+            let stage = &stage;
             async move {
                 tokio::time::sleep_until((t0 + every.mul_f64(i as f64)).into()).await;
                 let name = format!("c{i}");
-                harness::create_claim(&claims, slot, &name).await?;
+                stage.create(&name).await?;
                 tokio::time::sleep(DELETE_WITHIN.mul_f64(rand::random::<f64>())).await;
-                harness::delete_claim(&claims, &name).await
+                stage.delete(&name).await
             }
         })
         .buffer_unordered(1024)
         .collect::<Vec<Result<()>>>()
         .await;
     lives.into_iter().collect::<Result<Vec<()>>>()?;
-    let paths = (socket.as_path(), call_log.as_path());
-    let none = BTreeSet::new();
-    harness::settle_and_count(ctx, slot, paths, &none, sizes.settle, Instant::now(), rec)
-        .await?
-        .record(rec);
+    stage
+        .finish(&BTreeSet::new(), Instant::now(), run.rec)
+        .await?;
     Ok(())
 }

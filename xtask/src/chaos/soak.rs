@@ -6,11 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::Sizes;
-use super::harness;
-use crate::bench::ctx::{Ctx, Slot};
+use super::{Metric, Run, Sizes, harness};
 use crate::bench::procfs;
-use crate::bench::results::{MetricDef, RunRecord};
 
 /// One claim is created every `EVERY` and deleted `LIFETIME` later.
 const EVERY: Duration = Duration::from_secs(1);
@@ -35,21 +32,19 @@ pub fn setup(sizes: &Sizes) -> String {
     )
 }
 
-pub fn metrics() -> Vec<MetricDef> {
-    super::with_losses([
-        MetricDef::new("rss_start_mib", "RSS after the warm-up", "MiB", true),
-        MetricDef::new("rss_end_mib", "RSS at the end", "MiB", true),
-        MetricDef::new("rss_growth_mib", "RSS growth over the soak", "MiB", true),
-        MetricDef::new(
-            "fds_start",
-            "Open file descriptors after the warm-up",
-            "",
-            true,
-        ),
-        MetricDef::new("fds_end", "Open file descriptors at the end", "", true),
-        MetricDef::new("claims", "Claims created", "", false),
-    ])
-}
+pub const METRICS: &[Metric] = &[
+    Metric("rss_start_mib", "RSS after the warm-up", "MiB", true),
+    Metric("rss_end_mib", "RSS at the end", "MiB", true),
+    Metric("rss_growth_mib", "RSS growth over the soak", "MiB", true),
+    Metric(
+        "fds_start",
+        "Open file descriptors after the warm-up",
+        "",
+        true,
+    ),
+    Metric("fds_end", "Open file descriptors at the end", "", true),
+    Metric("claims", "Claims created", "", false),
+];
 
 fn open_fds(pid: u32) -> Option<usize> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
@@ -61,54 +56,45 @@ fn look(started: &super::Started) -> Option<(f64, usize)> {
     Some((procfs::sample(pid)?.rss_mib, open_fds(pid)?))
 }
 
-pub async fn measure(
-    ctx: &Ctx,
-    sizes: &Sizes,
-    slot: &Slot,
-    rec: &mut RunRecord,
-    started: &mut super::Started,
-) -> Result<()> {
-    let faults = harness::slow_creates(0, 1000);
-    let (socket, call_log) = harness::begin(ctx, slot, &faults, started).await?;
-    let claims = harness::claims_api(ctx, slot);
+pub async fn measure(mut run: Run<'_>) -> Result<()> {
+    let stage = harness::begin(&mut run, &harness::slow_creates(0, 1000)).await?;
+    let sizes = run.sizes;
     let t0 = Instant::now();
     let mut alive: VecDeque<(Instant, String)> = VecDeque::new();
     let mut first = None;
     let mut created = 0usize;
     while t0.elapsed() < sizes.s7_soak {
         let name = format!("c{created}");
-        harness::create_claim(&claims, slot, &name).await?;
+        stage.create(&name).await?;
         alive.push_back((Instant::now(), name));
         created += 1;
         while let Some((born, name)) = alive.front()
             && born.elapsed() >= LIFETIME
         {
-            harness::delete_claim(&claims, name).await?;
+            stage.delete(name).await?;
             alive.pop_front();
         }
         if first.is_none() && t0.elapsed() >= WARM_UP {
-            first = look(started);
+            first = look(run.started);
         }
         tokio::time::sleep_until((t0 + EVERY * created as u32).into()).await;
     }
-    let last = look(started);
-    rec.set("claims", created as f64);
+    let last = look(run.started);
+    run.rec.set("claims", created as f64);
     match (first, last) {
         (Some((rss0, fds0)), Some((rss1, fds1))) => {
-            rec.set("rss_start_mib", rss0);
-            rec.set("rss_end_mib", rss1);
-            rec.set("rss_growth_mib", rss1 - rss0);
-            rec.set("fds_start", fds0 as f64);
-            rec.set("fds_end", fds1 as f64);
+            run.rec.set("rss_start_mib", rss0);
+            run.rec.set("rss_end_mib", rss1);
+            run.rec.set("rss_growth_mib", rss1 - rss0);
+            run.rec.set("fds_start", fds0 as f64);
+            run.rec.set("fds_end", fds1 as f64);
         }
-        _ => rec
+        _ => run
+            .rec
             .notes
             .push("the provisioner was not running when it was sampled".into()),
     }
     let kept: BTreeSet<String> = alive.into_iter().map(|(_, n)| n).collect();
-    let paths = (socket.as_path(), call_log.as_path());
-    harness::settle_and_count(ctx, slot, paths, &kept, sizes.settle, Instant::now(), rec)
-        .await?
-        .record(rec);
+    stage.finish(&kept, Instant::now(), run.rec).await?;
     Ok(())
 }
