@@ -18,6 +18,7 @@
 //! | What must a resync refresh, and which keys left? | [`resync::diff`] |
 //! | How long does a key wait after failed GetCapacity calls? | [`resync::backoff`] |
 //! | Why can a waiting claim not be placed anywhere? | [`explain::explain_exhaustion`] |
+//! | What do in-flight volumes take from a reading? | [`ledger::apply`], [`ledger::Ledger`] |
 //! | Which objects belong to nodes that are gone (distributed)? | [`orphans::orphans`] |
 
 // A decision crate: every public item says what it decides (denied in CI by clippy -D warnings).
@@ -27,6 +28,7 @@ pub mod class;
 pub mod desired;
 pub mod explain;
 pub mod grace;
+pub mod ledger;
 pub mod orphans;
 pub mod plan;
 pub mod published;

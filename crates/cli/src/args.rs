@@ -139,6 +139,12 @@ pub(crate) struct RawArgs {
                   (a driver restarting) keeps its CSIStorageCapacity objects; 0 deletes them at \
                   once, as upstream [default: 30s]")]
     pub capacity_driver_grace: Option<String>,
+    #[arg(long, value_name = BOOL, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help = "Not in upstream: while a claim's CreateVolume runs, its size is taken from the \
+                  published capacity of its node, and a claim that no longer fits there is sent \
+                  back to the scheduler without calling the driver; false publishes what \
+                  GetCapacity says, as upstream [default: true]")]
+    pub capacity_reservations: Option<String>,
     #[arg(
         long,
         value_name = "keep|zero",

@@ -301,6 +301,11 @@ pub(crate) fn convert(
                 d.kube_api_capacity_burst,
             )?,
             enable_capacity: boolean("enable-capacity", raw.enable_capacity, d.enable_capacity)?,
+            capacity_reservations: boolean(
+                "capacity-reservations",
+                raw.capacity_reservations,
+                d.capacity_reservations,
+            )?,
             capacity_for_immediate_binding: boolean(
                 "capacity-for-immediate-binding",
                 raw.capacity_for_immediate_binding,

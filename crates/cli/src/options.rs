@@ -126,6 +126,8 @@ pub struct Options {
     pub capacity_stale_after: Option<Duration>,
     /// `--capacity-driver-grace` (ours).
     pub capacity_driver_grace: Duration,
+    /// `--capacity-reservations` (ours).
+    pub capacity_reservations: bool,
     /// `--capacity-stale-action` (ours).
     pub capacity_stale_action: StaleAction,
     /// `None` for no owner (any negative level).
@@ -193,6 +195,7 @@ impl Default for Options {
             capacity_poll_interval: Duration::from_secs(60),
             capacity_stale_after: None,
             capacity_driver_grace: Duration::from_secs(30),
+            capacity_reservations: true,
             capacity_stale_action: StaleAction::Keep,
             capacity_ownerref_level: Some(1),
             node_deployment: false,

@@ -248,6 +248,7 @@ async fn capacity_controller(
         stale_after: opts.capacity_stale_after,
         stale_zero: opts.capacity_stale_action == cli::StaleAction::Zero,
         driver_grace: opts.capacity_driver_grace,
+        reservations: opts.capacity_reservations,
     };
     Ok(CapacityController::new(
         config,

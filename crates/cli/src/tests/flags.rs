@@ -64,6 +64,7 @@ const UPSTREAM_FLAGS: &[&str] = &[
 /// keep upstream's behaviour.
 const OUR_FLAGS: &[&str] = &[
     "capacity-driver-grace",
+    "capacity-reservations",
     "capacity-stale-action",
     "capacity-stale-after",
 ];
@@ -111,6 +112,16 @@ fn driver_grace_flag(#[case] args: &[&str], #[case] want: Duration) {
 }
 
 #[rstest]
+#[case(&[], true)]
+#[case(&["--capacity-reservations"], true)]
+#[case(&["--capacity-reservations=false"], false)]
+#[case(&["--capacity-reservations=0"], false)]
+fn reservations_flag(#[case] args: &[&str], #[case] want: bool) {
+    assert_eq!(ok(args).capacity_reservations, want);
+}
+
+#[rstest]
+#[case(&["--capacity-reservations=maybe"], "capacity-reservations")]
 #[case(&["--capacity-driver-grace=soon"], "capacity-driver-grace")]
 #[case(&["--capacity-stale-action=drop"], "expected keep or zero")]
 #[case(&["--capacity-stale-after=-1s"], "capacity-stale-after")]

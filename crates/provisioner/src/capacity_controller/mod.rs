@@ -20,6 +20,7 @@ mod error;
 mod index;
 mod metrics;
 mod owner;
+mod reservations;
 mod rounds;
 mod staleness;
 mod worker;
@@ -52,6 +53,7 @@ use crate::caches::Caches;
 pub use error::CapacityError;
 pub use metrics::CapacityMetrics;
 pub use owner::OwnerError;
+pub use reservations::{Hold, NoRoom};
 
 /// Name of the work queue of (segment, class) keys and doomed objects (as upstream).
 pub const QUEUE_NAME: &str = "csistoragecapacity";
@@ -86,6 +88,8 @@ pub struct CapacityConfig {
     /// `--capacity-driver-grace` (ours): how long a node whose driver entry went away keeps
     /// its objects.
     pub driver_grace: Duration,
+    /// `--capacity-reservations` (ours): in-flight volumes lower the published capacity.
+    pub reservations: bool,
 }
 
 /// The change streams the capacity controller consumes (it also reads the shared caches).
@@ -103,6 +107,8 @@ pub(crate) enum Item {
     Refresh(Key),
     /// Delete our object of this name if it is still obsolete or a duplicate.
     Delete(String),
+    /// Publish the last reading of a key less its reservations (no GetCapacity).
+    Publish(Key),
 }
 
 /// What the controller knows; guarded by one lock, never held across an await.
@@ -120,6 +126,10 @@ struct State {
     lost: capacity::grace::Lost,
     /// Refreshes of each key begun and ended, for [`RefreshHandle::refresh_and_wait`].
     refreshed: HashMap<Key, rounds::Rounds>,
+    /// The last successful GetCapacity of each key and the refresh round that asked it.
+    readings: HashMap<Key, (Capacity, u64)>,
+    /// Volumes being created, by claim ([`reservations`]).
+    ledger: capacity::ledger::Ledger,
     index: index::Index,
     staleness: staleness::Staleness,
     /// Desired keys whose capacity was never asked for (or not since their class changed).

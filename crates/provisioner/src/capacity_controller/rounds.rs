@@ -13,9 +13,10 @@ pub(super) struct Rounds {
 }
 
 impl Rounds {
-    /// A worker took the key off the queue.
-    pub(super) fn start(&mut self) {
+    /// A worker took the key off the queue: the number of this round.
+    pub(super) fn start(&mut self) -> u64 {
         self.started += 1;
+        self.started
     }
 
     /// The refresh ended (published or failed).

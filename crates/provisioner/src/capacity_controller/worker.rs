@@ -24,6 +24,7 @@ use tonic::Code;
 use super::error::CapacityError;
 use super::{Item, Shared};
 use capacity::grace::with_grace;
+use capacity::ledger::apply;
 use capacity::resync::{backoff, diff, node_driver};
 
 impl Shared {
@@ -78,6 +79,8 @@ impl Shared {
             }
             state.staleness.retain(&desired, Instant::now());
             state.refreshed.retain(|k, _| desired.contains(k));
+            state.readings.retain(|k, _| desired.contains(k));
+            state.ledger.retain_keys(|k| desired.contains(k));
             state.unattempted.retain(|k| desired.contains(k));
             state.unattempted.extend(plan.refresh.iter().cloned());
             state
@@ -115,24 +118,24 @@ impl Shared {
     pub(super) async fn process(&self, item: Item) -> Outcome {
         match item {
             Item::Refresh(key) => {
-                self.state
-                    .lock()
+                let round = (self.state.lock())
                     .refreshed
                     .entry(key.clone())
                     .or_default()
                     .start();
-                let outcome = self.refresh(key.clone()).await;
+                let outcome = self.refresh(key.clone(), round).await;
                 // Published or failed: whoever waits for this key may go on.
                 self.state.lock().refreshed.entry(key).or_default().finish();
                 self.bump();
                 outcome
             }
             Item::Delete(name) => self.delete_if_doomed(&name).await,
+            Item::Publish(key) => self.publish_reserved(key).await,
         }
     }
 
-    /// GetCapacity for one key, then the write it calls for.
-    async fn refresh(&self, key: Key) -> Outcome {
+    /// GetCapacity for one key (refresh round `round`), then the write it calls for.
+    async fn refresh(&self, key: Key, round: u64) -> Outcome {
         let parameters = {
             let state = self.state.lock();
             match state.classes.get(&key.class) {
@@ -166,9 +169,16 @@ impl Shared {
             klog::v!(2, class = %key.class, segment = %segment, available, maximum = ?maximum,
                 "GetCapacity returned a negative value; publishing 0 instead");
         }
-        self.state.lock().staleness.success(&key, Instant::now());
-        self.write(&key, Capacity::from_response(available, maximum))
-            .await
+        let reading = Capacity::from_response(available, maximum);
+        let published = {
+            let mut state = self.state.lock();
+            state.staleness.success(&key, Instant::now());
+            state.readings.insert(key.clone(), (reading, round));
+            let reserved = state.ledger.reserved(&key, round, None).bytes;
+            state.ledger.settle(&key, round);
+            apply(reading, reserved)
+        };
+        self.write(&key, published).await
     }
 
     /// Keeps the published value (as upstream) and retries with backoff. The failure shows in
@@ -271,7 +281,7 @@ impl Shared {
             .collect()
     }
 
-    async fn write(&self, key: &Key, reading: Capacity) -> Outcome {
+    pub(super) async fn write(&self, key: &Key, reading: Capacity) -> Outcome {
         let objects = self.objects_of(key);
         let published: Vec<Published> = objects.iter().map(|o| Published::from_object(o)).collect();
         let owner_uid = self.config.owner.as_ref().map(|o| o.uid.as_str());

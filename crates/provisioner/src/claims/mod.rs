@@ -25,6 +25,7 @@ mod protection;
 mod provision;
 mod race;
 mod release;
+mod reserve;
 mod restore;
 mod save;
 mod sources;

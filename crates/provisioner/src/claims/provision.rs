@@ -118,6 +118,13 @@ impl ClaimsController {
         let before = self
             .memory
             .volume_state_recorded(&uid, self.earlier_attempt_possible(claim));
+        let hold = match self
+            .reserve(claim, &class_name(class), plan.requested_bytes, &before)
+            .await
+        {
+            Ok(hold) => hold,
+            Err(err) => return self.fail(claim, class, err, false).await,
+        };
         // From here a volume may exist: the claim must not disappear without us knowing.
         let claim = match update::add_finalizer(&ctx.client, &ctx.caches.claims, claim).await {
             Ok(Some(c)) => c,
@@ -132,7 +139,10 @@ impl ClaimsController {
             }
         };
         let client = ctx.driver.client.migrated(plan.migrated_from.is_some());
-        let volume = match client.create_volume(request.clone()).await {
+        let called = client.create_volume(request.clone()).await;
+        // The call ended: the next GetCapacity shows what it did, and ends the reservation.
+        drop(hold);
+        let volume = match called {
             Ok(resp) => match resp.volume {
                 // An id is what every later call names the volume by: without one there is
                 // nothing to record or delete; asking again under the same name gets it.

@@ -1,0 +1,231 @@
+//! Reservations for volumes being created (ours, `--capacity-reservations`).
+//!
+//! The scheduler checks each claim against the published objects alone, so pods placed before
+//! an object changes all see the same room (the KEP's first listed drawback). While a claim's
+//! CreateVolume is in flight its size counts against its (segment, class): the published
+//! value is lowered at once, and a claim that no longer fits is sent back to the scheduler
+//! without asking the driver.
+//!
+//! A reservation is *held* while the call runs. When the call returns it is *released* with
+//! a ticket: the refresh round of its key that had begun by then. Only a GetCapacity of a
+//! later round can show the new volume, so readings up to the ticket still subtract it; later
+//! ones do not, and the entry is forgotten.
+
+use std::collections::HashMap;
+
+use crate::{Capacity, Key};
+
+/// In-flight volumes by claim UID.
+#[derive(Debug, Default, Clone)]
+pub struct Ledger {
+    entries: HashMap<String, Entry>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    key: Key,
+    bytes: i64,
+    /// `None` while CreateVolume runs; then the last refresh round that began before it ended.
+    released: Option<u64>,
+}
+
+/// What the ledger says about one (segment, class) at one reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reserved {
+    /// Bytes the reading does not show yet.
+    pub bytes: i64,
+    /// Claims whose CreateVolume is running.
+    pub held: usize,
+}
+
+impl Ledger {
+    /// Counts `bytes` for the claim `uid` against `key` (again, if it held one already).
+    pub fn hold(&mut self, uid: &str, key: Key, bytes: i64) {
+        let entry = Entry {
+            key,
+            bytes: bytes.max(0),
+            released: None,
+        };
+        self.entries.insert(uid.to_string(), entry);
+    }
+
+    /// The key the claim `uid` holds or held.
+    pub fn key_of(&self, uid: &str) -> Option<&Key> {
+        self.entries.get(uid).map(|e| &e.key)
+    }
+
+    /// The claim's CreateVolume returned; `round` is the refresh round of its key begun last.
+    /// Returns the key, to be refreshed.
+    pub fn release(&mut self, uid: &str, round: u64) -> Option<Key> {
+        let entry = self.entries.get_mut(uid)?;
+        entry.released = Some(round);
+        Some(entry.key.clone())
+    }
+
+    /// What a reading of `key` taken in refresh round `round` does not show: the held
+    /// reservations and those released at or after that round.
+    pub fn reserved(&self, key: &Key, round: u64, except: Option<&str>) -> Reserved {
+        let mut r = Reserved::default();
+        for (uid, e) in &self.entries {
+            if &e.key != key || except == Some(uid.as_str()) {
+                continue;
+            }
+            match e.released {
+                None => {
+                    r.bytes = r.bytes.saturating_add(e.bytes);
+                    r.held += 1;
+                }
+                Some(t) if t >= round => r.bytes = r.bytes.saturating_add(e.bytes),
+                Some(_) => {}
+            }
+        }
+        r
+    }
+
+    /// A reading of `key` from `round` was taken: released entries it shows are done.
+    pub fn settle(&mut self, key: &Key, round: u64) {
+        self.entries
+            .retain(|_, e| &e.key != key || e.released.is_none_or(|t| t >= round));
+    }
+
+    /// Drops whatever is reserved for keys `keep` rejects (a class or segment went away).
+    pub fn retain_keys(&mut self, keep: impl Fn(&Key) -> bool) {
+        self.entries.retain(|_, e| keep(&e.key));
+    }
+
+    /// Number of entries (held or waiting for a reading), for tests and the capacity view.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is reserved.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The reading as the scheduler should see it with `reserved` bytes on their way.
+///
+/// `capacity` is lowered (never below 0). `maximumVolumeSize` is the filter's limit when set:
+/// a driver's maximum at or below its free capacity (a thick pool) is kept at or below the
+/// lowered capacity; a maximum above it (an over-committed thin pool, allowed on purpose)
+/// is left alone, as thin volumes do not take their size from the pool at creation.
+pub fn apply(reading: Capacity, reserved: i64) -> Capacity {
+    if reserved <= 0 {
+        return reading;
+    }
+    let available = reading.available.saturating_sub(reserved).max(0);
+    let maximum_volume_size = reading.maximum_volume_size.map(|m| {
+        if m <= reading.available {
+            m.min(available)
+        } else {
+            m
+        }
+    });
+    Capacity {
+        available,
+        maximum_volume_size,
+    }
+}
+
+/// Whether a volume of `requested` bytes passes the scheduler's filter against `reading`
+/// with `reserved` bytes on their way.
+pub fn fits(reading: Capacity, reserved: i64, requested: i64) -> bool {
+    apply(reading, reserved).limit() >= requested
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Segment;
+
+    const GI: i64 = 1 << 30;
+
+    fn key(node: &str) -> Key {
+        Key {
+            segment: Segment::from([("topology/node".to_string(), node.to_string())]),
+            class: "fast".into(),
+        }
+    }
+
+    #[test]
+    fn apply_table() {
+        let c = |a, m| Capacity::from_response(a, m);
+        let cases = [
+            // (reading, reserved) -> published
+            (c(100, None), 0, c(100, None)),
+            (c(100, None), 45, c(55, None)),
+            (c(100, None), 145, c(0, None)),
+            // Thick pool: the maximum follows the lowered capacity.
+            (c(100, Some(80)), 45, c(55, Some(55))),
+            (c(100, Some(40)), 45, c(55, Some(40))),
+            (c(100, Some(100)), 100, c(0, Some(0))),
+            // Thin pool over-committed on purpose: its maximum stays.
+            (c(10, Some(50)), 5, c(5, Some(50))),
+        ];
+        for (reading, reserved, want) in cases {
+            assert_eq!(apply(reading, reserved), want, "{reading:?} - {reserved}");
+        }
+    }
+
+    #[test]
+    fn fits_is_the_schedulers_filter_after_reservations() {
+        let hundred = Capacity::from_response(100 * GI, None);
+        assert!(fits(hundred, 45 * GI, 45 * GI));
+        assert!(!fits(hundred, 90 * GI, 45 * GI));
+        assert!(fits(hundred, 55 * GI, 45 * GI), "exactly full fits");
+        let thin = Capacity::from_response(10 * GI, Some(50 * GI));
+        assert!(fits(thin, 45 * GI, 50 * GI));
+    }
+
+    #[test]
+    fn a_reservation_counts_until_a_later_reading() {
+        let mut l = Ledger::default();
+        let (a, b) = (key("a"), key("b"));
+        l.hold("c1", a.clone(), 45 * GI);
+        l.hold("c2", a.clone(), 45 * GI);
+        l.hold("c3", b.clone(), 10 * GI);
+        let r = l.reserved(&a, 7, None);
+        assert_eq!((r.bytes, r.held), (90 * GI, 2));
+        assert_eq!(l.reserved(&a, 7, Some("c1")).bytes, 45 * GI, "not itself");
+        assert_eq!(l.reserved(&b, 7, None).bytes, 10 * GI);
+
+        // c1's call returned while round 7 ran: round 7's reading may not show it.
+        assert_eq!(l.release("c1", 7), Some(a.clone()));
+        assert_eq!(
+            l.reserved(&a, 7, None),
+            Reserved {
+                bytes: 90 * GI,
+                held: 1
+            }
+        );
+        l.settle(&a, 7);
+        assert_eq!(l.len(), 3);
+        // Round 8 began after the release: it shows the volume.
+        assert_eq!(
+            l.reserved(&a, 8, None),
+            Reserved {
+                bytes: 45 * GI,
+                held: 1
+            }
+        );
+        l.settle(&a, 8);
+        assert_eq!(l.len(), 2);
+        // Held reservations outlive any reading.
+        l.settle(&a, 100);
+        assert_eq!(l.reserved(&a, 100, None).held, 1);
+    }
+
+    #[test]
+    fn hold_again_replaces_and_unknown_release_is_nothing() {
+        let mut l = Ledger::default();
+        l.hold("c1", key("a"), 10);
+        l.release("c1", 3);
+        l.hold("c1", key("b"), 20);
+        assert_eq!(l.reserved(&key("a"), 0, None).bytes, 0);
+        assert_eq!(l.reserved(&key("b"), 0, None).bytes, 20);
+        assert_eq!(l.release("nobody", 1), None);
+        l.retain_keys(|k| k != &key("b"));
+        assert!(l.is_empty());
+    }
+}

@@ -1,0 +1,148 @@
+//! Reservations for in-flight volumes (`--capacity-reservations`, ours): the shell around
+//! [`capacity::ledger`]. A claim worker holds its size before CreateVolume; the hold lowers
+//! the published objects of its (segment, class) at once, without asking the driver; the
+//! drop after the call queues the GetCapacity that will show the real value.
+
+use std::sync::Arc;
+
+use capacity::ledger::{apply, fits};
+use capacity::segment::display;
+use capacity::{Capacity, Key};
+use controller_kit::workqueue::Outcome;
+use tokio::time::Instant;
+
+use super::{Item, RefreshHandle, Shared};
+
+/// A claim's size counted against its node's published capacity until dropped.
+#[must_use = "the reservation ends when this is dropped"]
+pub struct Hold {
+    shared: Arc<Shared>,
+    uid: String,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold").field("uid", &self.uid).finish()
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let key = {
+            let mut state = self.shared.state.lock();
+            let Some(key) = state.ledger.key_of(&self.uid).cloned() else {
+                return;
+            };
+            let round = state.refreshed.get(&key).map_or(0, |r| r.ticket());
+            state.ledger.release(&self.uid, round)
+        };
+        // The reading that shows the new volume (or its absence) ends the reservation.
+        self.shared.enqueue_urgent(key);
+    }
+}
+
+/// The claim does not fit on its node with what is already on its way there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoRoom {
+    pub node: String,
+    pub segment: String,
+    pub reading: Capacity,
+    pub reserved: i64,
+    pub held: usize,
+    pub requested: i64,
+}
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let limit = match self.reading.maximum_volume_size {
+            Some(m) => format!(
+                "capacity {} bytes, maximumVolumeSize {m} bytes",
+                self.reading.available
+            ),
+            None => format!("capacity {} bytes", self.reading.available),
+        };
+        write!(
+            f,
+            "not enough storage on node {} (topology {}) for {} bytes: the driver reports {limit}, \
+             and {} bytes are being provisioned there for {} other claim(s); \
+             the claim goes back to the scheduler without calling the driver",
+            self.node, self.segment, self.requested, self.reserved, self.held
+        )
+    }
+}
+
+impl RefreshHandle {
+    /// Counts `requested` bytes of the claim `uid` against the objects of `class` on `node`'s
+    /// segment; with `check`, only if it fits there as far as the last reading and the other
+    /// reservations tell. `Ok(None)`: reservations are off, or we publish nothing for that
+    /// pair.
+    pub fn hold(
+        &self,
+        uid: &str,
+        (class, node): (&str, &str),
+        requested: i64,
+        check: bool,
+    ) -> Result<Option<Hold>, NoRoom> {
+        let shared = &self.shared;
+        if !shared.config.reservations {
+            return Ok(None);
+        }
+        let key = {
+            let mut state = shared.state.lock();
+            let Some(segment) = state.node_segments.get(node) else {
+                return Ok(None);
+            };
+            let key = Key {
+                segment: segment.clone(),
+                class: class.to_string(),
+            };
+            if !state.desired.contains(&key) {
+                return Ok(None);
+            }
+            if let Some(&(reading, round)) = state.readings.get(&key).filter(|_| check) {
+                let other = state.ledger.reserved(&key, round, Some(uid));
+                if !fits(reading, other.bytes, requested) {
+                    return Err(NoRoom {
+                        node: node.to_string(),
+                        segment: display(&key.segment).to_string(),
+                        reading,
+                        reserved: other.bytes,
+                        held: other.held,
+                        requested,
+                    });
+                }
+            }
+            state.ledger.hold(uid, key.clone(), requested);
+            key
+        };
+        shared.queue.add_urgent(Item::Publish(key));
+        Ok(Some(Hold {
+            shared: shared.clone(),
+            uid: uid.to_string(),
+        }))
+    }
+}
+
+impl Shared {
+    /// The last reading of `key` less what is on its way, published without asking the driver.
+    pub(super) async fn publish_reserved(&self, key: Key) -> Outcome {
+        let value = {
+            let state = self.state.lock();
+            let stale_zero = self.config.stale_zero
+                && self
+                    .config
+                    .stale_after
+                    .is_some_and(|after| state.staleness.is_stale(&key, Instant::now(), after));
+            match state.readings.get(&key) {
+                // A stale object shows 0 already; a key never read has nothing to lower.
+                Some(_) if stale_zero => return Outcome::Done,
+                None => return Outcome::Done,
+                Some(&(reading, round)) if state.desired.contains(&key) => {
+                    apply(reading, state.ledger.reserved(&key, round, None).bytes)
+                }
+                Some(_) => return Outcome::Done,
+            }
+        };
+        self.write(&key, value).await
+    }
+}

@@ -1,0 +1,48 @@
+//! Before CreateVolume: the claim's size is reserved on its selected node's published
+//! capacity (`--capacity-reservations`, ours), or the claim goes back to the scheduler when
+//! it does not fit there with the volumes already on their way.
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use provisioning::attempt::VolumeState;
+use provisioning::errors::{ProvisionError, may_reschedule};
+
+use super::ClaimsController;
+use super::fail::REFRESH_BEFORE_RESCHEDULE;
+use crate::capacity_controller::{Hold, Refresh};
+
+impl ClaimsController {
+    /// The reservation for this attempt, held until the caller drops it after CreateVolume.
+    /// `before` is what may exist of the claim's volume: a volume that may be in the
+    /// backend already is counted but never refused (its space may be in the reading).
+    pub(super) async fn reserve(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &str,
+        requested: i64,
+        before: &VolumeState,
+    ) -> Result<Option<Hold>, ProvisionError> {
+        let Some(capacity) = &self.ctx.capacity else {
+            return Ok(None);
+        };
+        let selected = provisioning::claim::selected_node(claim);
+        let Some(node) =
+            selected.filter(|_| may_reschedule(self.ctx.supports_topology(), selected))
+        else {
+            return Ok(None);
+        };
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        let check = *before == VolumeState::None;
+        if let Ok(hold) = capacity.hold(uid, (class, node), requested, check) {
+            return Ok(hold);
+        }
+        // Our view says no: ask the driver once before sending the claim away (a volume
+        // deleted since the last reading may have made room).
+        let refresh = Refresh::Node { class, node };
+        capacity
+            .refresh_and_wait(refresh, REFRESH_BEFORE_RESCHEDULE)
+            .await;
+        capacity
+            .hold(uid, (class, node), requested, check)
+            .map_err(|no_room| ProvisionError::reschedule(no_room.to_string()))
+    }
+}
