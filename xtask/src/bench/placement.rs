@@ -1,6 +1,8 @@
 //! Scenario 6: placement under a burst. Pods with one WaitForFirstConsumer claim each are
 //! created at once; the real kube-scheduler places them using the published capacity. Counted:
 //! ResourceExhausted reschedules, time until every pod is bound to a node, pods left pending.
+//! Two shapes: a wide burst with room to spare, and a tight one (issue 20's example) where
+//! only an even spread fits and volumes take a while, so in-flight volumes matter.
 
 use std::time::{Duration, Instant};
 
@@ -20,18 +22,63 @@ use super::results::{Impl, MetricDef, PlotSpec, RunRecord};
 
 /// Upstream's defaults for both: capacity QPS 1/5, poll 1m, kube QPS 5/10.
 pub const CAPACITY_QPS: (u32, u32) = (1, 5);
-const CLAIM_SIZE: &str = "9Gi";
 const POOL_SIZE: &str = "100Gi";
 
+/// One shape of burst.
+struct Shape {
+    variant: &'static str,
+    nodes: usize,
+    pods: usize,
+    claim: &'static str,
+    /// The driver's CreateVolume takes this long (random in the range), in ms.
+    create_ms: (u64, u64),
+}
+
+/// The wide burst: sized by `--quick`; no added latency.
+fn wide(s: &Sizes) -> Shape {
+    Shape {
+        variant: "",
+        nodes: s.s6_nodes,
+        pods: s.s6_pods,
+        claim: "9Gi",
+        create_ms: (0, 0),
+    }
+}
+
+/// Issue 20's example: six 45Gi pods on three 100Gi nodes, two fit per node.
+pub const TIGHT: &str = "tight";
+const TIGHT_SHAPE: Shape = Shape {
+    variant: TIGHT,
+    nodes: 3,
+    pods: 6,
+    claim: "45Gi",
+    create_ms: (1000, 2000),
+};
+
 pub fn setup(s: &Sizes) -> String {
+    let w = wide(s);
+    let t = TIGHT_SHAPE;
     format!(
         "{} fake nodes, a {POOL_SIZE} pool per node, CSIDriver with `storageCapacity: true`, \
-         one WaitForFirstConsumer StorageClass. {} pods, each with its own {CLAIM_SIZE} claim, \
+         one WaitForFirstConsumer StorageClass. {} pods, each with its own {} claim, \
          are created at once (room for 11 volumes per node, so all fit if placed well); the \
-         real kube-scheduler places them. Flags: upstream's defaults (QPS 5/10, capacity QPS \
-         {}/{}, poll 1m). ResourceExhausted is counted in the driver's call log (failed \
-         CreateVolume calls) and in ProvisioningFailed events (sum of their counts).",
-        s.s6_nodes, s.s6_pods, CAPACITY_QPS.0, CAPACITY_QPS.1
+         real kube-scheduler places them. Variant `{TIGHT}`: {} nodes, {} pods of {} each (two \
+         fit per node, so only an even spread works) and the driver's CreateVolume taking \
+         {}–{} ms. Flags: upstream's defaults (QPS 5/10, capacity QPS {}/{}, poll 1m; ours \
+         with its default `--capacity-reservations`). ResourceExhausted is counted in the \
+         driver's call log (failed CreateVolume calls) and in ProvisioningFailed events (sum \
+         of their counts); claims sent back to the scheduler are all ProvisioningFailed \
+         events (the driver's refusals, and ours without a driver call).",
+        w.nodes,
+        w.pods,
+        w.claim,
+        t.nodes,
+        t.pods,
+        t.claim,
+        t.create_ms.0,
+        t.create_ms.1,
+        CAPACITY_QPS.0,
+        CAPACITY_QPS.1
     )
 }
 
@@ -51,6 +98,12 @@ pub fn metrics() -> Vec<MetricDef> {
             true,
         ),
         MetricDef::new("exhausted_events", "ResourceExhausted events", "", true),
+        MetricDef::new(
+            "sent_back",
+            "Claims sent back to the scheduler",
+            "",
+            true,
+        ),
         MetricDef::new("create_calls", "CreateVolume calls", "", true),
         MetricDef::new("publish_s", "First publication of the objects", "s", true),
     ]
@@ -68,17 +121,26 @@ pub fn plot() -> PlotSpec {
 
 async fn measure(
     ctx: &Ctx,
+    shape: &Shape,
     slot: &Slot,
     rec: &mut RunRecord,
     started: &mut (Option<Running>, Option<Driver>),
 ) -> Result<()> {
-    let nodes = cluster::ensure_nodes(&ctx.client, ctx.sizes.s6_nodes, &slot.driver).await?;
+    let nodes = cluster::ensure_nodes(&ctx.client, shape.nodes, &slot.driver).await?;
     ctx.prepare(slot, true).await?;
     let class = slot.driver.trim_end_matches(".bench.csi").to_string();
     let sc = objects::storage_class(&class, &slot.driver, "WaitForFirstConsumer", "Delete");
     create_all(&Api::all(ctx.client.clone()), vec![sc]).await?;
-    let pools = launch::node_pools(TOPOLOGY_KEY, &nodes, POOL_SIZE);
-    let driver = started.1.insert(ctx.start_driver(slot, &pools)?);
+    let mut args = launch::node_pools(TOPOLOGY_KEY, &nodes, POOL_SIZE);
+    if shape.create_ms != (0, 0) {
+        let (min, max) = shape.create_ms;
+        let faults = serde_json::json!({"CreateVolume": {"delay_ms": min, "delay_max_ms": max}});
+        let path = slot.dir.join("faults.json");
+        std::fs::create_dir_all(&slot.dir)?;
+        std::fs::write(&path, faults.to_string())?;
+        args.push(format!("--faults={}", path.display()));
+    }
+    let driver = started.1.insert(ctx.start_driver(slot, &args)?);
     let call_log = driver.call_log.clone();
     let budget = Budget::defaults().with_capacity(CAPACITY_QPS.0, CAPACITY_QPS.1, "1m");
     let t_start = Instant::now();
@@ -90,13 +152,13 @@ async fn measure(
     let published = wait_published(&caps, prov, nodes.len(), ctx.sizes.long_wait, t_start).await?;
     rec.set("publish_s", published);
 
-    let n = ctx.sizes.s6_pods;
+    let n = shape.pods;
     let t0 = Instant::now();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &slot.namespace);
     let placed = observe::watch_pods(pods.clone(), t0);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &slot.namespace);
     let batch =
-        (0..n).map(|i| objects::claim(&format!("d-{i}"), &class, CLAIM_SIZE, &slot.driver, None));
+        (0..n).map(|i| objects::claim(&format!("d-{i}"), &class, shape.claim, &slot.driver, None));
     create_all(&claims, batch.collect()).await?;
     create_all(
         &pods,
@@ -138,24 +200,30 @@ async fn measure(
         })
         .await?,
     );
+    rec.set(
+        "sent_back",
+        observe::provisioning_failed(&ctx.client, &slot.namespace, |_| true).await?,
+    );
     rec.series.insert("scheduled".into(), cumulative(times));
     Ok(())
 }
 
 pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<String>) {
     let mut records = Vec::new();
-    for run in 1..=ctx.runs {
-        for which in Impl::order(run) {
-            let slot = ctx.slot(6, "", which, run);
-            println!("bench: scenario 6, run {run}, {which}");
-            let mut rec = RunRecord::new(which, "", run);
-            let mut started = (None, None);
-            if let Err(e) = measure(ctx, &slot, &mut rec, &mut started).await {
-                rec.notes.push(format!("{e:#}"));
+    for shape in [wide(&ctx.sizes), TIGHT_SHAPE] {
+        for run in 1..=ctx.runs {
+            for which in Impl::order(run) {
+                let slot = ctx.slot(6, shape.variant, which, run);
+                println!("bench: scenario 6 {}, run {run}, {which}", shape.variant);
+                let mut rec = RunRecord::new(which, shape.variant, run);
+                let mut started = (None, None);
+                if let Err(e) = measure(ctx, &shape, &slot, &mut rec, &mut started).await {
+                    rec.notes.push(format!("{e:#}"));
+                }
+                ctx.teardown(&slot, started.0, started.1).await;
+                println!("  {:?} {:?}", rec.values, rec.notes);
+                records.push(rec);
             }
-            ctx.teardown(&slot, started.0, started.1).await;
-            println!("  {:?} {:?}", rec.values, rec.notes);
-            records.push(rec);
         }
     }
     (records, Vec::new())
