@@ -18,6 +18,7 @@
 //! | What must a resync refresh, and which keys left? | [`resync::diff`] |
 //! | How long does a key wait after failed GetCapacity calls? | [`resync::backoff`] |
 //! | Why can a waiting claim not be placed anywhere? | [`explain::explain_exhaustion`] |
+//! | Which foreign objects overlap ours? | [`conflicts::overlaps`] |
 //! | What do in-flight volumes take from a reading? | [`ledger::apply`], [`ledger::Ledger`] |
 //! | Which objects belong to nodes that are gone (distributed)? | [`orphans::orphans`] |
 
@@ -25,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod class;
+pub mod conflicts;
 pub mod desired;
 pub mod explain;
 pub mod grace;

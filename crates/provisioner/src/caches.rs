@@ -36,6 +36,9 @@ pub struct Caches {
     /// Distributed provisioning with `--enable-capacity`: every instance's objects for our
     /// driver, from which the instances agree who claims an Immediate claim.
     pub peers: Option<Store<CSIStorageCapacity>>,
+    /// Central `--enable-capacity`: objects in our namespace we do not manage, checked for
+    /// overlaps with ours (`capacity::conflicts`).
+    pub foreign: Option<Store<CSIStorageCapacity>>,
 }
 
 /// The change streams that feed the work queues. Each must be polled: a cache only fills
@@ -49,6 +52,7 @@ pub struct Changes {
     pub attachments: Option<BoxStream<'static, Change<VolumeAttachment>>>,
     pub capacities: Option<BoxStream<'static, Change<CSIStorageCapacity>>>,
     pub peers: Option<BoxStream<'static, Change<CSIStorageCapacity>>>,
+    pub foreign: Option<BoxStream<'static, Change<CSIStorageCapacity>>>,
 }
 
 /// What to watch beyond the always-needed PVCs, PVs, StorageClasses, CSINodes and Nodes.
@@ -62,6 +66,8 @@ pub struct CacheOptions {
     pub fixed_node: Option<(CSINode, PartialObjectMeta<Node>)>,
     /// Distributed provisioning: namespace and label selector of every instance's objects.
     pub peers: Option<(String, String)>,
+    /// Central capacity tracking: namespace and label selector of objects not managed by us.
+    pub foreign: Option<(String, String)>,
 }
 
 impl Caches {
@@ -140,6 +146,17 @@ impl Caches {
             }
             None => (None, None),
         };
+        let (foreign, foreign_changes) = match &opts.foreign {
+            Some((namespace, selector)) => {
+                let (s, c) = informer(
+                    Api::namespaced(capacity_client.clone(), namespace),
+                    kube::runtime::watcher::Config::default().labels(selector),
+                    |_| {},
+                );
+                (Some(s), Some(c))
+            }
+            None => (None, None),
+        };
         (
             Caches {
                 claims,
@@ -150,6 +167,7 @@ impl Caches {
                 attachments,
                 capacities,
                 peers,
+                foreign,
             },
             Changes {
                 claims: claim_changes,
@@ -160,6 +178,7 @@ impl Caches {
                 attachments: attachment_changes,
                 capacities: capacity_changes,
                 peers: peer_changes,
+                foreign: foreign_changes,
             },
         )
     }
@@ -178,6 +197,9 @@ impl Caches {
             wait_until_ready(s.store(), timeout).await?;
         }
         if let Some(s) = &self.peers {
+            wait_until_ready(s, timeout).await?;
+        }
+        if let Some(s) = &self.foreign {
             wait_until_ready(s, timeout).await?;
         }
         Ok(())

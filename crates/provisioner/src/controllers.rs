@@ -47,6 +47,11 @@ pub(crate) async fn run_controllers(
         let selector = format!("{}={}", capacity::DRIVER_NAME_LABEL, base.driver.name);
         (namespace.clone(), selector)
     });
+    // Anything in our namespace we do not manage (`!=` also matches objects without the label).
+    let foreign = (opts.enable_capacity && base.node.is_none()).then(|| {
+        let selector = format!("{}!={}", capacity::MANAGED_BY_LABEL, managed_by(&base));
+        (namespace.clone(), selector)
+    });
     let fixed_node = base
         .node
         .as_ref()
@@ -63,6 +68,7 @@ pub(crate) async fn run_controllers(
             initial_list,
             fixed_node,
             peers,
+            foreign,
         },
     );
     let mut tasks = Tasks::default();
@@ -107,6 +113,7 @@ pub(crate) async fn run_controllers(
         attachments,
         capacities,
         peers,
+        foreign,
     } = changes;
     if let Some(stream) = peers {
         tasks.spawn(
@@ -142,6 +149,7 @@ pub(crate) async fn run_controllers(
                         csi_nodes,
                         nodes,
                         capacities,
+                        foreign,
                     },
                     cancel.clone(),
                 ),

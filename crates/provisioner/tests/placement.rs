@@ -1,5 +1,6 @@
 //! Placement beyond upstream (issue 20) against the real control plane and kube-scheduler:
-//! reservations for volumes being created (`--capacity-reservations`).
+//! reservations for volumes being created (`--capacity-reservations`) and foreign objects that
+//! overlap ours.
 
 #[path = "capacity/world.rs"]
 #[allow(dead_code)] // shared with tests/capacity.rs, which uses the rest
@@ -8,6 +9,7 @@ mod world;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::Api;
 use kube::api::ListParams;
 use serde_json::json;
@@ -235,4 +237,98 @@ async fn a_claim_that_no_longer_fits_goes_back_without_a_driver_call() {
             && message.contains("being provisioned there for 2 other claim(s)"),
         "{failed:#?}"
     );
+}
+
+/// A hand-made object for our class and node a (the scheduler would OR it with ours) gets one
+/// `CapacityConflict` Warning and shows in the gauge; one for another class gets nothing; later
+/// resyncs do not repeat the event; deleting it clears the gauge.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_foreign_object_overlapping_ours_is_reported_once() {
+    let w = World::start(
+        "cap-foreign",
+        &[("a", "10Gi"), ("b", "10Gi")],
+        &[],
+        &["--capacity-poll-interval=1s"],
+    )
+    .await;
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    w.wait_objects("2 objects", |o| o.len() == 2).await;
+    let node_a = w.node("a");
+    let foreign = |name: &str, class: &str| -> CSIStorageCapacity {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"team": "storage"}},
+            "storageClassName": class,
+            "nodeTopology": {"matchLabels": {world::KEY: node_a}},
+            "capacity": "1Ti",
+        }))
+        .unwrap()
+    };
+    let api: Api<CSIStorageCapacity> = w.capacities();
+    let pp = Default::default();
+    api.create(&pp, &foreign("hand-made", &class))
+        .await
+        .unwrap();
+    api.create(&pp, &foreign("unrelated", "some-other-class"))
+        .await
+        .unwrap();
+
+    let gauge = |want: f64| {
+        let w = &w;
+        async move {
+            eventually(&format!("the foreign gauge at {want}"), || async {
+                let text = w.metrics().await?;
+                let v: f64 = text.lines().find_map(|l| {
+                    l.strip_prefix("csistoragecapacity_foreign_overlapping ")?
+                        .trim()
+                        .parse()
+                        .ok()
+                })?;
+                (v == want).then_some(())
+            })
+            .await
+        }
+    };
+    gauge(1.0).await;
+    let events: Api<Event> = Api::namespaced(w.client.clone(), &w.ns);
+    let conflicts = || async {
+        events
+            .list(&ListParams::default().fields("reason=CapacityConflict"))
+            .await
+            .unwrap()
+            .items
+    };
+    let first = eventually("the CapacityConflict event", || async {
+        let l = conflicts().await;
+        (!l.is_empty()).then_some(l)
+    })
+    .await;
+    // A second class makes a resync (and new objects); polls run every second meanwhile.
+    w.class("slow", "WaitForFirstConsumer").await;
+    let ours = ListParams::default().labels("csi.storage.k8s.io/managed-by=external-provisioner");
+    let four = || async {
+        let items = api.list(&ours).await.ok()?.items;
+        (items.len() == 4).then_some(items)
+    };
+    eventually("4 objects of ours", four).await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let later = conflicts().await;
+    assert_eq!(later.len(), 1, "{later:#?}");
+    assert_eq!(later[0].count.unwrap_or(1), 1, "said once: {later:#?}");
+    let e = &first[0];
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert_eq!(e.involved_object.name.as_deref(), Some("hand-made"));
+    let message = e.message.clone().unwrap_or_default();
+    assert!(
+        message.contains(&format!("{}/hand-made", w.ns))
+            && message.contains(&format!("{}={node_a} ({class})", world::KEY))
+            && message.contains("Delete it"),
+        "{message}"
+    );
+
+    api.delete("hand-made", &Default::default()).await.unwrap();
+    gauge(0.0).await;
+    // Our objects were never touched by the foreign ones.
+    let ours = eventually("4 objects of ours", four).await;
+    assert!(ours.iter().all(|o| bytes(o) == Some(10 * GI)), "{ours:#?}");
 }

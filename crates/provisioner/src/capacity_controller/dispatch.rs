@@ -26,6 +26,8 @@ enum Event {
     CsiNode(Change<CSINode>),
     Node(Change<PartialObjectMeta<Node>>),
     Capacity(Change<CSIStorageCapacity>),
+    /// An object in our namespace we do not manage.
+    Foreign(Change<CSIStorageCapacity>),
 }
 
 /// Runs until `cancel` or until every stream ends. `synced` fires once every stream finished
@@ -41,15 +43,19 @@ pub(super) async fn run(
     cancel: CancellationToken,
     synced: oneshot::Sender<()>,
 ) {
-    let streams: Vec<BoxStream<'static, Event>> = vec![
+    let mut streams: Vec<BoxStream<'static, Event>> = vec![
         changes.classes.map(Event::Class).boxed(),
         changes.csi_nodes.map(Event::CsiNode).boxed(),
         changes.nodes.map(Event::Node).boxed(),
         changes.capacities.map(Event::Capacity).boxed(),
     ];
+    // Without a foreign stream there is no list to wait for.
+    let mut listed = [false, false, false, false, changes.foreign.is_none()];
+    if let Some(foreign) = changes.foreign {
+        streams.push(foreign.map(Event::Foreign).boxed());
+    }
     let mut events = select_all(streams);
     let mut due: Option<Instant> = None;
-    let mut listed = [false; 4];
     let mut synced = Some(synced);
     loop {
         let debounce = async {
@@ -88,6 +94,7 @@ impl Event {
             Event::CsiNode(Change::Relisted) => Some(1),
             Event::Node(Change::Relisted) => Some(2),
             Event::Capacity(Change::Relisted) => Some(3),
+            Event::Foreign(Change::Relisted) => Some(4),
             _ => None,
         }
     }
@@ -103,6 +110,11 @@ impl Shared {
         }
         let driver = &self.config.driver_name;
         match event {
+            Event::Foreign(_) => {
+                drop(state);
+                self.check_conflicts();
+                false
+            }
             Event::Class(Change::Applied(sc)) => {
                 class_matters(&sc, driver, self.config.include_immediate, &state.classes)
             }

@@ -23,6 +23,8 @@ pub struct Snapshot {
     pub current: usize,
     /// Objects that will be deleted (obsolete or duplicate).
     pub obsolete: usize,
+    /// Objects we do not manage that overlap ours (ours).
+    pub conflicts: usize,
     pub freshness: Vec<Freshness>,
 }
 
@@ -95,6 +97,13 @@ impl Collector for SnapshotCollector {
             let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(metric)?;
         }
+        let conflicts = encoder.encode_descriptor(
+            "csistoragecapacity_foreign_overlapping",
+            "CSIStorageCapacity objects in the provisioner's namespace, not managed by it, whose storage class and topology overlap its own objects (kube-scheduler uses either)",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::try_from(snapshot.conflicts).unwrap_or(i64::MAX)).encode(conflicts)?;
         if snapshot.freshness.is_empty() {
             return Ok(());
         }
@@ -162,6 +171,7 @@ mod tests {
             goal: 3,
             current: 2,
             obsolete: 1,
+            conflicts: 2,
             freshness: vec![Freshness {
                 key: Key {
                     segment: [("topology.mock.csi/node".to_string(), "n1".to_string())].into(),
@@ -177,6 +187,7 @@ mod tests {
             "csistoragecapacities_desired_goal 3",
             "csistoragecapacities_desired_current 2",
             "csistoragecapacities_obsolete 1",
+            "csistoragecapacity_foreign_overlapping 2",
             "csistoragecapacity_seconds_since_last_success{storageclass=\"fast\",segment=\"topology.mock.csi/node=n1\"} 12.5",
             "csistoragecapacity_consecutive_failures{storageclass=\"fast\",segment=\"topology.mock.csi/node=n1\"} 4",
         ] {

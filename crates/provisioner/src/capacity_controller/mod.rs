@@ -15,6 +15,7 @@
 //! interval: the queue coalesces. Our own writes coming back through the watch never cause a
 //! GetCapacity.
 
+mod conflicts;
 mod dispatch;
 mod error;
 mod index;
@@ -98,6 +99,8 @@ pub struct CapacityChanges {
     pub csi_nodes: BoxStream<'static, Change<CSINode>>,
     pub nodes: BoxStream<'static, Change<PartialObjectMeta<Node>>>,
     pub capacities: BoxStream<'static, Change<CSIStorageCapacity>>,
+    /// Objects we do not manage (central mode), checked for overlaps with ours.
+    pub foreign: Option<BoxStream<'static, Change<CSIStorageCapacity>>>,
 }
 
 /// One unit of work.
@@ -134,6 +137,8 @@ struct State {
     staleness: staleness::Staleness,
     /// Desired keys whose capacity was never asked for (or not since their class changed).
     unattempted: HashSet<Key>,
+    /// Foreign objects overlapping our keys, by UID, as last checked ([`conflicts`]).
+    conflicts: HashMap<String, Vec<Key>>,
     /// Classes whose `Unimplemented` GetCapacity was already logged as a warning.
     unimplemented_warned: HashSet<String>,
 }
@@ -181,6 +186,7 @@ impl metrics::Source for Shared {
             goal: state.desired.len(),
             current: state.index.current(&state.desired),
             obsolete: state.index.doomed(&state.desired).len(),
+            conflicts: state.conflicts.len(),
             freshness: state.staleness.snapshot(tokio::time::Instant::now()),
         }
     }

@@ -108,6 +108,7 @@ impl Shared {
             state.started = true;
             (plan.refresh, missing, doomed)
         };
+        self.check_conflicts();
         self.enqueue_urgent(refresh);
         self.enqueue_urgent(missing);
         for name in doomed {
@@ -433,7 +434,7 @@ pub(super) fn stale_message(after: Duration, zero: bool, error: &str) -> String 
     )
 }
 
-fn object_reference(object: &CSIStorageCapacity) -> ObjectReference {
+pub(super) fn object_reference(object: &CSIStorageCapacity) -> ObjectReference {
     ObjectReference {
         api_version: Some("storage.k8s.io/v1".into()),
         kind: Some("CSIStorageCapacity".into()),
