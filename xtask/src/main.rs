@@ -6,6 +6,7 @@
 #![allow(unsafe_code)]
 
 mod bench;
+mod browser;
 mod chaos;
 mod cluster;
 mod demo;
@@ -225,6 +226,7 @@ fn build_our_binaries(release: bool) -> Result<()> {
 
 fn test(root: &std::path::Path) -> Result<()> {
     let bin_dir = gobuild::build(root, false)?;
+    browser::ensure()?;
     cargo(&["build", "--workspace", "--bins", "--tests"], None)?;
     // --no-fail-fast: one failing test binary must not hide the others' results.
     let args = [

@@ -18,6 +18,7 @@
 //! | What must a resync refresh, and which keys left? | [`resync::diff`] |
 //! | How long does a key wait after failed GetCapacity calls? | [`resync::backoff`] |
 //! | Why can a waiting claim not be placed anywhere? | [`explain::explain_exhaustion`] |
+//! | What does the capacity view show? | [`view::text`], [`view::html`] |
 //! | Which foreign objects overlap ours? | [`conflicts::overlaps`] |
 //! | What do in-flight volumes take from a reading? | [`ledger::apply`], [`ledger::Ledger`] |
 //! | Which objects belong to nodes that are gone (distributed)? | [`orphans::orphans`] |
@@ -39,6 +40,7 @@ pub mod refresh;
 pub mod resync;
 pub mod segment;
 pub mod value;
+pub mod view;
 
 pub use desired::Key;
 pub use segment::Segment;

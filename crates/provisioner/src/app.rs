@@ -99,6 +99,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
                 address: address.to_string(),
                 metrics_path: opts.metrics_path.clone(),
                 enable_pprof: opts.enable_pprof,
+                capacity: opts.enable_capacity.then(|| capacity_metrics.clone()),
             },
             Arc::new(registry),
             elector.as_ref().map(LeaderElector::health_check),

@@ -10,6 +10,7 @@ pub mod app;
 mod base;
 pub mod caches;
 pub mod capacity_controller;
+pub mod capacity_view;
 pub mod claims;
 pub mod context;
 pub mod controllers;

@@ -10,6 +10,9 @@ fn main() -> ExitCode {
     if csi_provisioner::release_node::requested(&args) {
         return release_node(&args[2..]);
     }
+    if csi_provisioner::capacity_view::requested(&args) {
+        return capacity_view(&args[2..]);
+    }
     let opts = match cli::parse_from(args.clone(), &cli::process_env) {
         Ok(opts) => opts,
         Err(err) => {
@@ -90,21 +93,49 @@ fn release_node(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    match block_on(run(&args)) {
+        Err(code) => code,
+        Ok(Ok(_)) => ExitCode::SUCCESS,
+        Ok(Err(err)) => {
+            eprintln!("release-node: {}", anyhow::Error::from(err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `csi-provisioner capacity ...`: print the capacity view.
+fn capacity_view(args: &[String]) -> ExitCode {
+    use csi_provisioner::capacity_view::{parse, run};
+    let args = match parse(args) {
+        Ok(args) => args,
+        Err(err) => {
+            eprintln!("{err}");
+            return ExitCode::from(2);
+        }
+    };
+    match block_on(run(&args)) {
+        Err(code) => code,
+        Ok(Ok(text)) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Ok(Err(err)) => {
+            eprintln!("capacity: {}", anyhow::Error::from(err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A one-shot subcommand's async part, on a single-threaded runtime.
+fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, ExitCode> {
+    match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
-        Ok(rt) => rt,
+        Ok(rt) => Ok(rt.block_on(future)),
         Err(err) => {
             eprintln!("cannot start the async runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(&args)) {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("release-node: {}", anyhow::Error::from(err));
-            ExitCode::FAILURE
+            Err(ExitCode::FAILURE)
         }
     }
 }

@@ -332,3 +332,140 @@ async fn a_foreign_object_overlapping_ours_is_reported_once() {
     let ours = eventually("4 objects of ours", four).await;
     assert!(ours.iter().all(|o| bytes(o) == Some(10 * GI)), "{ours:#?}");
 }
+
+/// The capacity view: `csi-provisioner capacity` from the API server, the same with
+/// `--endpoint` from the running provisioner (with a reservation in it), and the `/capacity`
+/// page rendered by a real headless Chromium (DOM and screenshot).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn the_capacity_view_shows_nodes_values_and_reservations() {
+    let w = World::start(
+        "cap-view",
+        &[("a", "10Gi"), ("b", "20Gi")],
+        &[],
+        &["--capacity-poll-interval=10m"],
+    )
+    .await;
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    w.wait_objects("2 objects", |o| o.len() == 2).await;
+    let (a, b) = (w.node("a"), w.node("b"));
+    let seg = |n: &str| format!("{}={n}", world::KEY);
+
+    let out = capacity_cli(&["--driver-name", &w.driver, "--namespace", &w.ns]);
+    let line = |out: &str, node: &str| -> String {
+        out.lines()
+            .find(|l| l.contains(&seg(node)))
+            .unwrap_or_else(|| panic!("no line for {node}:\n{out}"))
+            .to_string()
+    };
+    assert!(
+        line(&out, &a).starts_with(&class) && line(&out, &a).contains(" 10Gi "),
+        "{out}"
+    );
+    assert!(line(&out, &b).contains(" 20Gi "), "{out}");
+    assert!(out.contains("add --endpoint"), "{out}");
+
+    // A claim on a whose CreateVolume takes 60 s holds 4Gi there meanwhile.
+    w.mock
+        .set_faults(json!({"CreateVolume": {"delay_ms": 60000}}));
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "held", "annotations": {
+            SELECTED_NODE: a,
+            "volume.kubernetes.io/storage-provisioner": w.driver}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                 "resources": {"requests": {"storage": "4Gi"}}},
+    }))
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(w.client.clone(), &w.ns)
+        .create(&Default::default(), &claim)
+        .await
+        .unwrap();
+    let endpoint = format!("http://127.0.0.1:{}", w.port);
+    let live = eventually("the reservation in the view", || async {
+        let out = capacity_cli(&["--driver-name", &w.driver, "--endpoint", &endpoint]);
+        // CAPACITY 6Gi, DRIVER SAYS 10Gi, RESERVED 4Gi, IN FLIGHT 1.
+        let cells: Vec<String> = line(&out, &a)
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        (cells[2..7] == ["6Gi", "-", "10Gi", "4Gi", "1"]).then_some(out)
+    })
+    .await;
+    assert!(line(&live, &b).contains(" 20Gi "), "{live}");
+
+    // The page, in a real browser.
+    let url = format!("{endpoint}/capacity");
+    let dom = chromium(&["--dump-dom", &url]);
+    for node in [&a, &b] {
+        assert!(
+            dom.contains(&format!("data-segment=\"{}\"", seg(node))),
+            "{node} missing: {dom}"
+        );
+    }
+    assert!(
+        dom.contains(">6Gi<") && dom.contains(">20Gi<") && dom.contains("4Gi (1)"),
+        "{dom}"
+    );
+    assert!(dom.contains(&format!("data-class=\"{class}\"")), "{dom}");
+    let shot = std::env::temp_dir().join(format!("{}-capacity.png", w.ns));
+    chromium(&[
+        &format!("--screenshot={}", shot.display()),
+        "--window-size=1024,640",
+        &url,
+    ]);
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "a PNG");
+    let dim = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+    assert_eq!((dim(16), dim(20)), (1024, 640), "IHDR size");
+    // A blank page compresses to a few hundred bytes; bars, text and colours do not.
+    assert!(png.len() > 10_000, "{} bytes", png.len());
+}
+
+/// `csi-provisioner capacity <args>` with the test cluster's kubeconfig; its stdout.
+fn capacity_cli(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_csi-provisioner"))
+        .arg("capacity")
+        .args(args)
+        .env("KUBECONFIG", testenv::ControlPlane::shared().kubeconfig())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// Debian's Chromium, headless, with the flags this machine's closed network needs; stdout.
+fn chromium(args: &[&str]) -> String {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let profile = std::env::temp_dir().join(format!("chromium-{}-{n}", std::process::id()));
+    let out = std::process::Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run chromium ({e}): cargo xtask test installs Debian's chromium package")
+        });
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}

@@ -98,12 +98,7 @@ pub fn metrics() -> Vec<MetricDef> {
             true,
         ),
         MetricDef::new("exhausted_events", "ResourceExhausted events", "", true),
-        MetricDef::new(
-            "sent_back",
-            "Claims sent back to the scheduler",
-            "",
-            true,
-        ),
+        MetricDef::new("sent_back", "Claims sent back to the scheduler", "", true),
         MetricDef::new("create_calls", "CreateVolume calls", "", true),
         MetricDef::new("publish_s", "First publication of the objects", "s", true),
     ]

@@ -31,6 +31,8 @@ pub struct Snapshot {
 /// The controller state the collector reads.
 pub(crate) trait Source: Send + Sync {
     fn snapshot(&self) -> Snapshot;
+    /// The `/capacity` view.
+    fn view(&self) -> capacity::view::View;
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -54,6 +56,17 @@ impl CapacityMetrics {
     /// Registers the collector. Until a controller runs, the three gauges read 0.
     pub fn register(&self, registry: &mut Registry) {
         registry.register_collector(Box::new(self.collector.clone()));
+    }
+
+    /// The capacity view of the running controller; `None` before it runs (or not leader).
+    pub fn view(&self) -> Option<capacity::view::View> {
+        let source = self
+            .collector
+            .source
+            .lock()
+            .as_ref()
+            .and_then(Weak::upgrade)?;
+        Some(source.view())
     }
 
     /// Makes the running controller the source of the values.
@@ -147,6 +160,9 @@ mod tests {
     impl Source for Fixed {
         fn snapshot(&self) -> Snapshot {
             self.0.clone()
+        }
+        fn view(&self) -> capacity::view::View {
+            capacity::view::View::default()
         }
     }
 

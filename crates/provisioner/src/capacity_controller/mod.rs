@@ -24,6 +24,7 @@ mod owner;
 mod reservations;
 mod rounds;
 mod staleness;
+mod view;
 mod worker;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -189,6 +190,10 @@ impl metrics::Source for Shared {
             conflicts: state.conflicts.len(),
             freshness: state.staleness.snapshot(tokio::time::Instant::now()),
         }
+    }
+
+    fn view(&self) -> capacity::view::View {
+        Shared::view(self)
     }
 }
 

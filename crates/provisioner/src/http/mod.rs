@@ -41,6 +41,8 @@ pub struct HttpOptions {
     pub metrics_path: String,
     /// `--enable-pprof`.
     pub enable_pprof: bool,
+    /// `--enable-capacity`: the capacity view (`/capacity`, ours).
+    pub capacity: Option<crate::capacity_controller::CapacityMetrics>,
 }
 
 /// Why the endpoint could not start.
@@ -64,6 +66,7 @@ struct Shared {
     routes: Routes,
     registry: Arc<Registry>,
     leader_health: Option<Health>,
+    capacity: Option<crate::capacity_controller::CapacityMetrics>,
     shutdown: CancellationToken,
 }
 
@@ -105,9 +108,11 @@ async fn start(
             metrics_path: opts.metrics_path.clone(),
             leader_health: leader_health.is_some(),
             pprof: opts.enable_pprof,
+            capacity: opts.capacity.is_some(),
         },
         registry,
         leader_health,
+        capacity: opts.capacity,
         shutdown: shutdown.clone(),
     });
     let app = axum::Router::new().fallback(handle).with_state(shared);
@@ -144,8 +149,30 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             }
         }
         Route::PprofMissing(name) => error(StatusCode::NOT_FOUND, pprof::missing(&name)),
+        Route::CapacityPage | Route::CapacityJson => capacity_view(&shared, uri.path()),
         Route::NotFound => error(StatusCode::NOT_FOUND, "404 page not found\n".into()),
     }
+}
+
+/// How often the capacity page reloads itself.
+const CAPACITY_PAGE_REFRESH_SECONDS: u32 = 5;
+
+fn capacity_view(shared: &Shared, path: &str) -> Response {
+    let Some(view) = shared.capacity.as_ref().and_then(|c| c.view()) else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the capacity controller is not running here (not started yet, or not the leader)\n"
+                .into(),
+        );
+    };
+    if path == routes::CAPACITY_JSON_PATH {
+        return match serde_json::to_string(&view) {
+            Ok(body) => text(StatusCode::OK, "application/json", body),
+            Err(_) => internal(),
+        };
+    }
+    let page = capacity::view::html(&view, CAPACITY_PAGE_REFRESH_SECONDS);
+    text(StatusCode::OK, "text/html; charset=utf-8", page)
 }
 
 fn metrics(registry: &Registry) -> Response {

@@ -12,11 +12,17 @@ pub(crate) enum Route {
     PprofProfile,
     /// A Go profile name under `/debug/pprof/` that has no equivalent here.
     PprofMissing(String),
+    /// The capacity view as a page (ours, with `--enable-capacity`).
+    CapacityPage,
+    /// The same as JSON, for `csi-provisioner capacity --endpoint`.
+    CapacityJson,
     NotFound,
 }
 
 const LEADER_HEALTH_PATH: &str = "/healthz/leader-election";
 const PPROF_PREFIX: &str = "/debug/pprof/";
+pub(crate) const CAPACITY_PATH: &str = "/capacity";
+pub(crate) const CAPACITY_JSON_PATH: &str = "/capacity.json";
 
 /// The patterns this process serves.
 #[derive(Debug, Clone)]
@@ -24,6 +30,7 @@ pub(crate) struct Routes {
     pub metrics_path: String,
     pub leader_health: bool,
     pub pprof: bool,
+    pub capacity: bool,
 }
 
 impl Routes {
@@ -45,6 +52,13 @@ impl Routes {
                 "profile" => Route::PprofProfile,
                 other => Route::PprofMissing(other.to_string()),
             };
+        }
+        if self.capacity {
+            match path {
+                CAPACITY_PATH => return Route::CapacityPage,
+                CAPACITY_JSON_PATH => return Route::CapacityJson,
+                _ => {}
+            }
         }
         Route::NotFound
     }
@@ -71,11 +85,13 @@ mod tests {
             metrics_path: "/metrics".into(),
             leader_health: true,
             pprof: true,
+            capacity: true,
         };
         let bare = Routes {
             metrics_path: "/custom/".into(),
             leader_health: false,
             pprof: false,
+            capacity: false,
         };
         let cases: &[(&Routes, &str, Route)] = &[
             (&all, "/metrics", Route::Metrics),
@@ -94,6 +110,10 @@ mod tests {
                 Route::PprofMissing("heap".into()),
             ),
             (&all, "/", Route::NotFound),
+            (&all, "/capacity", Route::CapacityPage),
+            (&all, "/capacity.json", Route::CapacityJson),
+            (&all, "/capacity/", Route::NotFound),
+            (&bare, "/capacity", Route::NotFound),
             (&bare, "/custom/", Route::Metrics),
             (&bare, "/custom/x", Route::Metrics),
             (&bare, "/metrics", Route::NotFound),
@@ -107,12 +127,14 @@ mod tests {
             metrics_path: "/healthz/leader-election".into(),
             leader_health: true,
             pprof: false,
+            capacity: false,
         };
         assert_eq!(odd.route("/healthz/leader-election"), Route::Metrics);
         let empty = Routes {
             metrics_path: String::new(),
             leader_health: false,
             pprof: false,
+            capacity: false,
         };
         assert_eq!(empty.route(""), Route::NotFound);
     }

@@ -70,6 +70,7 @@ async fn start_server(pprof: bool, health: Option<Health>) -> Server {
             address: "127.0.0.1:0".into(),
             metrics_path: "/metrics".into(),
             enable_pprof: pprof,
+            capacity: None,
         },
         Arc::new(registry),
         health,
@@ -159,6 +160,7 @@ async fn serve_wires_a_real_health_check() {
             address: format!("127.0.0.1:{port}"),
             metrics_path: "/m".into(),
             enable_pprof: false,
+            capacity: Some(crate::capacity_controller::CapacityMetrics::new()),
         },
         Arc::new(Registry::default()),
         Some(elector.health_check()),
@@ -171,6 +173,10 @@ async fn serve_wires_a_real_health_check() {
     let r = get(addr, "/healthz/leader-election").await;
     assert_eq!((r.status, r.text().as_str()), (200, "ok"));
     assert_eq!(get(addr, "/m").await.text(), "# EOF\n");
+    // With --enable-capacity but no running controller: said, not a blank page.
+    let r = get(addr, "/capacity").await;
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("not the leader"), "{}", r.text());
     shutdown.cancel();
     task.await.expect("server ends after shutdown");
 }
@@ -223,6 +229,7 @@ async fn bad_addresses_fail_start_up_naming_the_value() {
                 address: address.into(),
                 metrics_path: "/metrics".into(),
                 enable_pprof: false,
+                capacity: None,
             },
             Arc::new(Registry::default()),
             None,
