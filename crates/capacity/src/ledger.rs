@@ -10,6 +10,11 @@
 //! a ticket: the refresh round of its key that had begun by then. Only a GetCapacity of a
 //! later round can show the new volume, so readings up to the ticket still subtract it; later
 //! ones do not, and the entry is forgotten.
+//!
+//! Two sums, for two uses. What is *published* subtracts every reservation a reading may not
+//! show: a volume made while GetCapacity ran may be counted twice for a moment, which only
+//! makes the scheduler careful. A claim is *refused* without asking the driver only on
+//! certainty: the reservations held after the reading had come back, which it cannot show.
 
 use std::collections::HashMap;
 
@@ -27,6 +32,9 @@ struct Entry {
     bytes: i64,
     /// `None` while CreateVolume runs; then the last refresh round that began before it ended.
     released: Option<u64>,
+    /// Refresh rounds of the key that had ended when the reservation began: their readings
+    /// cannot show the volume.
+    after: u64,
 }
 
 /// What the ledger says about one (segment, class) at one reading.
@@ -39,12 +47,14 @@ pub struct Reserved {
 }
 
 impl Ledger {
-    /// Counts `bytes` for the claim `uid` against `key` (again, if it held one already).
-    pub fn hold(&mut self, uid: &str, key: Key, bytes: i64) {
+    /// Counts `bytes` for the claim `uid` against `key` (again, if it held one already);
+    /// `finished` refresh rounds of the key had ended by now.
+    pub fn hold(&mut self, uid: &str, key: Key, bytes: i64, finished: u64) {
         let entry = Entry {
             key,
             bytes: bytes.max(0),
             released: None,
+            after: finished,
         };
         self.entries.insert(uid.to_string(), entry);
     }
@@ -78,6 +88,21 @@ impl Ledger {
                 Some(t) if t >= round => r.bytes = r.bytes.saturating_add(e.bytes),
                 Some(_) => {}
             }
+        }
+        r
+    }
+
+    /// What a reading of `key` from refresh round `round` certainly does not show: the
+    /// reservations begun after that round had ended.
+    pub fn certain(&self, key: &Key, round: u64, except: Option<&str>) -> Reserved {
+        let mut r = Reserved::default();
+        for (uid, e) in &self.entries {
+            let shown = e.released.is_some_and(|t| t < round);
+            if &e.key != key || except == Some(uid.as_str()) || shown || e.after < round {
+                continue;
+            }
+            r.bytes = r.bytes.saturating_add(e.bytes);
+            r.held += usize::from(e.released.is_none());
         }
         r
     }
@@ -182,9 +207,9 @@ mod tests {
     fn a_reservation_counts_until_a_later_reading() {
         let mut l = Ledger::default();
         let (a, b) = (key("a"), key("b"));
-        l.hold("c1", a.clone(), 45 * GI);
-        l.hold("c2", a.clone(), 45 * GI);
-        l.hold("c3", b.clone(), 10 * GI);
+        l.hold("c1", a.clone(), 45 * GI, 6);
+        l.hold("c2", a.clone(), 45 * GI, 6);
+        l.hold("c3", b.clone(), 10 * GI, 6);
         let r = l.reserved(&a, 7, None);
         assert_eq!((r.bytes, r.held), (90 * GI, 2));
         assert_eq!(l.reserved(&a, 7, Some("c1")).bytes, 45 * GI, "not itself");
@@ -217,11 +242,42 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_counts_only_what_the_reading_cannot_show() {
+        let mut l = Ledger::default();
+        let a = key("a");
+        // c1 began before round 5 ended: reading 5 may already show its volume.
+        l.hold("c1", a.clone(), 45 * GI, 4);
+        // c2 began after round 5 had ended.
+        l.hold("c2", a.clone(), 45 * GI, 5);
+        assert_eq!(l.reserved(&a, 5, None).bytes, 90 * GI, "published: both");
+        assert_eq!(
+            l.certain(&a, 5, None),
+            Reserved {
+                bytes: 45 * GI,
+                held: 1
+            }
+        );
+        assert_eq!(l.certain(&a, 5, Some("c2")).bytes, 0);
+        // Reading 6 began before c2 ended: it may show c2 too.
+        assert_eq!(l.certain(&a, 6, None).bytes, 0);
+        // Released before reading 7 began: shown, whatever it was.
+        l.release("c2", 6);
+        assert_eq!(
+            l.certain(&a, 4, None),
+            Reserved {
+                bytes: 90 * GI,
+                held: 1
+            }
+        );
+        assert_eq!(l.certain(&a, 7, None).bytes, 0);
+    }
+
+    #[test]
     fn hold_again_replaces_and_unknown_release_is_nothing() {
         let mut l = Ledger::default();
-        l.hold("c1", key("a"), 10);
+        l.hold("c1", key("a"), 10, 0);
         l.release("c1", 3);
-        l.hold("c1", key("b"), 20);
+        l.hold("c1", key("b"), 20, 0);
         assert_eq!(l.reserved(&key("a"), 0, None).bytes, 0);
         assert_eq!(l.reserved(&key("b"), 0, None).bytes, 20);
         assert_eq!(l.release("nobody", 1), None);

@@ -272,6 +272,7 @@ pub async fn provisioning_failed(
         .items
         .iter()
         .filter(|e| keep(e.message.as_deref().unwrap_or_default()))
-        .map(|e| f64::from(e.count.unwrap_or(1).max(1)))
-        .sum())
+        .map(|e| e.count.unwrap_or(1).max(1))
+        .sum::<i32>()
+        .into())
 }

@@ -73,8 +73,8 @@ impl std::fmt::Display for NoRoom {
 
 impl RefreshHandle {
     /// Counts `requested` bytes of the claim `uid` against the objects of `class` on `node`'s
-    /// segment; with `check`, only if it fits there as far as the last reading and the other
-    /// reservations tell. `Ok(None)`: reservations are off, or we publish nothing for that
+    /// segment; with `check`, only if the last reading less the reservations it certainly does
+    /// not show leaves room for it. `Ok(None)`: reservations are off, or we publish nothing for that
     /// pair.
     pub fn hold(
         &self,
@@ -100,7 +100,7 @@ impl RefreshHandle {
                 return Ok(None);
             }
             if let Some(&(reading, round)) = state.readings.get(&key).filter(|_| check) {
-                let other = state.ledger.reserved(&key, round, Some(uid));
+                let other = state.ledger.certain(&key, round, Some(uid));
                 if !fits(reading, other.bytes, requested) {
                     return Err(NoRoom {
                         node: node.to_string(),
@@ -112,7 +112,8 @@ impl RefreshHandle {
                     });
                 }
             }
-            state.ledger.hold(uid, key.clone(), requested);
+            let finished = state.refreshed.get(&key).map_or(0, |r| r.finished());
+            state.ledger.hold(uid, key.clone(), requested, finished);
             key
         };
         shared.queue.add_urgent(Item::Publish(key));

@@ -29,6 +29,11 @@ impl Rounds {
         self.started
     }
 
+    /// How many refreshes have ended (their readings are in).
+    pub(super) fn finished(&self) -> u64 {
+        self.finished
+    }
+
     /// A refresh that began after `ticket` was taken has ended.
     pub(super) fn served(&self, ticket: u64) -> bool {
         self.finished > ticket

@@ -16,7 +16,7 @@ use super::{ClaimError, ClaimKey, ClaimsController, SyncError, claim_name, class
 use crate::capacity_controller::Refresh;
 
 /// The longest a rescheduled claim waits for its node's capacity objects to be refreshed.
-pub(super) const REFRESH_BEFORE_RESCHEDULE: std::time::Duration = std::time::Duration::from_secs(5);
+const REFRESH_BEFORE_RESCHEDULE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl ClaimsController {
     /// Reports a failed attempt as upstream does, reschedules when asked, and holds the next

@@ -118,10 +118,7 @@ impl ClaimsController {
         let before = self
             .memory
             .volume_state_recorded(&uid, self.earlier_attempt_possible(claim));
-        let hold = match self
-            .reserve(claim, &class_name(class), plan.requested_bytes, &before)
-            .await
-        {
+        let hold = match self.reserve(claim, &class_name(class), plan.requested_bytes, &before) {
             Ok(hold) => hold,
             Err(err) => return self.fail(claim, class, err, false).await,
         };

@@ -7,14 +7,13 @@ use provisioning::attempt::VolumeState;
 use provisioning::errors::{ProvisionError, may_reschedule};
 
 use super::ClaimsController;
-use super::fail::REFRESH_BEFORE_RESCHEDULE;
-use crate::capacity_controller::{Hold, Refresh};
+use crate::capacity_controller::Hold;
 
 impl ClaimsController {
     /// The reservation for this attempt, held until the caller drops it after CreateVolume.
     /// `before` is what may exist of the claim's volume: a volume that may be in the
     /// backend already is counted but never refused (its space may be in the reading).
-    pub(super) async fn reserve(
+    pub(super) fn reserve(
         &self,
         claim: &PersistentVolumeClaim,
         class: &str,
@@ -32,15 +31,8 @@ impl ClaimsController {
         };
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         let check = *before == VolumeState::None;
-        if let Ok(hold) = capacity.hold(uid, (class, node), requested, check) {
-            return Ok(hold);
-        }
-        // Our view says no: ask the driver once before sending the claim away (a volume
-        // deleted since the last reading may have made room).
-        let refresh = Refresh::Node { class, node };
-        capacity
-            .refresh_and_wait(refresh, REFRESH_BEFORE_RESCHEDULE)
-            .await;
+        // Refused only on certainty (see `capacity::ledger`); the failure path then refreshes
+        // the node's objects before the claim goes back to the scheduler.
         capacity
             .hold(uid, (class, node), requested, check)
             .map_err(|no_room| ProvisionError::reschedule(no_room.to_string()))
