@@ -1,8 +1,9 @@
 //! Scenario 6: placement under a burst. Pods with one WaitForFirstConsumer claim each are
 //! created at once; the real kube-scheduler places them using the published capacity. Counted:
 //! ResourceExhausted reschedules, time until every pod is bound to a node, pods left pending.
-//! Two shapes: a wide burst with room to spare, and a tight one (issue 20's example) where
-//! only an even spread fits and volumes take a while, so in-flight volumes matter.
+//! Two shapes: a wide burst with room to spare, and a tight one where half the nodes hold two
+//! volumes and half one, every slot is needed, volumes take seconds and pods keep coming, so
+//! the objects of volumes in flight decide where the later pods go.
 
 use std::time::{Duration, Instant};
 
@@ -28,10 +29,14 @@ const POOL_SIZE: &str = "100Gi";
 struct Shape {
     variant: &'static str,
     nodes: usize,
+    /// The first half of the nodes get the first pool size, the rest the second.
+    pools: (&'static str, &'static str),
     pods: usize,
     claim: &'static str,
     /// The driver's CreateVolume takes this long (random in the range), in ms.
     create_ms: (u64, u64),
+    /// Pods are created this far apart (claims all at once).
+    pod_every_ms: u64,
 }
 
 /// The wide burst: sized by `--quick`; no added latency.
@@ -39,20 +44,24 @@ fn wide(s: &Sizes) -> Shape {
     Shape {
         variant: "",
         nodes: s.s6_nodes,
+        pools: (POOL_SIZE, POOL_SIZE),
         pods: s.s6_pods,
         claim: "9Gi",
         create_ms: (0, 0),
+        pod_every_ms: 0,
     }
 }
 
-/// Issue 20's example: six 45Gi pods on three 100Gi nodes, two fit per node.
+/// Every slot needed: 45Gi claims, three nodes with room for two and three with room for one.
 pub const TIGHT: &str = "tight";
 const TIGHT_SHAPE: Shape = Shape {
     variant: TIGHT,
-    nodes: 3,
-    pods: 6,
+    nodes: 6,
+    pools: ("100Gi", "50Gi"),
+    pods: 9,
     claim: "45Gi",
-    create_ms: (1000, 2000),
+    create_ms: (2000, 4000),
+    pod_every_ms: 250,
 };
 
 pub fn setup(s: &Sizes) -> String {
@@ -62,9 +71,9 @@ pub fn setup(s: &Sizes) -> String {
         "{} fake nodes, a {POOL_SIZE} pool per node, CSIDriver with `storageCapacity: true`, \
          one WaitForFirstConsumer StorageClass. {} pods, each with its own {} claim, \
          are created at once (room for 11 volumes per node, so all fit if placed well); the \
-         real kube-scheduler places them. Variant `{TIGHT}`: {} nodes, {} pods of {} each (two \
-         fit per node, so only an even spread works) and the driver's CreateVolume taking \
-         {}–{} ms. Flags: upstream's defaults (QPS 5/10, capacity QPS {}/{}, poll 1m; ours \
+         real kube-scheduler places them. Variant `{TIGHT}`: {} nodes, half with a {} pool and \
+         half with {}, {} pods of {} each created {} ms apart (every slot is needed) and the \
+         driver's CreateVolume taking {}–{} ms. Flags: upstream's defaults (QPS 5/10, capacity QPS {}/{}, poll 1m; ours \
          with its default `--capacity-reservations`). ResourceExhausted is counted in the \
          driver's call log (failed CreateVolume calls) and in ProvisioningFailed events (sum \
          of their counts); claims sent back to the scheduler are all ProvisioningFailed \
@@ -73,8 +82,11 @@ pub fn setup(s: &Sizes) -> String {
         w.pods,
         w.claim,
         t.nodes,
+        t.pools.0,
+        t.pools.1,
         t.pods,
         t.claim,
+        t.pod_every_ms,
         t.create_ms.0,
         t.create_ms.1,
         CAPACITY_QPS.0,
@@ -126,7 +138,9 @@ async fn measure(
     let class = slot.driver.trim_end_matches(".bench.csi").to_string();
     let sc = objects::storage_class(&class, &slot.driver, "WaitForFirstConsumer", "Delete");
     create_all(&Api::all(ctx.client.clone()), vec![sc]).await?;
-    let mut args = launch::node_pools(TOPOLOGY_KEY, &nodes, POOL_SIZE);
+    let half = nodes.len().div_ceil(2);
+    let mut args = launch::node_pools(TOPOLOGY_KEY, &nodes[..half], shape.pools.0);
+    args.extend(launch::node_pools(TOPOLOGY_KEY, &nodes[half..], shape.pools.1));
     if shape.create_ms != (0, 0) {
         let (min, max) = shape.create_ms;
         let faults = serde_json::json!({"CreateVolume": {"delay_ms": min, "delay_max_ms": max}});
@@ -155,13 +169,17 @@ async fn measure(
     let batch =
         (0..n).map(|i| objects::claim(&format!("d-{i}"), &class, shape.claim, &slot.driver, None));
     create_all(&claims, batch.collect()).await?;
-    create_all(
-        &pods,
-        (0..n)
-            .map(|i| objects::pod(&format!("p-{i}"), &format!("d-{i}")))
-            .collect(),
-    )
-    .await?;
+    let all_pods: Vec<Pod> = (0..n)
+        .map(|i| objects::pod(&format!("p-{i}"), &format!("d-{i}")))
+        .collect();
+    if shape.pod_every_ms == 0 {
+        create_all(&pods, all_pods).await?;
+    } else {
+        for pod in all_pods {
+            create_all(&pods, vec![pod]).await?;
+            tokio::time::sleep(Duration::from_millis(shape.pod_every_ms)).await;
+        }
+    }
     let what = format!("{n} pods bound to nodes");
     let outcome = poll(
         &what,
