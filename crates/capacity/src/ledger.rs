@@ -94,11 +94,11 @@ impl Ledger {
 
     /// What a reading of `key` from refresh round `round` certainly does not show: the
     /// reservations begun after that round had ended.
-    pub fn certain(&self, key: &Key, round: u64, except: Option<&str>) -> Reserved {
+    pub fn certain(&self, key: &Key, round: u64, except: &[&str]) -> Reserved {
         let mut r = Reserved::default();
         for (uid, e) in &self.entries {
             let shown = e.released.is_some_and(|t| t < round);
-            if &e.key != key || except == Some(uid.as_str()) || shown || e.after < round {
+            if &e.key != key || except.contains(&uid.as_str()) || shown || e.after < round {
                 continue;
             }
             r.bytes = r.bytes.saturating_add(e.bytes);
@@ -116,6 +116,11 @@ impl Ledger {
     /// Drops whatever is reserved for keys `keep` rejects (a class or segment went away).
     pub fn retain_keys(&mut self, keep: impl Fn(&Key) -> bool) {
         self.entries.retain(|_, e| keep(&e.key));
+    }
+
+    /// Whether the claim `uid` has a reservation (held, or waiting for a reading).
+    pub fn contains(&self, uid: &str) -> bool {
+        self.entries.contains_key(uid)
     }
 
     /// Number of entries (held or waiting for a reading), for tests and the capacity view.
@@ -251,25 +256,25 @@ mod tests {
         l.hold("c2", a.clone(), 45 * GI, 5);
         assert_eq!(l.reserved(&a, 5, None).bytes, 90 * GI, "published: both");
         assert_eq!(
-            l.certain(&a, 5, None),
+            l.certain(&a, 5, &[]),
             Reserved {
                 bytes: 45 * GI,
                 held: 1
             }
         );
-        assert_eq!(l.certain(&a, 5, Some("c2")).bytes, 0);
+        assert_eq!(l.certain(&a, 5, &["c2"]).bytes, 0);
         // Reading 6 began before c2 ended: it may show c2 too.
-        assert_eq!(l.certain(&a, 6, None).bytes, 0);
+        assert_eq!(l.certain(&a, 6, &[]).bytes, 0);
         // Released before reading 7 began: shown, whatever it was.
         l.release("c2", 6);
         assert_eq!(
-            l.certain(&a, 4, None),
+            l.certain(&a, 4, &[]),
             Reserved {
                 bytes: 90 * GI,
                 held: 1
             }
         );
-        assert_eq!(l.certain(&a, 7, None).bytes, 0);
+        assert_eq!(l.certain(&a, 7, &[]).bytes, 0);
     }
 
     #[test]

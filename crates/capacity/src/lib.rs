@@ -20,6 +20,7 @@
 //! | Why can a waiting claim not be placed anywhere? | [`explain::explain_exhaustion`] |
 //! | What does the capacity view show? | [`view::text`], [`view::html`] |
 //! | Which foreign objects overlap ours? | [`conflicts::overlaps`] |
+//! | Do the claims of one pod fit one node together? | [`pod::check`] |
 //! | What do in-flight volumes take from a reading? | [`ledger::apply`], [`ledger::Ledger`] |
 //! | Which objects belong to nodes that are gone (distributed)? | [`orphans::orphans`] |
 
@@ -34,6 +35,7 @@ pub mod grace;
 pub mod ledger;
 pub mod orphans;
 pub mod plan;
+pub mod pod;
 pub mod published;
 mod quantity;
 pub mod refresh;

@@ -145,6 +145,12 @@ pub(crate) struct RawArgs {
                   back to the scheduler without calling the driver; false publishes what \
                   GetCapacity says, as upstream [default: true]")]
     pub capacity_reservations: Option<String>,
+    #[arg(long, value_name = BOOL, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help = "Not in upstream: the claims of one pod selected to one node are added up \
+                  before the first volume is made; if they do not fit together, none is made \
+                  and the node is shown too small for the pod for a while. Needs list on pods \
+                  and --capacity-reservations [default: false]")]
+    pub capacity_pod_aware: Option<String>,
     #[arg(
         long,
         value_name = "keep|zero",

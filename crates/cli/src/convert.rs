@@ -306,6 +306,11 @@ pub(crate) fn convert(
                 raw.capacity_reservations,
                 d.capacity_reservations,
             )?,
+            capacity_pod_aware: boolean(
+                "capacity-pod-aware",
+                raw.capacity_pod_aware,
+                d.capacity_pod_aware,
+            )?,
             capacity_for_immediate_binding: boolean(
                 "capacity-for-immediate-binding",
                 raw.capacity_for_immediate_binding,

@@ -128,6 +128,8 @@ pub struct Options {
     pub capacity_driver_grace: Duration,
     /// `--capacity-reservations` (ours).
     pub capacity_reservations: bool,
+    /// `--capacity-pod-aware` (ours).
+    pub capacity_pod_aware: bool,
     /// `--capacity-stale-action` (ours).
     pub capacity_stale_action: StaleAction,
     /// `None` for no owner (any negative level).
@@ -196,6 +198,7 @@ impl Default for Options {
             capacity_stale_after: None,
             capacity_driver_grace: Duration::from_secs(30),
             capacity_reservations: true,
+            capacity_pod_aware: false,
             capacity_stale_action: StaleAction::Keep,
             capacity_ownerref_level: Some(1),
             node_deployment: false,

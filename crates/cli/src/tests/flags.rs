@@ -64,6 +64,7 @@ const UPSTREAM_FLAGS: &[&str] = &[
 /// keep upstream's behaviour.
 const OUR_FLAGS: &[&str] = &[
     "capacity-driver-grace",
+    "capacity-pod-aware",
     "capacity-reservations",
     "capacity-stale-action",
     "capacity-stale-after",
@@ -118,6 +119,14 @@ fn driver_grace_flag(#[case] args: &[&str], #[case] want: Duration) {
 #[case(&["--capacity-reservations=0"], false)]
 fn reservations_flag(#[case] args: &[&str], #[case] want: bool) {
     assert_eq!(ok(args).capacity_reservations, want);
+}
+
+#[rstest]
+#[case(&[], false)]
+#[case(&["--capacity-pod-aware"], true)]
+#[case(&["--capacity-pod-aware=false"], false)]
+fn pod_aware_flag(#[case] args: &[&str], #[case] want: bool) {
+    assert_eq!(ok(args).capacity_pod_aware, want);
 }
 
 #[rstest]

@@ -100,7 +100,7 @@ impl RefreshHandle {
                 return Ok(None);
             }
             if let Some(&(reading, round)) = state.readings.get(&key).filter(|_| check) {
-                let other = state.ledger.certain(&key, round, Some(uid));
+                let other = state.ledger.certain(&key, round, &[uid]);
                 if !fits(reading, other.bytes, requested) {
                     return Err(NoRoom {
                         node: node.to_string(),
@@ -121,6 +121,57 @@ impl RefreshHandle {
             shared: shared.clone(),
             uid: uid.to_string(),
         }))
+    }
+}
+
+impl RefreshHandle {
+    /// The key of (`class`, `node`'s segment), if we publish it.
+    fn key_of(state: &super::State, class: &str, node: &str) -> Option<Key> {
+        let key = Key {
+            segment: state.node_segments.get(node)?.clone(),
+            class: class.to_string(),
+        };
+        state.desired.contains(&key).then_some(key)
+    }
+
+    /// Whether the claim `uid` has a reservation.
+    pub fn is_held(&self, uid: &str) -> bool {
+        self.shared.state.lock().ledger.contains(uid)
+    }
+
+    /// For adding up a pod's claims: the last reading of (`class`, `node`) and the bytes it
+    /// certainly does not show, the claims `except` left out. `None` when reservations are off
+    /// or nothing was read there.
+    pub fn room(&self, class: &str, node: &str, except: &[&str]) -> Option<(Capacity, i64)> {
+        if !self.shared.config.reservations {
+            return None;
+        }
+        let state = self.shared.state.lock();
+        let key = Self::key_of(&state, class, node)?;
+        let &(reading, round) = state.readings.get(&key)?;
+        Some((reading, state.ledger.certain(&key, round, except).bytes))
+    }
+
+    /// Holds, under `uid`, enough of (`class`, `node`) that a claim of `largest` bytes no
+    /// longer passes the scheduler's filter there; published at once.
+    pub fn block(&self, uid: &str, class: &str, node: &str, largest: i64) -> Option<Hold> {
+        let shared = &self.shared;
+        let key = {
+            let mut state = shared.state.lock();
+            let key = Self::key_of(&state, class, node)?;
+            let &(reading, round) = state.readings.get(&key)?;
+            // Without this pod's earlier block, or a second claim of it would hold nothing.
+            let published = apply(reading, state.ledger.reserved(&key, round, Some(uid)).bytes);
+            let bytes = capacity::pod::block(published.limit(), largest);
+            // No reading ever shows a block: it counts for every one.
+            state.ledger.hold(uid, key.clone(), bytes, u64::MAX);
+            key
+        };
+        shared.queue.add_urgent(Item::Publish(key));
+        Some(Hold {
+            shared: shared.clone(),
+            uid: uid.to_string(),
+        })
     }
 }
 

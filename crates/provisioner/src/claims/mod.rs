@@ -20,6 +20,7 @@ mod explain;
 mod facts;
 mod fail;
 mod memory;
+mod pod;
 mod prepare;
 mod protection;
 mod provision;

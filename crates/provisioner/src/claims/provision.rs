@@ -118,7 +118,10 @@ impl ClaimsController {
         let before = self
             .memory
             .volume_state_recorded(&uid, self.earlier_attempt_possible(claim));
-        let hold = match self.reserve(claim, &class_name(class), plan.requested_bytes, &before) {
+        let hold = match self
+            .reserve(claim, &class_name(class), plan.requested_bytes, &before)
+            .await
+        {
             Ok(hold) => hold,
             Err(err) => return self.fail(claim, class, err, false).await,
         };

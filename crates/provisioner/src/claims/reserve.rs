@@ -13,7 +13,9 @@ impl ClaimsController {
     /// The reservation for this attempt, held until the caller drops it after CreateVolume.
     /// `before` is what may exist of the claim's volume: a volume that may be in the
     /// backend already is counted but never refused (its space may be in the reading).
-    pub(super) fn reserve(
+    /// Refusing on the driver's behalf needs `--strict-topology`; the pod check
+    /// (`--capacity-pod-aware`) comes first.
+    pub(super) async fn reserve(
         &self,
         claim: &PersistentVolumeClaim,
         class: &str,
@@ -30,7 +32,13 @@ impl ClaimsController {
             return Ok(None);
         };
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        let check = *before == VolumeState::None;
+        let fresh = *before == VolumeState::None;
+        if fresh {
+            self.pod_check(claim, class, node).await?;
+        }
+        // Only with --strict-topology is the selected node all the driver may use: without it
+        // the driver may put the volume elsewhere, and the answer is the driver's.
+        let check = fresh && self.ctx.opts.strict_topology;
         // Refused only on certainty (see `capacity::ledger`); the failure path then refreshes
         // the node's objects before the claim goes back to the scheduler.
         capacity
