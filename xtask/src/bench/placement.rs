@@ -37,6 +37,8 @@ struct Shape {
     create_ms: (u64, u64),
     /// Pods are created this far apart (claims all at once).
     pod_every_ms: u64,
+    /// Flags for both provisioners.
+    extra: &'static [&'static str],
 }
 
 /// The wide burst: sized by `--quick`; no added latency.
@@ -49,6 +51,7 @@ fn wide(s: &Sizes) -> Shape {
         claim: "9Gi",
         create_ms: (0, 0),
         pod_every_ms: 0,
+        extra: &[],
     }
 }
 
@@ -62,6 +65,8 @@ const TIGHT_SHAPE: Shape = Shape {
     claim: "45Gi",
     create_ms: (2000, 4000),
     pod_every_ms: 250,
+    // Local storage: the driver may make the volume on the selected node only.
+    extra: &["--strict-topology"],
 };
 
 pub fn setup(s: &Sizes) -> String {
@@ -73,7 +78,8 @@ pub fn setup(s: &Sizes) -> String {
          are created at once (room for 11 volumes per node, so all fit if placed well); the \
          real kube-scheduler places them. Variant `{TIGHT}`: {} nodes, half with a {} pool and \
          half with {}, {} pods of {} each created {} ms apart (every slot is needed) and the \
-         driver's CreateVolume taking {}–{} ms. Flags: upstream's defaults (QPS 5/10, capacity QPS {}/{}, poll 1m; ours \
+         driver's CreateVolume taking {}–{} ms, both provisioners with `--strict-topology` (local \
+         storage: a volume only on the selected node). Flags: upstream's defaults (QPS 5/10, capacity QPS {}/{}, poll 1m; ours \
          with its default `--capacity-reservations`). ResourceExhausted is counted in the \
          driver's call log (failed CreateVolume calls) and in ProvisioningFailed events (sum \
          of their counts); claims sent back to the scheduler are all ProvisioningFailed \
@@ -140,7 +146,11 @@ async fn measure(
     create_all(&Api::all(ctx.client.clone()), vec![sc]).await?;
     let half = nodes.len().div_ceil(2);
     let mut args = launch::node_pools(TOPOLOGY_KEY, &nodes[..half], shape.pools.0);
-    args.extend(launch::node_pools(TOPOLOGY_KEY, &nodes[half..], shape.pools.1));
+    args.extend(launch::node_pools(
+        TOPOLOGY_KEY,
+        &nodes[half..],
+        shape.pools.1,
+    ));
     if shape.create_ms != (0, 0) {
         let (min, max) = shape.create_ms;
         let faults = serde_json::json!({"CreateVolume": {"delay_ms": min, "delay_max_ms": max}});
@@ -155,9 +165,10 @@ async fn measure(
     let t_start = Instant::now();
     let caps_api: Api<CSIStorageCapacity> = Api::namespaced(ctx.client.clone(), &slot.namespace);
     let caps = observe::watch_capacities(caps_api, t_start, &slot.driver);
-    let prov = started
-        .0
-        .insert(ctx.start_provisioner(slot, &budget, driver).await?);
+    let prov = started.0.insert(
+        ctx.start_provisioner_on(slot, &budget, &driver.socket, shape.extra)
+            .await?,
+    );
     let published = wait_published(&caps, prov, nodes.len(), ctx.sizes.long_wait, t_start).await?;
     rec.set("publish_s", published);
 
