@@ -135,28 +135,8 @@ impl Caches {
             }
             None => (None, None),
         };
-        let (peers, peer_changes) = match &opts.peers {
-            Some((namespace, selector)) => {
-                let (s, c) = informer(
-                    Api::namespaced(capacity_client.clone(), namespace),
-                    kube::runtime::watcher::Config::default().labels(selector),
-                    |_| {},
-                );
-                (Some(s), Some(c))
-            }
-            None => (None, None),
-        };
-        let (foreign, foreign_changes) = match &opts.foreign {
-            Some((namespace, selector)) => {
-                let (s, c) = informer(
-                    Api::namespaced(capacity_client.clone(), namespace),
-                    kube::runtime::watcher::Config::default().labels(selector),
-                    |_| {},
-                );
-                (Some(s), Some(c))
-            }
-            None => (None, None),
-        };
+        let (peers, peer_changes) = capacity_objects(capacity_client, opts.peers.as_ref());
+        let (foreign, foreign_changes) = capacity_objects(capacity_client, opts.foreign.as_ref());
         (
             Caches {
                 claims,
@@ -203,6 +183,26 @@ impl Caches {
             wait_until_ready(s, timeout).await?;
         }
         Ok(())
+    }
+}
+
+type Watched<K> = (Option<Store<K>>, Option<BoxStream<'static, Change<K>>>);
+
+/// A cache of the CSIStorageCapacity objects of `target` (namespace, label selector), if any.
+fn capacity_objects(
+    capacity_client: &Client,
+    target: Option<&(String, String)>,
+) -> Watched<CSIStorageCapacity> {
+    match target {
+        Some((namespace, selector)) => {
+            let (s, c) = informer(
+                Api::namespaced(capacity_client.clone(), namespace),
+                kube::runtime::watcher::Config::default().labels(selector),
+                |_| {},
+            );
+            (Some(s), Some(c))
+        }
+        None => (None, None),
     }
 }
 

@@ -52,7 +52,7 @@ pub enum ViewError {
 
 /// Whether the command line asks for this subcommand.
 pub fn requested(args: &[String]) -> bool {
-    args.get(1).map(String::as_str) == Some(SUBCOMMAND)
+    crate::subcommand::requested(args, SUBCOMMAND)
 }
 
 /// Parses the arguments after the subcommand.
@@ -61,18 +61,9 @@ pub fn parse(args: &[String]) -> Result<Args, UsageError> {
     let mut namespace = None;
     let mut endpoint = None;
     let mut kubeconfig = std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty());
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| rest.next().cloned())
-                .ok_or_else(|| UsageError(format!("flag needs an argument: {flag}")))
-        };
+    let mut walk = crate::subcommand::Walk::new(args);
+    while let Some((flag, inline)) = walk.next_arg() {
+        let mut value = || walk.value(flag, inline).map_err(UsageError);
         match flag {
             "--driver-name" => driver = Some(value()?),
             "--namespace" | "-n" => namespace = Some(value()?),

@@ -27,6 +27,7 @@ pub mod secrets;
 pub mod snapshot_sweep;
 pub mod snapshot_watch;
 pub mod stopped;
+pub(crate) mod subcommand;
 mod supervise;
 pub mod volumes;
 

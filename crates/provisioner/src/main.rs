@@ -86,56 +86,62 @@ fn admission_policy(args: &[String]) -> ExitCode {
 /// `csi-provisioner release-node ...`: release a lost node's volumes (dry run by default).
 fn release_node(args: &[String]) -> ExitCode {
     use csi_provisioner::release_node::{parse, run};
-    let args = match parse(args) {
-        Ok(args) => args,
-        Err(err) => {
-            eprintln!("{err}");
-            return ExitCode::from(2);
-        }
-    };
-    match block_on(run(&args)) {
-        Err(code) => code,
-        Ok(Ok(_)) => ExitCode::SUCCESS,
-        Ok(Err(err)) => {
-            eprintln!("release-node: {}", anyhow::Error::from(err));
-            ExitCode::FAILURE
-        }
-    }
+    subcommand(
+        "release-node",
+        parse(args),
+        |a| async move { run(&a).await },
+        |_| {},
+    )
 }
 
 /// `csi-provisioner capacity ...`: print the capacity view.
 fn capacity_view(args: &[String]) -> ExitCode {
     use csi_provisioner::capacity_view::{parse, run};
-    let args = match parse(args) {
+    subcommand(
+        "capacity",
+        parse(args),
+        |a| async move { run(&a).await },
+        |text| print!("{text}"),
+    )
+}
+
+/// A one-shot subcommand: refused arguments are status 2; the async part runs on a
+/// single-threaded runtime, its result goes to `show`, its error to stderr (status 1).
+fn subcommand<A, T, E, Fut>(
+    name: &str,
+    parsed: Result<A, impl std::fmt::Display>,
+    run: impl FnOnce(A) -> Fut,
+    show: impl FnOnce(T),
+) -> ExitCode
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: Into<anyhow::Error>,
+{
+    let args = match parsed {
         Ok(args) => args,
         Err(err) => {
             eprintln!("{err}");
             return ExitCode::from(2);
         }
     };
-    match block_on(run(&args)) {
-        Err(code) => code,
-        Ok(Ok(text)) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Ok(Err(err)) => {
-            eprintln!("capacity: {}", anyhow::Error::from(err));
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// A one-shot subcommand's async part, on a single-threaded runtime.
-fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, ExitCode> {
-    match tokio::runtime::Builder::new_current_thread()
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
-        Ok(rt) => Ok(rt.block_on(future)),
+        Ok(rt) => rt,
         Err(err) => {
             eprintln!("cannot start the async runtime: {err}");
-            Err(ExitCode::FAILURE)
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(value) => {
+            show(value);
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("{name}: {}", err.into());
+            ExitCode::FAILURE
         }
     }
 }

@@ -57,7 +57,7 @@ pub enum ReleaseError {
 
 /// Whether the command line asks for this subcommand.
 pub fn requested(args: &[String]) -> bool {
-    args.get(1).map(String::as_str) == Some(SUBCOMMAND)
+    crate::subcommand::requested(args, SUBCOMMAND)
 }
 
 /// Parses the arguments after the subcommand.
@@ -66,23 +66,14 @@ pub fn parse(args: &[String]) -> Result<Args, UsageError> {
     let mut driver = None;
     let mut dry_run = true;
     let mut kubeconfig = std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty());
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| rest.next().cloned())
-                .ok_or_else(|| UsageError(format!("flag needs an argument: {flag}")))
-        };
+    let mut walk = crate::subcommand::Walk::new(args);
+    while let Some((flag, inline)) = walk.next_arg() {
+        let mut value = || walk.value(flag, inline).map_err(UsageError);
         match flag {
             "--driver-name" => driver = Some(value()?),
             "--kubeconfig" => kubeconfig = Some(value()?),
             "--dry-run" => {
-                dry_run = match inline.as_deref() {
+                dry_run = match inline {
                     None | Some("true") => true,
                     Some("false") => false,
                     Some(other) => {
