@@ -151,6 +151,11 @@ pub(crate) struct RawArgs {
                   and the node is shown too small for the pod for a while. Needs list on pods \
                   and --capacity-reservations [default: false]")]
     pub capacity_pod_aware: Option<String>,
+    #[arg(long, value_name = BOOL, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          help = "Not in upstream: watch the CSIStorageCapacity objects of the namespace that \
+                  this provisioner does not manage and report (Warning event, metric) those \
+                  that overlap its own; false skips the watch [default: true]")]
+    pub capacity_foreign_check: Option<String>,
     #[arg(
         long,
         value_name = "keep|zero",

@@ -311,6 +311,11 @@ pub(crate) fn convert(
                 raw.capacity_pod_aware,
                 d.capacity_pod_aware,
             )?,
+            capacity_foreign_check: boolean(
+                "capacity-foreign-check",
+                raw.capacity_foreign_check,
+                d.capacity_foreign_check,
+            )?,
             capacity_for_immediate_binding: boolean(
                 "capacity-for-immediate-binding",
                 raw.capacity_for_immediate_binding,

@@ -130,6 +130,8 @@ pub struct Options {
     pub capacity_reservations: bool,
     /// `--capacity-pod-aware` (ours).
     pub capacity_pod_aware: bool,
+    /// `--capacity-foreign-check` (ours).
+    pub capacity_foreign_check: bool,
     /// `--capacity-stale-action` (ours).
     pub capacity_stale_action: StaleAction,
     /// `None` for no owner (any negative level).
@@ -199,6 +201,7 @@ impl Default for Options {
             capacity_driver_grace: Duration::from_secs(30),
             capacity_reservations: true,
             capacity_pod_aware: false,
+            capacity_foreign_check: true,
             capacity_stale_action: StaleAction::Keep,
             capacity_ownerref_level: Some(1),
             node_deployment: false,

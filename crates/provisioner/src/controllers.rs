@@ -48,10 +48,11 @@ pub(crate) async fn run_controllers(
         (namespace.clone(), selector)
     });
     // Anything in our namespace we do not manage (`!=` also matches objects without the label).
-    let foreign = (opts.enable_capacity && base.node.is_none()).then(|| {
-        let selector = format!("{}!={}", capacity::MANAGED_BY_LABEL, managed_by(&base));
-        (namespace.clone(), selector)
-    });
+    let foreign = (opts.enable_capacity && opts.capacity_foreign_check && base.node.is_none())
+        .then(|| {
+            let selector = format!("{}!={}", capacity::MANAGED_BY_LABEL, managed_by(&base));
+            (namespace.clone(), selector)
+        });
     let fixed_node = base
         .node
         .as_ref()

@@ -64,6 +64,7 @@ const UPSTREAM_FLAGS: &[&str] = &[
 /// keep upstream's behaviour.
 const OUR_FLAGS: &[&str] = &[
     "capacity-driver-grace",
+    "capacity-foreign-check",
     "capacity-pod-aware",
     "capacity-reservations",
     "capacity-stale-action",
@@ -127,6 +128,13 @@ fn reservations_flag(#[case] args: &[&str], #[case] want: bool) {
 #[case(&["--capacity-pod-aware=false"], false)]
 fn pod_aware_flag(#[case] args: &[&str], #[case] want: bool) {
     assert_eq!(ok(args).capacity_pod_aware, want);
+}
+
+#[rstest]
+#[case(&[], true)]
+#[case(&["--capacity-foreign-check=false"], false)]
+fn foreign_check_flag(#[case] args: &[&str], #[case] want: bool) {
+    assert_eq!(ok(args).capacity_foreign_check, want);
 }
 
 #[rstest]
