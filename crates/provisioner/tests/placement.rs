@@ -235,7 +235,7 @@ async fn a_claim_that_no_longer_fits_goes_back_without_a_driver_call() {
         .unwrap_or_default();
     assert!(
         message.contains(&format!("not enough storage on node {node}"))
-            && message.contains("being provisioned there for 2 other claim(s)"),
+            && message.contains("taken by volumes being made since (2 still in CreateVolume)"),
         "{failed:#?}"
     );
 }

@@ -47,7 +47,9 @@ pub struct NoRoom {
     pub node: String,
     pub segment: String,
     pub reading: Capacity,
+    /// Bytes of volumes made since the reading.
     pub reserved: i64,
+    /// How many of them are still in CreateVolume.
     pub held: usize,
     pub requested: i64,
 }
@@ -64,7 +66,7 @@ impl std::fmt::Display for NoRoom {
         write!(
             f,
             "not enough storage on node {} (topology {}) for {} bytes: the driver reports {limit}, \
-             and {} bytes are being provisioned there for {} other claim(s); \
+             and {} bytes there are taken by volumes being made since ({} still in CreateVolume); \
              the claim goes back to the scheduler without calling the driver",
             self.node, self.segment, self.requested, self.reserved, self.held
         )
@@ -89,16 +91,9 @@ impl RefreshHandle {
         }
         let key = {
             let mut state = shared.state.lock();
-            let Some(segment) = state.node_segments.get(node) else {
+            let Some(key) = Self::key_of(&state, class, node) else {
                 return Ok(None);
             };
-            let key = Key {
-                segment: segment.clone(),
-                class: class.to_string(),
-            };
-            if !state.desired.contains(&key) {
-                return Ok(None);
-            }
             if let Some(&(reading, round)) = state.readings.get(&key).filter(|_| check) {
                 let other = state.ledger.certain(&key, round, &[uid]);
                 if !fits(reading, other.bytes, requested) {
