@@ -23,6 +23,8 @@ pub struct Config {
     pub overcommit: bool,
     /// `--volume-id-format`.
     pub volume_id_format: Option<String>,
+    /// `--socket-outage-ms`: how long SIGUSR1 takes the socket away.
+    pub socket_outage: std::time::Duration,
 }
 
 /// A CSI driver for tests: in-memory pools per topology segment, fault injection, a call log.
@@ -54,6 +56,10 @@ struct Args {
     /// JSON fault injection file, re-read when it changes.
     #[arg(long, value_name = "FILE")]
     faults: Option<PathBuf>,
+    /// On SIGUSR1 the socket goes away for this long (connections dropped, file removed),
+    /// then comes back with the same volumes, as a driver container restarting.
+    #[arg(long, value_name = "MS", default_value_t = 20_000)]
+    socket_outage_ms: u64,
     /// Append one JSON line per call to this file.
     #[arg(long, value_name = "FILE")]
     call_log: Option<PathBuf>,
@@ -169,6 +175,7 @@ where
         call_log: a.call_log,
         overcommit: a.overcommit,
         volume_id_format: a.volume_id_format,
+        socket_outage: std::time::Duration::from_millis(a.socket_outage_ms),
     })
 }
 

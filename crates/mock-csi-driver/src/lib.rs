@@ -66,6 +66,12 @@
 //!   a token the driver never issued gives ABORTED. `--max-volume-size` is not enforced by
 //!   CreateVolume; it is only reported.
 //!
+//! # Socket outage
+//!
+//! SIGUSR1 takes the socket away for `--socket-outage-ms` (default 20 s): calls in flight
+//! finish, connections are dropped, the socket file is removed; then it is served again with
+//! the same volumes (a driver container restarting while its backend keeps the data).
+//!
 //! # Faults file (`--faults FILE`)
 //!
 //! ```json

@@ -49,13 +49,24 @@ async fn run(cfg: mock_csi_driver::cli::Config) -> anyhow::Result<()> {
     let driver = mock_csi_driver::server::driver(&cfg)?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let shutdown = async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+    let mut outage = signal(SignalKind::user_defined1())?;
+    loop {
+        // Which signal ended this round of serving: SIGUSR1 only pauses it.
+        let mut paused = false;
+        let stop = async {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("shutting down"),
+                _ = int.recv() => tracing::info!("shutting down"),
+                _ = outage.recv() => {
+                    tracing::info!(ms = cfg.socket_outage.as_millis() as u64, "socket outage");
+                    paused = true;
+                }
+            }
+        };
+        mock_csi_driver::server::serve(driver.clone(), &cfg.socket, stop).await?;
+        if !paused {
+            return Ok(());
         }
-        tracing::info!("shutting down");
-    };
-    mock_csi_driver::server::serve(driver, &cfg.socket, shutdown).await?;
-    Ok(())
+        tokio::time::sleep(cfg.socket_outage).await;
+    }
 }

@@ -392,3 +392,47 @@ fn bad_flag_exits_2_with_one_line_naming_it() {
         "{stderr}"
     );
 }
+
+/// SIGUSR1: the socket goes away (the open connection is dropped, the file removed) for
+/// `--socket-outage-ms`, then comes back with the volumes made before.
+#[tokio::test]
+async fn sigusr1_takes_the_socket_away_and_brings_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = Driver::start(dir.path(), &["--socket-outage-ms=1500".into()]);
+    let mut controller = ControllerClient::new(driver.channel().await);
+    let request = CreateVolumeRequest {
+        accessibility_requirements: None,
+        ..create_request("kept", GI, "")
+    };
+    controller.create_volume(request).await.unwrap();
+
+    let pid = driver.child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-USR1", &pid])
+        .status();
+    assert!(sent.is_ok_and(|s| s.success()));
+    let gone = wait_for(|| !driver.socket.exists()).await;
+    assert!(gone, "socket file still there: {}", driver.stderr());
+    let refused = controller.list_volumes(ListVolumesRequest::default()).await;
+    assert!(refused.is_err(), "the old connection was dropped");
+    let back = wait_for(|| std::os::unix::net::UnixStream::connect(&driver.socket).is_ok()).await;
+    assert!(back, "socket never came back: {}", driver.stderr());
+    let mut controller = ControllerClient::new(driver.channel().await);
+    let listed = controller
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.entries.len(), 1, "the volume survived: {listed:?}");
+}
+
+/// Polls `ok` for up to 10 s.
+async fn wait_for(ok: impl Fn() -> bool) -> bool {
+    for _ in 0..200 {
+        if ok() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
