@@ -1,14 +1,23 @@
 //! Scenario 4: about 30% of CreateVolume and DeleteVolume calls fail, with a mix of gRPC codes
-//! and calls that outlast the provisioner's `--timeout`.
+//! and calls that outlast the provisioner's `--timeout`; and the driver's socket goes away for
+//! 20 s while the claims are being provisioned.
 
 use std::collections::BTreeSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use super::{BOUND_S, CREATE_CALLS, DELETE_CALLS, Metric, Run, Sizes, harness};
+use super::{BOUND_S, CREATE_CALLS, DELETE_CALLS, Metric, Run, Sizes, Started, harness};
 use crate::bench::calllog;
+use crate::bench::ctx::{Ctx, Slot};
+
+/// How long after the socket outage began a provisioner that exited is still started again
+/// (the outage is the mock driver's default `--socket-outage-ms`, 20 s).
+const RESTART_WINDOW: Duration = Duration::from_secs(90);
+/// How long an exited provisioner stays down before it is started again (kubelet's first
+/// restart back-off is 10 s; shorter here, the same for both).
+const RESTART_AFTER: Duration = Duration::from_secs(1);
 
 /// The codes each failing call gets, each with the same share.
 const CODES: [&str; 5] = [
@@ -40,10 +49,14 @@ pub fn setup(sizes: &Sizes) -> String {
         "{} claims of 1 Gi in an Immediate class (reclaim Delete) are created at once; once all \
          are Bound (or after {} s) they are deleted at once. In the mock driver about 31% of \
          CreateVolume and DeleteVolume calls fail: each call has a 6% chance of each of \
-         {} and a further 6% of taking 12 s, past both provisioners' `--timeout=10s`.",
+         {} and a further 6% of taking 12 s, past both provisioners' `--timeout=10s`. Once a \
+         quarter of the claims have a PV the driver's socket goes away for 20 s (connections \
+         dropped, file removed; the driver keeps its volumes) and comes back; a provisioner \
+         that exits meanwhile is started again {} s later, as kubelet would.",
         sizes.s4_claims,
         sizes.settle.as_secs(),
         CODES.join(", "),
+        RESTART_AFTER.as_secs(),
     )
 }
 
@@ -58,6 +71,12 @@ pub const METRICS: &[Metric] = &[
     ),
     CREATE_CALLS,
     DELETE_CALLS,
+    Metric(
+        "outage_restarts",
+        "Provisioner restarts after the socket outage",
+        "",
+        true,
+    ),
 ];
 
 pub async fn measure(mut run: Run<'_>) -> Result<()> {
@@ -67,7 +86,12 @@ pub async fn measure(mut run: Run<'_>) -> Result<()> {
 
     let t0 = Instant::now();
     stage.create_all(&names).await?;
-    let after_create = stage.count(&names, t0, run.rec).await?;
+    let (after_create, restarts) = tokio::join!(
+        stage.count(&names, t0, run.rec),
+        socket_outage(&stage, run.ctx, run.slot, run.started, names.len())
+    );
+    let after_create = after_create?;
+    run.rec.set("outage_restarts", f64::from(restarts?));
     // Settling after the creation is not the recovery this scenario reports.
     if let Some(seconds) = run.rec.values.remove("recovery_s") {
         run.rec.set("bound_s", seconds);
@@ -89,4 +113,45 @@ pub async fn measure(mut run: Run<'_>) -> Result<()> {
         .count();
     run.rec.set("failed_calls", failed as f64);
     Ok(())
+}
+
+/// Once a quarter of the claims have a PV, SIGUSR1 to the mock driver takes its socket away;
+/// for [`RESTART_WINDOW`] an exited provisioner is started again. Returns the restarts.
+async fn socket_outage(
+    stage: &harness::Stage<'_>,
+    ctx: &Ctx,
+    slot: &Slot,
+    started: &mut Started,
+    claims: usize,
+) -> Result<u32> {
+    stage.until_quarter(claims, started.victim.as_ref()).await?;
+    let pid = started
+        .driver
+        .as_ref()
+        .context("the driver was started")?
+        .process
+        .pid();
+    let sent = std::process::Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status()
+        .context("kill -USR1 the mock driver")?;
+    anyhow::ensure!(sent.success(), "kill -USR1 {pid} failed");
+    let victim = started
+        .victim
+        .as_mut()
+        .context("the provisioner was started")?;
+    let first = victim.starts;
+    let until = Instant::now() + RESTART_WINDOW;
+    while Instant::now() < until {
+        let exited = victim
+            .running
+            .as_mut()
+            .is_some_and(|r| r.process.try_wait().ok().flatten().is_some());
+        if exited {
+            tokio::time::sleep(RESTART_AFTER).await;
+            victim.restart(ctx, slot)?;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(victim.starts - first)
 }
