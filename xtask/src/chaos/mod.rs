@@ -400,11 +400,15 @@ fn explain(r: &ScenarioResult) -> String {
                 "{counts}{settle} Both retry failed and timed-out calls under the same name, \
                  which the driver answers idempotently. Ours spaces each volume's retries by its \
                  backoff (DeleteVolume calls {} vs {}), which leaves a longer tail when calls keep \
-                 failing; upstream's time until every volume was deleted varied more ({} vs {} s).",
+                 failing; upstream's time until every volume was deleted varied more ({} vs {} s). \
+                 Restarts after the socket went away (a provisioner that exits was started \
+                 again): ours {}, upstream {}.",
                 range(Impl::Ours, "delete_calls"),
                 range(Impl::Upstream, "delete_calls"),
                 range(Impl::Ours, "gone_s"),
                 range(Impl::Upstream, "gone_s"),
+                range(Impl::Ours, "outage_restarts"),
+                range(Impl::Upstream, "outage_restarts"),
             );
         }
         _ => {
