@@ -269,26 +269,49 @@ pub fn explain(r: &ScenarioResult) -> String {
             let ours = med(r, Impl::Ours, &first, "exhausted_calls");
             let upstream = med(r, Impl::Upstream, &first, "exhausted_calls");
             let time = r2(ratio(r, &first, "all_bound_s"));
+            let tight = tight_line(r);
             if ours == Some(0.0) && upstream == Some(0.0) {
                 format!(
                     "neither sent a pod to a full node (0 ResourceExhausted on both: the \
                      scheduler spread the pods over nodes with room to spare), so time until \
                      bound follows the API writes per volume at QPS 5: ours writes the \
                      creating-volume finalizer on the claim before CreateVolume besides the PV \
-                     (time ratio {time})."
+                     (time ratio {time}).{tight}"
                 )
             } else {
                 format!(
                     "the scheduler places pods on the capacity it last saw; every volume \
                      created before the node's object is updated (capacity QPS 1) can send the \
                      next pod to a full node, which costs a ResourceExhausted and a reschedule \
-                     (ours {} vs upstream {} failed CreateVolume calls; time ratio {time}).",
+                     (ours {} vs upstream {} failed CreateVolume calls; time ratio {time}).{tight}",
                     n(ours),
                     n(upstream),
                 )
             }
         }
     }
+}
+
+/// Scenario 6's `tight` variant, when it ran: what the reservations changed.
+fn tight_line(r: &ScenarioResult) -> String {
+    let tight = super::placement::TIGHT;
+    if !r.variants().iter().any(|v| v == tight) {
+        return String::new();
+    }
+    let m = |which, key| n(med(r, which, tight, key));
+    format!(
+        " In the `{tight}` variant (local storage, every slot needed, pods arriving while volumes \
+         are made) the driver refused {} CreateVolume calls of upstream's and {} of ours, and \
+         ours {} vs upstream {} claims went back to the scheduler: ours takes a volume's size from its node's \
+         object while it is made, so later pods go to nodes with room, and a claim the \
+         scheduler had already sent to a full node goes back without a driver call (time ratio \
+         {}).",
+        m(Impl::Upstream, "exhausted_calls"),
+        m(Impl::Ours, "exhausted_calls"),
+        m(Impl::Ours, "sent_back"),
+        m(Impl::Upstream, "sent_back"),
+        r2(ratio(r, tight, "all_bound_s")),
+    )
 }
 
 #[cfg(test)]
