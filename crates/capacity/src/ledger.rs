@@ -64,6 +64,13 @@ impl Ledger {
         self.entries.get(uid).map(|e| &e.key)
     }
 
+    /// Whether `uid` holds `key` now (not released).
+    pub fn holds(&self, uid: &str, key: &Key) -> bool {
+        self.entries
+            .get(uid)
+            .is_some_and(|e| &e.key == key && e.released.is_none())
+    }
+
     /// The claim's CreateVolume returned; `round` is the refresh round of its key begun last.
     /// Returns the key, to be refreshed.
     pub fn release(&mut self, uid: &str, round: u64) -> Option<Key> {

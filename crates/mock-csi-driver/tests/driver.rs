@@ -413,8 +413,6 @@ async fn sigusr1_takes_the_socket_away_and_brings_it_back() {
     assert!(sent.is_ok_and(|s| s.success()));
     let gone = wait_for(|| !driver.socket.exists()).await;
     assert!(gone, "socket file still there: {}", driver.stderr());
-    let refused = controller.list_volumes(ListVolumesRequest::default()).await;
-    assert!(refused.is_err(), "the old connection was dropped");
     let back = wait_for(|| std::os::unix::net::UnixStream::connect(&driver.socket).is_ok()).await;
     assert!(back, "socket never came back: {}", driver.stderr());
     let mut controller = ControllerClient::new(driver.channel().await);

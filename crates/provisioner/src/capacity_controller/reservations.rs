@@ -129,6 +129,12 @@ impl RefreshHandle {
         state.desired.contains(&key).then_some(key)
     }
 
+    /// Whether `uid` (a pod's block) holds (`class`, `node`) now.
+    pub fn blocks(&self, uid: &str, class: &str, node: &str) -> bool {
+        let state = self.shared.state.lock();
+        Self::key_of(&state, class, node).is_some_and(|k| state.ledger.holds(uid, &k))
+    }
+
     /// Whether the claim `uid` has a reservation.
     pub fn is_held(&self, uid: &str) -> bool {
         self.shared.state.lock().ledger.contains(uid)

@@ -43,6 +43,20 @@ impl ClaimsController {
             return Ok(());
         };
         let names = claim_names(&pod);
+        let block = format!("pod:{}", pod.metadata.uid.as_deref().unwrap_or_default());
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        let refuse = |total: String| {
+            ProvisionError::reschedule(format!(
+                "the claims of pod {namespace}/{pod_name} need {total} bytes together on \
+                 node {node}, more than it can hold; none is created there and the pod goes \
+                 back to the scheduler (the node is shown too small for it for {}s)",
+                POD_BLOCK.as_secs()
+            ))
+        };
+        // A sibling already found they do not fit here (and went back first): same answer.
+        if capacity.blocks(&block, class, node) {
+            return Err(refuse("more".into()));
+        }
         let deadline = Instant::now() + SIBLINGS_WAIT;
         loop {
             let siblings: Vec<(String, Sibling)> = names
@@ -64,25 +78,22 @@ impl ClaimsController {
             klog::v!(4, claim = %format!("{namespace}/{name}"), pod = pod.metadata.name.as_deref().unwrap_or_default(), decision = ?decision, claims = ?claims, "Pod-aware capacity check");
             match decision {
                 PodCheck::Alone | PodCheck::Fits => return Ok(()),
+                // Gone back meanwhile and blocked here: the same answer for this one.
+                PodCheck::Wait if capacity.blocks(&block, class, node) => {
+                    return Err(refuse("more".into()));
+                }
                 PodCheck::Wait if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 PodCheck::Wait => return Ok(()),
                 PodCheck::TooBig { total, largest } => {
-                    let uid = format!("pod:{}", pod.metadata.uid.as_deref().unwrap_or_default());
-                    if let Some(hold) = capacity.block(&uid, class, node, largest) {
+                    if let Some(hold) = capacity.block(&block, class, node, largest) {
                         tokio::spawn(async move {
                             tokio::time::sleep(POD_BLOCK).await;
                             drop(hold);
                         });
                     }
-                    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-                    return Err(ProvisionError::reschedule(format!(
-                        "the claims of pod {namespace}/{pod_name} need {total} bytes together on \
-                         node {node}, more than it can hold; none is created there and the pod \
-                         goes back to the scheduler (the node is shown too small for it for {}s)",
-                        POD_BLOCK.as_secs()
-                    )));
+                    return Err(refuse(total.to_string()));
                 }
             }
         }
@@ -115,7 +126,9 @@ impl ClaimsController {
         // `selected-node`, so a sibling may not carry it yet.
         let class = c.spec.as_ref()?.storage_class_name.as_deref()?;
         let class = self.ctx.caches.classes.get(&ObjectRef::new(class))?;
-        if class.provisioner != self.ctx.driver.name {
+        // Immediate claims get no node from the scheduler: nothing to wait for or add up.
+        let late = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
+        if class.provisioner != self.ctx.driver.name || !late {
             return None;
         }
         let uid = c.metadata.uid.clone()?;
