@@ -381,18 +381,10 @@ pub fn waiting_class<'a>(
     claim: &'a k8s_openapi::api::core::v1::PersistentVolumeClaim,
     driver: &str,
 ) -> Option<&'a str> {
-    let annotations = claim.metadata.annotations.as_ref()?;
-    let ours = annotations
-        .get("volume.kubernetes.io/storage-provisioner")
-        .or_else(|| annotations.get("volume.beta.kubernetes.io/storage-provisioner"))
-        .is_some_and(|p| p == driver);
-    let unbound = claim
-        .spec
-        .as_ref()
-        .is_none_or(|s| s.volume_name.as_deref().unwrap_or_default().is_empty());
-    let no_node = !annotations.contains_key("volume.kubernetes.io/selected-node");
-    (ours && unbound && no_node && claim.metadata.deletion_timestamp.is_none())
-        .then(|| claim.spec.as_ref()?.storage_class_name.as_deref())
+    use provisioning::claim::{class_name, provisioner_of, waits_for_node};
+    let ours = provisioner_of(claim) == Some(driver);
+    (ours && waits_for_node(claim))
+        .then(|| class_name(claim))
         .flatten()
 }
 

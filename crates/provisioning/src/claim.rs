@@ -52,6 +52,16 @@ pub fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
         .or_else(|| annotation(claim, names::ANN_ALPHA_SELECTED_NODE))
 }
 
+/// Whether the claim waits for the scheduler to pick a node: not being deleted, not bound,
+/// no `selected-node`.
+pub fn waits_for_node(claim: &PersistentVolumeClaim) -> bool {
+    claim.metadata.deletion_timestamp.is_none()
+        && spec(claim)
+            .and_then(|s| s.volume_name.as_deref())
+            .is_none_or(str::is_empty)
+        && selected_node(claim).is_none()
+}
+
 /// The claim's StorageClass name like `GetPersistentVolumeClaimClass`: the legacy
 /// `volume.beta.kubernetes.io/storage-class` annotation wins over `spec.storageClassName`.
 pub fn class_name(claim: &PersistentVolumeClaim) -> Option<&str> {

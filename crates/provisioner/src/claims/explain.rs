@@ -20,13 +20,7 @@ impl ClaimsController {
         let (Some(capacity), Some(class)) = (&self.ctx.capacity, class) else {
             return;
         };
-        let waiting = claim.metadata.deletion_timestamp.is_none()
-            && claim
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_deref())
-                .is_none_or(str::is_empty)
-            && provisioning::claim::selected_node(claim).is_none()
+        let waiting = provisioning::claim::waits_for_node(claim)
             && class.provisioner == self.ctx.driver.name
             && class.volume_binding_mode.as_deref()
                 == Some(provisioning::names::WAIT_FOR_FIRST_CONSUMER);

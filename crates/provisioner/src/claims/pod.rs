@@ -127,7 +127,8 @@ impl ClaimsController {
         let class = c.spec.as_ref()?.storage_class_name.as_deref()?;
         let class = self.ctx.caches.classes.get(&ObjectRef::new(class))?;
         // Immediate claims get no node from the scheduler: nothing to wait for or add up.
-        let late = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
+        let late = class.volume_binding_mode.as_deref()
+            == Some(provisioning::names::WAIT_FOR_FIRST_CONSUMER);
         if class.provisioner != self.ctx.driver.name || !late {
             return None;
         }

@@ -295,3 +295,38 @@ fn migrated_claims_and_classes_of_the_replaced_plugin_are_ours() {
         NotOurs
     );
 }
+
+#[test]
+fn waits_for_node_table() {
+    let claim =
+        |v: serde_json::Value| -> PersistentVolumeClaim { serde_json::from_value(v).unwrap() };
+    let node = serde_json::json!({"volume.kubernetes.io/selected-node": "n1"});
+    let alpha = serde_json::json!({"volume.alpha.kubernetes.io/selected-node": "n1"});
+    let cases = [
+        (serde_json::json!({"metadata": {}, "spec": {}}), true),
+        (
+            serde_json::json!({"metadata": {"annotations": node}, "spec": {}}),
+            false,
+        ),
+        (
+            serde_json::json!({"metadata": {"annotations": alpha}, "spec": {}}),
+            false,
+        ),
+        (
+            serde_json::json!({"metadata": {}, "spec": {"volumeName": "pv"}}),
+            false,
+        ),
+        (
+            serde_json::json!({"metadata": {}, "spec": {"volumeName": ""}}),
+            true,
+        ),
+        (
+            serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}),
+            false,
+        ),
+    ];
+    for (c, want) in cases {
+        let c = claim(c);
+        assert_eq!(waits_for_node(&c), want, "{c:?}");
+    }
+}
