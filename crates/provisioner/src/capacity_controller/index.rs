@@ -63,10 +63,16 @@ impl Index {
             .map(String::as_str)
     }
 
+    /// An object not being deleted that represents `key`.
+    pub fn live(&self, key: &Key) -> Option<&Published> {
+        self.names(key)
+            .filter_map(|n| self.objects.get(n))
+            .find(|o| !o.deleting)
+    }
+
     /// Whether some object not being deleted represents `key`.
     pub fn has_live(&self, key: &Key) -> bool {
-        self.names(key)
-            .any(|n| self.objects.get(n).is_some_and(|o| !o.deleting))
+        self.live(key).is_some()
     }
 
     /// Every object, as last seen.

@@ -24,10 +24,7 @@ impl Shared {
             .desired
             .iter()
             .map(|key| {
-                let published = state
-                    .index
-                    .all()
-                    .find(|p| !p.deleting && p.key.as_ref() == Some(key));
+                let published = state.index.live(key);
                 let reading = state.readings.get(key);
                 let round = reading.map_or(0, |(_, r)| *r);
                 let reserved = state.ledger.reserved(key, round, None);
