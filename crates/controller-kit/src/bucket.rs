@@ -44,31 +44,15 @@ impl TokenBucket {
         }
     }
 
-    /// How long until a whole token is available without credit (zero if one is there now).
+    /// How long until a whole token is available (zero if one is there now). A non-positive
+    /// rate never refills, so the wait is capped at an hour rather than infinite; callers
+    /// treat such limits as "unlimited" before getting here.
     pub(crate) fn until_available(&mut self, now: Duration) -> Duration {
         self.advance(now);
         if self.tokens >= 1.0 {
             return Duration::ZERO;
         }
         let secs = (1.0 - self.tokens) / self.rate;
-        if secs.is_finite() && secs >= 0.0 {
-            Duration::from_secs_f64(secs.min(3600.0))
-        } else {
-            Duration::from_secs(3600)
-        }
-    }
-
-    /// Takes a token, possibly on credit, and says how long to wait until it is really there
-    /// (client-go's `Wait`). Reservations queue up: each caller waits `1/rate` longer than the
-    /// one before. A non-positive rate never refills, so the wait is capped at an hour rather
-    /// than infinite; callers treat such limits as "unlimited" before getting here.
-    pub(crate) fn reserve(&mut self, now: Duration) -> Duration {
-        self.advance(now);
-        self.tokens -= 1.0;
-        if self.tokens >= 0.0 {
-            return Duration::ZERO;
-        }
-        let secs = -self.tokens / self.rate;
         if secs.is_finite() && secs >= 0.0 {
             Duration::from_secs_f64(secs.min(3600.0))
         } else {
@@ -83,17 +67,6 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
-    }
-
-    #[test]
-    fn until_available_counts_credit_taken_by_reservations() {
-        let mut b = TokenBucket::new(2.0, 1, ms(0));
-        assert_eq!(b.until_available(ms(0)), ms(0));
-        assert_eq!(b.reserve(ms(0)), ms(0));
-        assert_eq!(b.reserve(ms(0)), ms(500), "on credit");
-        // One reservation is still owed: a whole free token is a full second away.
-        assert_eq!(b.until_available(ms(0)), ms(1000));
-        assert_eq!(b.until_available(ms(1000)), ms(0));
     }
 
     #[test]
@@ -131,20 +104,6 @@ mod tests {
     }
 
     #[test]
-    fn reservations_are_spaced_one_over_rate() {
-        let mut b = TokenBucket::new(5.0, 2, ms(0));
-        let waits: Vec<u128> = (0..5).map(|_| b.reserve(ms(0)).as_micros()).collect();
-        // Two burst tokens, then one every 200 ms (within float rounding).
-        for (got, want) in waits.iter().zip([0, 0, 200_000, 400_000, 600_000]) {
-            assert!(got.abs_diff(want) <= 1, "waits {waits:?}");
-        }
-        // One second refills five tokens: the debt of three is paid and two are left.
-        assert_eq!(b.reserve(ms(1000)), Duration::ZERO);
-        assert_eq!(b.reserve(ms(1000)), Duration::ZERO);
-        assert!(b.reserve(ms(1000)) > Duration::ZERO);
-    }
-
-    #[test]
     fn clock_going_backwards_is_ignored() {
         let mut b = TokenBucket::new(1.0, 1, ms(5000));
         assert!(b.try_take(ms(5000)));
@@ -155,7 +114,7 @@ mod tests {
     #[test]
     fn zero_rate_waits_are_bounded() {
         let mut b = TokenBucket::new(0.0, 1, ms(0));
-        assert_eq!(b.reserve(ms(0)), Duration::ZERO);
-        assert_eq!(b.reserve(ms(0)), Duration::from_secs(3600));
+        assert!(b.try_take(ms(0)));
+        assert_eq!(b.until_available(ms(0)), Duration::from_secs(3600));
     }
 }

@@ -6,10 +6,12 @@
 //! layer.
 
 mod metrics;
+mod queue;
 mod request_info;
 mod throttle;
 
 pub use metrics::RequestMetrics;
+pub use queue::with_priority;
 pub use request_info::{classify, is_watch};
 pub use throttle::{Throttle, ThrottleLayer};
 

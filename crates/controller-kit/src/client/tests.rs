@@ -117,6 +117,63 @@ async fn the_background_lane_waits_for_free_tokens() {
     );
 }
 
+/// Two pieces of work, each three requests in a row, issued while the bucket is empty: the
+/// work that began first gets all its tokens first (client-go's issue order would interleave
+/// them and finish both late). Requests without a priority rank by when they were issued.
+#[tokio::test(start_paused = true)]
+async fn older_work_is_served_first() {
+    let layer = ThrottleLayer::new(Some((5.0, 1)), "h", None);
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let start = Instant::now();
+    let svc = layer.layer(service_fn(move |_req: Request<()>| async move {
+        Ok::<_, Infallible>(Response::new(start.elapsed().as_millis()))
+    }));
+    // Empty the bucket.
+    let mut first = svc.clone();
+    first
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::get("/api/v1/pods").body(()).unwrap())
+        .await
+        .unwrap();
+    let work = |began: Instant, svc: Throttle<_>| {
+        tokio::spawn(with_priority(began, async move {
+            let mut seen = Vec::new();
+            for _ in 0..3 {
+                let mut svc = svc.clone();
+                let req = Request::get("/api/v1/pods").body(()).unwrap();
+                seen.push(
+                    svc.ready()
+                        .await
+                        .unwrap()
+                        .call(req)
+                        .await
+                        .unwrap()
+                        .into_body(),
+                );
+            }
+            seen
+        }))
+    };
+    // The younger work is sent first; the older one overtakes it from its first request.
+    let younger = work(start - Duration::from_millis(20), svc.clone());
+    tokio::task::yield_now().await;
+    let older = work(start - Duration::from_millis(50), svc.clone());
+    let mut plain = svc.clone();
+    let unranked = tokio::spawn(
+        plain
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::get("/api/v1/nodes").body(()).unwrap()),
+    );
+    assert_eq!(older.await.unwrap(), [200, 400, 600]);
+    assert_eq!(younger.await.unwrap(), [800, 1000, 1200]);
+    // Issued before most of their requests, but after both began: it comes last.
+    assert_eq!(unranked.await.unwrap().unwrap().into_body(), 1400);
+}
+
 #[tokio::test(start_paused = true)]
 async fn fractional_qps_spaces_requests_seconds_apart() {
     let layer = ThrottleLayer::new(Some((0.5, 1)), "h", None);

@@ -1,14 +1,14 @@
 //! The tower layer that gives a `kube::Client` client-go's client-side throttling.
 //!
 //! It sits outermost in the client's stack, so a request waits for its token before any
-//! timeout starts, as in client-go. The token is reserved when the request is issued, so
-//! waiting requests are served in order. Watches pass untouched.
+//! timeout starts, as in client-go. Watches pass untouched.
 //!
-//! Beyond client-go, a client can be given the *background* lane of the same bucket
-//! ([`ThrottleLayer::background`]): its requests never reserve on credit, they take a token
-//! only when one is free. Work that can wait (events, dropping a finalizer that has done its
-//! job) then never delays work that cannot (creating a PV), while the total still stays within
-//! `--kube-api-qps` / `--kube-api-burst`.
+//! Beyond client-go, waiting requests are served oldest work first rather than in the order
+//! they were issued (see [`super::queue`]), and a client can be given the *background* lane of
+//! the same bucket ([`ThrottleLayer::background`]): its requests wait behind every normal one.
+//! Work that can wait (events, dropping a finalizer that has done its job) then never delays
+//! work that cannot (creating a PV), while the total still stays within `--kube-api-qps` /
+//! `--kube-api-burst`.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -21,45 +21,11 @@ use tokio::time::Instant;
 use tower::{BoxError, Layer, Service};
 
 use super::metrics::RequestMetrics;
+use super::queue::{Lane, Limiter, work_began};
 use super::request_info::{classify, is_watch};
-use crate::bucket::TokenBucket;
 
 /// Throttling waits longer than this are logged at `-v=3`.
 const LOG_WAITS_OVER: Duration = Duration::from_secs(1);
-
-/// A token bucket on tokio's clock (so paused-time tests drive it).
-#[derive(Debug)]
-struct Limiter {
-    origin: Instant,
-    bucket: Mutex<TokenBucket>,
-}
-
-impl Limiter {
-    fn now(&self) -> Duration {
-        Instant::now().saturating_duration_since(self.origin)
-    }
-
-    fn reserve(&self) -> Duration {
-        let now = self.now();
-        self.bucket.lock().reserve(now)
-    }
-
-    /// Waits for a free token and takes it; returns how long that took.
-    async fn take_when_free(&self) -> Duration {
-        let started = Instant::now();
-        loop {
-            let wait = {
-                let now = self.now();
-                let mut bucket = self.bucket.lock();
-                if bucket.try_take(now) {
-                    return started.elapsed();
-                }
-                bucket.until_available(now)
-            };
-            tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
-        }
-    }
-}
 
 /// Adds QPS/burst throttling and request counting to a client's service stack.
 #[derive(Clone, Debug)]
@@ -74,14 +40,8 @@ impl ThrottleLayer {
     /// `limits` of `None` means unlimited. `host` is the apiserver's `host:port`, the `host`
     /// label of `rest_client_requests_total`.
     pub fn new(limits: Option<(f64, u32)>, host: &str, metrics: Option<RequestMetrics>) -> Self {
-        let origin = Instant::now();
         Self {
-            limiter: limits.map(|(qps, burst)| {
-                Arc::new(Limiter {
-                    origin,
-                    bucket: Mutex::new(TokenBucket::new(qps, burst, Duration::ZERO)),
-                })
-            }),
+            limiter: limits.map(|(qps, burst)| Arc::new(Limiter::new(qps, burst))),
             metrics,
             host: host.into(),
             background: false,
@@ -145,15 +105,11 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let watch = is_watch(req.uri());
-        let wait = match &self.layer.limiter {
-            Some(limiter) if !watch && !self.layer.background => limiter.reserve(),
-            _ => Duration::ZERO,
-        };
-        let background = match &self.layer.limiter {
-            Some(limiter) if !watch && self.layer.background => Some(limiter.clone()),
+        let limiter = match &self.layer.limiter {
+            Some(limiter) if !is_watch(req.uri()) => Some(limiter.clone()),
             _ => None,
         };
+        let issued = Instant::now();
         let method = req.method().to_string();
         if let Some(metrics) = &self.layer.metrics {
             let (verb, resource) = classify(req.method(), req.uri());
@@ -164,13 +120,16 @@ where
         let layer = self.layer.clone();
         let mut req = Some(req);
         Box::pin(async move {
-            let wait = match background {
-                Some(limiter) => limiter.take_when_free().await,
-                None => wait,
-            };
-            if !wait.is_zero() && !layer.background {
-                tokio::time::sleep(wait).await;
-                if wait > LOG_WAITS_OVER {
+            if let Some(limiter) = limiter {
+                // Read here, not in `call`: kube's request buffer calls this service from its
+                // own task, while this future runs in the task that sent the request.
+                let (lane, at) = if layer.background {
+                    (Lane::Background, issued)
+                } else {
+                    (Lane::Normal, work_began().unwrap_or(issued))
+                };
+                let wait = limiter.acquire(lane, at).await;
+                if wait > LOG_WAITS_OVER && !layer.background {
                     klog::v!(
                         3,
                         "Waited for {wait:?} due to client-side throttling, not priority and fairness, request: {method}:{target}"
