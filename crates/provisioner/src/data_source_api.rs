@@ -12,7 +12,8 @@ fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
-fn snapshot_resource() -> ApiResource {
+/// The VolumeSnapshot kind (also the key type of the watch's cache).
+pub fn snapshot_resource() -> ApiResource {
     resource(
         snapshot::API_GROUP,
         snapshot::API_VERSION,

@@ -4,13 +4,16 @@
 //!
 //! One watch of VolumeSnapshots; only snapshots that are ready and that a waiting claim in
 //! our cache names do anything. While it runs, a claim whose snapshot is missing or not ready
-//! waits for it instead of retrying on backoff (see `claims/restore.rs`). Off (one log line)
-//! when VolumeSnapshots cannot be watched.
+//! waits for it instead of retrying on backoff (see `claims/restore.rs`), and restores read
+//! their snapshot from the watch's cache instead of the API server (two requests fewer per
+//! restore). Off (one log line) when VolumeSnapshots cannot be watched.
 
 use futures::StreamExt;
 use kube::Client;
-use kube::runtime::WatchStreamExt;
+use kube::ResourceExt;
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector};
 use tokio_util::sync::CancellationToken;
 
 use crate::claims::ClaimsController;
@@ -18,9 +21,13 @@ use crate::claims::ClaimsController;
 /// Watches until `cancel`.
 pub async fn run(client: Client, claims: ClaimsController, cancel: CancellationToken) {
     let api = crate::data_source_api::all_snapshots(&client);
-    let mut events = watcher::watcher(api, watcher::Config::default())
+    let writer = Writer::new(crate::data_source_api::snapshot_resource());
+    let cache = writer.as_reader();
+    // managedFields are never read, and an update that leaves them out keeps them.
+    let events = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
-        .boxed();
+        .modify(|s| s.managed_fields_mut().clear());
+    let mut events = reflector::reflector(writer, events).boxed();
     loop {
         let event = tokio::select! {
             () = cancel.cancelled() => return,
@@ -34,10 +41,10 @@ pub async fn run(client: Client, claims: ClaimsController, cancel: CancellationT
                     claims.snapshot_ready(ns, name);
                 }
             }
-            Some(Ok(watcher::Event::InitDone)) => claims.set_snapshot_watch(true),
+            Some(Ok(watcher::Event::InitDone)) => claims.set_snapshot_watch(Some(cache.clone())),
             Some(Ok(_)) => {}
             Some(Err(e)) if unavailable(&e) => {
-                claims.set_snapshot_watch(false);
+                claims.set_snapshot_watch(None);
                 tracing::info!(err = %e, "Not watching VolumeSnapshots (no snapshot CRDs, or no list/watch permission): claims waiting for a snapshot are retried by backoff only");
                 cancel.cancelled().await;
                 return;

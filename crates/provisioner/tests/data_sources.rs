@@ -3,6 +3,7 @@
 //! both filled by csi-driver-host-path's `hostpathplugin`, whose state file records where each
 //! volume came from and whose volume directories hold the data.
 
+mod ops_support;
 mod support;
 
 use std::path::Path;
@@ -25,6 +26,8 @@ struct World {
     _controller: testenv::SnapshotController,
     _prov: Provisioner,
     class: String,
+    /// The provisioner's HTTP endpoint (metrics).
+    port: u16,
 }
 
 impl World {
@@ -43,12 +46,18 @@ impl World {
             testenv::SnapshotController::start(&s.dir.join("snapshot-controller"), kubeconfig);
         let snapshotter =
             testenv::Snapshotter::start(&s.dir.join("snapshotter"), kubeconfig, &plugin.socket);
+        let port = ops_support::free_port();
+        let http = format!("--http-endpoint=127.0.0.1:{port}");
         let prov = Provisioner::start(
             &s.dir,
             "csi-provisioner",
             kubeconfig,
             &plugin.socket,
-            &[&["-v=5", "--snapshot-orphan-sweep-interval=2s"], prov_args].concat(),
+            &[
+                &["-v=5", "--snapshot-orphan-sweep-interval=2s", &http],
+                prov_args,
+            ]
+            .concat(),
             &[("NAMESPACE", s.ns.as_str())],
         );
         let class = s
@@ -75,6 +84,7 @@ impl World {
             _controller: controller,
             _prov: prov,
             class,
+            port,
         }
     }
 
@@ -216,14 +226,31 @@ async fn restore_from_a_snapshot_and_clone_a_claim_carry_the_data() {
         w.content_source("restored").await,
         json!({"Snapshot": {"snapshot_id": handle}})
     );
-    // Our protection finalizer was put on for the restore and is gone once the PV exists.
-    let after = w.snapshots().get("snap").await.unwrap();
-    assert!(
-        !finalizers(&after.metadata)
+    // Our protection finalizer was put on for the restore and comes off (on the background
+    // lane) once the volume exists.
+    eventually("the snapshot's protection finalizer removed", || async {
+        let after = w.snapshots().get("snap").await.unwrap();
+        (!finalizers(&after.metadata)
             .iter()
-            .any(|f| f == names::SNAPSHOT_SOURCE_FINALIZER),
-        "{:?}",
-        after.metadata.finalizers
+            .any(|f| f == names::SNAPSHOT_SOURCE_FINALIZER))
+        .then_some(())
+    })
+    .await;
+    // The snapshot was ready before the claim came: the restore read it from the watch's
+    // cache, not from the API server (counted by our client, as requests are sent).
+    let metrics = ops_support::scrape(w.port).await.expect("metrics");
+    let snapshot_requests = |verb: &str| {
+        ops_support::sample(
+            &metrics,
+            "csi_provisioner_api_requests_total",
+            &[("verb", verb), ("resource", "volumesnapshots")],
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(snapshot_requests("get"), 0.0, "GETs of the snapshot");
+    assert!(
+        snapshot_requests("update") >= 2.0,
+        "our finalizer was added and removed"
     );
     // Events are sent in the background: wait for it.
     w.s.wait_event("restored", "ProvisioningSucceeded", "")

@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 use testenv::{HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, SnapshotController, Snapshotter};
 
 use super::cluster::{create_all, force_delete, poll};
-use super::ctx::{Ctx, Sizes, Slot};
+use super::ctx::{Ctx, Sizes, Slot, api_requests};
 use super::hostpathlog::{self, Call};
 use super::launch::{Budget, Running};
 use super::objects;
@@ -74,6 +74,12 @@ pub fn metrics() -> Vec<MetricDef> {
             "all_bound_s",
             "Last snapshot readyToUse → last claim Bound",
             "s",
+            true,
+        ),
+        MetricDef::new(
+            "requests_per_restore",
+            "API requests per restore, from the snapshots' creation until quiet",
+            "",
             true,
         ),
         MetricDef::new(
@@ -222,6 +228,7 @@ async fn measure(ctx: &Ctx, slot: &Slot, rec: &mut RunRecord, started: &mut Star
 
     let snaps = snapshots(ctx, &slot.namespace);
     let ready = observe::watch_snapshots(snaps.clone(), t0);
+    let requests_before = api_requests(ctx, slot).await?;
     let t_snap = t0.elapsed().as_secs_f64();
     let bodies = restores
         .iter()
@@ -246,6 +253,11 @@ async fn measure(ctx: &Ctx, slot: &Slot, rec: &mut RunRecord, started: &mut Star
         || async { Ok((ready.with(|r| r.ready.len()) >= n).then_some(())) },
     )
     .await;
+
+    if outcome.is_ok() {
+        let spent = quiet_requests(ctx, slot).await? - requests_before;
+        rec.set("requests_per_restore", spent / n as f64);
+    }
 
     let ready_wall: HashMap<String, Timestamp> =
         ready.with(|r| r.ready.iter().map(|(k, s)| (k.clone(), s.wall)).collect());
@@ -299,6 +311,21 @@ async fn measure(ctx: &Ctx, slot: &Slot, rec: &mut RunRecord, started: &mut Star
             .collect(),
     );
     Ok(())
+}
+
+/// The run's API request count once it stops growing: writes that can wait (events, dropped
+/// finalizers) may still be going out when the last claim is Bound.
+async fn quiet_requests(ctx: &Ctx, slot: &Slot) -> Result<f64> {
+    let mut last = api_requests(ctx, slot).await?;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = api_requests(ctx, slot).await?;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    Ok(last)
 }
 
 /// Stops the run's processes and removes what the common sweep does not know: snapshots,

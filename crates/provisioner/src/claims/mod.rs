@@ -85,8 +85,9 @@ pub struct ClaimsController {
     clone_holds: Arc<parking_lot::Mutex<std::collections::HashMap<String, Vec<String>>>>,
     /// Claims (UID) whose last attempt found their snapshot missing or not ready.
     awaiting_snapshot: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
-    /// Whether the VolumeSnapshot watch is running (listed at least once).
-    snapshot_watch: Arc<std::sync::atomic::AtomicBool>,
+    /// The VolumeSnapshot watch's cache, while the watch runs (listed at least once).
+    snapshot_cache:
+        Arc<parking_lot::Mutex<Option<kube::runtime::reflector::Store<kube::api::DynamicObject>>>>,
     /// Snapshots (namespace, name) a waiting claim wants, by when they were seen ready.
     ready_snapshots:
         Arc<parking_lot::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>>,
@@ -107,7 +108,7 @@ impl ClaimsController {
             warned_classes: Arc::default(),
             clone_holds: Arc::default(),
             ready_snapshots: Arc::default(),
-            snapshot_watch: Arc::default(),
+            snapshot_cache: Arc::default(),
             awaiting_snapshot: Arc::default(),
             started: k8s_openapi::jiff::Timestamp::now().as_second(),
         }
@@ -162,7 +163,10 @@ impl ClaimsController {
         run_workers(queue, workers, cancel, move |key: ClaimKey| {
             let this = self.clone();
             async move {
-                let result = this.sync(&key).await;
+                // This attempt's API requests wait behind older attempts' only, so a burst of
+                // claims reaches the driver in the order the attempts began.
+                let began = tokio::time::Instant::now();
+                let result = controller_kit::client::with_priority(began, this.sync(&key)).await;
                 this.metrics_remembered();
                 outcome(result)
             }

@@ -262,7 +262,13 @@ impl ClaimsController {
                 }
             },
         };
-        self.release_restored_snapshot(&claim).await;
+        // The snapshot has done its job: our finalizer comes off on the background lane,
+        // never ahead of this PV or another claim's restore.
+        if provisioning::data_source::restored_snapshot(&claim).is_some() {
+            let this = self.clone();
+            let claim = claim.clone();
+            tokio::spawn(async move { this.release_restored_snapshot(&claim).await });
+        }
         self.save_pv(&claim, pv, started).await
     }
 

@@ -5,7 +5,8 @@
 use csi::v1::VolumeContentSource;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
-use std::sync::atomic::Ordering;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::{ObjectRef, Store};
 use std::time::{Duration, Instant};
 
 use provisioning::data_source::snapshot::{
@@ -17,7 +18,9 @@ use provisioning::names;
 use provisioning::retry;
 
 use super::{ClaimsController, claim_name};
-use crate::data_source_api::{contents, set_snapshot_finalizer, snapshots, typed};
+use crate::data_source_api::{
+    contents, set_snapshot_finalizer, snapshot_resource, snapshots, typed,
+};
 
 /// How long a snapshot's readiness is remembered for attempts that were reading it meanwhile
 /// (far longer than any attempt runs).
@@ -36,16 +39,19 @@ impl ClaimsController {
         let client = &self.ctx.client;
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let api = snapshots(client, &source.namespace);
-        let object = api.get(&source.name).await.map_err(|e| {
-            if matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                self.awaiting_snapshot.lock().insert(uid.clone());
-            }
-            source.error(format!(
-                "error getting snapshot {} from api server: {}",
-                source.name,
-                crate::api_error::message(&e)
-            ))
-        })?;
+        let object = match self.cached_snapshot(&source.namespace, &source.name) {
+            Some(object) => object,
+            None => api.get(&source.name).await.map_err(|e| {
+                if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                    self.awaiting_snapshot.lock().insert(uid.clone());
+                }
+                source.error(format!(
+                    "error getting snapshot {} from api server: {}",
+                    source.name,
+                    crate::api_error::message(&e)
+                ))
+            })?,
+        };
         let snapshot: VolumeSnapshot = typed(&object).map_err(|e| source.error(e))?;
         // Only a snapshot that is missing or not ready yet is worth waiting for; any other
         // refusal keeps the usual backoff.
@@ -88,15 +94,28 @@ impl ClaimsController {
         Ok(restore.content_source)
     }
 
-    /// After a successful restore our finalizer comes off the snapshot (best effort: the orphan
-    /// sweep catches what is missed).
+    /// The snapshot as the watch last saw it (`None`: not seen, or no watch). A stale copy
+    /// costs nothing: the finalizer update is guarded by its resourceVersion and re-reads on a
+    /// conflict, and a snapshot that turns ready wakes the claim again.
+    fn cached_snapshot(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
+        let cache = self.snapshot_cache.lock().clone()?;
+        let key = ObjectRef::new_with(name, snapshot_resource()).within(namespace);
+        cache.get(&key).map(|o| (*o).clone())
+    }
+
+    /// After a successful restore our finalizer comes off the snapshot, through the
+    /// background lane (best effort: the orphan sweep catches what is missed).
     pub(super) async fn release_restored_snapshot(&self, claim: &PersistentVolumeClaim) {
         let Some(name) = provisioning::data_source::restored_snapshot(claim) else {
             return;
         };
         let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-        let api = snapshots(&self.ctx.client, namespace);
-        let result = match api.get_opt(name).await {
+        let api = snapshots(&self.ctx.background_client, namespace);
+        let current = match self.cached_snapshot(namespace, name) {
+            Some(object) => Ok(Some(object)),
+            None => api.get_opt(name).await,
+        };
+        let result = match current {
             Ok(Some(object))
                 if has_finalizer(&object.metadata, names::SNAPSHOT_SOURCE_FINALIZER) =>
             {
@@ -146,9 +165,9 @@ impl ClaimsController {
                 .is_some_and(|at| *at >= since)
     }
 
-    /// The VolumeSnapshot watch started (`true`, after its first list) or cannot run.
-    pub fn set_snapshot_watch(&self, running: bool) {
-        self.snapshot_watch.store(running, Ordering::Relaxed);
+    /// The VolumeSnapshot watch started (its cache, after the first list) or cannot run.
+    pub fn set_snapshot_watch(&self, cache: Option<Store<DynamicObject>>) {
+        *self.snapshot_cache.lock() = cache;
     }
 
     /// The hold after a failed restore attempt ([`retry::restore_hold`] decides); `None`:
@@ -165,7 +184,7 @@ impl ClaimsController {
             from_snapshot,
             ready_during_attempt: from_snapshot && self.snapshot_ready_since(source, attempt_began),
             awaiting_snapshot,
-            watch_running: self.snapshot_watch.load(Ordering::Relaxed),
+            watch_running: self.snapshot_cache.lock().is_some(),
         };
         retry::restore_hold(attempt, self.ctx.opts.retry_interval_max)
     }
