@@ -188,6 +188,14 @@ pub(crate) async fn run_controllers(
             "snapshot watch",
             crate::snapshot_watch::run(base.client.clone(), claims.clone(), cancel.clone()),
         );
+        tasks.spawn(
+            "snapshot content watch",
+            crate::snapshot_watch::run_contents(
+                base.client.clone(),
+                claims.clone(),
+                cancel.clone(),
+            ),
+        );
     }
     if let Some(every) = opts.snapshot_orphan_sweep_interval
         && base.driver.capabilities.create_delete_snapshot

@@ -32,15 +32,19 @@ pub fn all_snapshots(client: &Client) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &snapshot_resource())
 }
 
-/// VolumeSnapshotContents (cluster-scoped).
-pub fn contents(client: &Client) -> Api<DynamicObject> {
-    let r = resource(
+/// The VolumeSnapshotContent kind (also the key type of the content watch's cache).
+pub fn content_resource() -> ApiResource {
+    resource(
         snapshot::API_GROUP,
         snapshot::API_VERSION,
         "VolumeSnapshotContent",
         "volumesnapshotcontents",
-    );
-    Api::all_with(client.clone(), &r)
+    )
+}
+
+/// VolumeSnapshotContents (cluster-scoped).
+pub fn contents(client: &Client) -> Api<DynamicObject> {
+    Api::all_with(client.clone(), &content_resource())
 }
 
 /// ReferenceGrants of one namespace.

@@ -7,6 +7,10 @@
 //! waits for it instead of retrying on backoff (see `claims/restore.rs`), and restores read
 //! their snapshot from the watch's cache instead of the API server (two requests fewer per
 //! restore). Off (one log line) when VolumeSnapshots cannot be watched.
+//!
+//! A second watch, of VolumeSnapshotContents, only keeps a cache: a restore reads its content
+//! from it (one request fewer, ahead of CreateVolume). Upstream's RBAC grants `get` and `list`
+//! on contents but not `watch`: then it is off (one log line) and contents are read by GET.
 
 use futures::StreamExt;
 use kube::Client;
@@ -51,6 +55,40 @@ pub async fn run(client: Client, claims: ClaimsController, cancel: CancellationT
             }
             Some(Err(e)) => {
                 klog::v!(2, err = %e, "Watching VolumeSnapshots failed; retrying");
+            }
+            None => {
+                cancel.cancelled().await;
+                return;
+            }
+        }
+    }
+}
+
+/// Keeps the VolumeSnapshotContent cache until `cancel`.
+pub async fn run_contents(client: Client, claims: ClaimsController, cancel: CancellationToken) {
+    let api = crate::data_source_api::contents(&client);
+    let writer = Writer::new(crate::data_source_api::content_resource());
+    let cache = writer.as_reader();
+    let events = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|c| c.managed_fields_mut().clear());
+    let mut events = reflector::reflector(writer, events).boxed();
+    loop {
+        let event = tokio::select! {
+            () = cancel.cancelled() => return,
+            e = events.next() => e,
+        };
+        match event {
+            Some(Ok(watcher::Event::InitDone)) => claims.set_content_cache(Some(cache.clone())),
+            Some(Ok(_)) => {}
+            Some(Err(e)) if unavailable(&e) => {
+                claims.set_content_cache(None);
+                tracing::info!(err = %e, "Not watching VolumeSnapshotContents (no list/watch permission): restores read their content with a GET");
+                cancel.cancelled().await;
+                return;
+            }
+            Some(Err(e)) => {
+                klog::v!(2, err = %e, "Watching VolumeSnapshotContents failed; retrying");
             }
             None => {
                 cancel.cancelled().await;

@@ -239,17 +239,26 @@ async fn restore_from_a_snapshot_and_clone_a_claim_carry_the_data() {
     // The snapshot was ready before the claim came: the restore read it from the watch's
     // cache, not from the API server (counted by our client, as requests are sent).
     let metrics = ops_support::scrape(w.port).await.expect("metrics");
-    let snapshot_requests = |verb: &str| {
+    let requests = |verb: &str, resource: &str| {
         ops_support::sample(
             &metrics,
             "csi_provisioner_api_requests_total",
-            &[("verb", verb), ("resource", "volumesnapshots")],
+            &[("verb", verb), ("resource", resource)],
         )
         .unwrap_or(0.0)
     };
-    assert_eq!(snapshot_requests("get"), 0.0, "GETs of the snapshot");
+    assert_eq!(
+        requests("get", "volumesnapshots"),
+        0.0,
+        "GETs of the snapshot"
+    );
+    assert_eq!(
+        requests("get", "volumesnapshotcontents"),
+        0.0,
+        "GETs of the content"
+    );
     assert!(
-        snapshot_requests("update") >= 2.0,
+        requests("update", "volumesnapshots") >= 2.0,
         "our finalizer was added and removed"
     );
     // Events are sent in the background: wait for it.

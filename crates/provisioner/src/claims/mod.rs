@@ -47,6 +47,9 @@ use error::outcome;
 pub use error::{ClaimError, SyncError};
 use memory::Memory;
 
+/// A watch's cache of objects read through the dynamic client.
+type DynamicStore = kube::runtime::reflector::Store<kube::api::DynamicObject>;
+
 /// A claim's identity in the work queue.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClaimKey {
@@ -86,8 +89,9 @@ pub struct ClaimsController {
     /// Claims (UID) whose last attempt found their snapshot missing or not ready.
     awaiting_snapshot: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
     /// The VolumeSnapshot watch's cache, while the watch runs (listed at least once).
-    snapshot_cache:
-        Arc<parking_lot::Mutex<Option<kube::runtime::reflector::Store<kube::api::DynamicObject>>>>,
+    snapshot_cache: Arc<parking_lot::Mutex<Option<DynamicStore>>>,
+    /// The VolumeSnapshotContent watch's cache, while that watch runs.
+    content_cache: Arc<parking_lot::Mutex<Option<DynamicStore>>>,
     /// Snapshots (namespace, name) a waiting claim wants, by when they were seen ready.
     ready_snapshots:
         Arc<parking_lot::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>>,
@@ -109,6 +113,7 @@ impl ClaimsController {
             clone_holds: Arc::default(),
             ready_snapshots: Arc::default(),
             snapshot_cache: Arc::default(),
+            content_cache: Arc::default(),
             awaiting_snapshot: Arc::default(),
             started: k8s_openapi::jiff::Timestamp::now().as_second(),
         }

@@ -19,7 +19,7 @@ use provisioning::retry;
 
 use super::{ClaimsController, claim_name};
 use crate::data_source_api::{
-    contents, set_snapshot_finalizer, snapshot_resource, snapshots, typed,
+    content_resource, contents, set_snapshot_finalizer, snapshot_resource, snapshots, typed,
 };
 
 /// How long a snapshot's readiness is remembered for attempts that were reading it meanwhile
@@ -63,7 +63,7 @@ impl ClaimsController {
             .as_ref()
             .and_then(|s| s.bound_volume_snapshot_content_name.clone());
         let content = match content_name {
-            Some(name) => match contents(client).get(&name).await {
+            Some(name) => match self.content(&name).await {
                 Ok(object) => {
                     Some(typed::<VolumeSnapshotContent>(&object).map_err(|e| source.error(e))?)
                 }
@@ -101,6 +101,21 @@ impl ClaimsController {
         let cache = self.snapshot_cache.lock().clone()?;
         let key = ObjectRef::new_with(name, snapshot_resource()).within(namespace);
         cache.get(&key).map(|o| (*o).clone())
+    }
+
+    /// The content from the content watch's cache once it carries its snapshot handle (a ready
+    /// snapshot's content has it before the snapshot says ready); otherwise by GET.
+    async fn content(&self, name: &str) -> Result<DynamicObject, kube::Error> {
+        let cache = self.content_cache.lock().clone();
+        if let Some(cache) = cache {
+            let key = ObjectRef::new_with(name, content_resource());
+            if let Some(object) = cache.get(&key)
+                && object.data["status"]["snapshotHandle"].is_string()
+            {
+                return Ok((*object).clone());
+            }
+        }
+        contents(&self.ctx.client).get(name).await
     }
 
     /// After a successful restore our finalizer comes off the snapshot, through the
@@ -163,6 +178,11 @@ impl ClaimsController {
                 .lock()
                 .get(&(source.namespace.clone(), source.name.clone()))
                 .is_some_and(|at| *at >= since)
+    }
+
+    /// The VolumeSnapshotContent watch started (its cache, after the first list) or cannot run.
+    pub fn set_content_cache(&self, cache: Option<Store<DynamicObject>>) {
+        *self.content_cache.lock() = cache;
     }
 
     /// The VolumeSnapshot watch started (its cache, after the first list) or cannot run.

@@ -180,7 +180,8 @@ pub const UPSTREAM_V6_3_0: &[(&str, &str, &str, &[&str])] = &[
 
 /// Grants beyond upstream's that are documented in rbac.yaml: upstream's code GETs the
 /// VolumeAttributesClass too, its example RBAC just lacks the rule; and reading the optional
-/// MutatingAdmissionPolicy of `csi-provisioner admission-policy` (ours).
+/// MutatingAdmissionPolicy of `csi-provisioner admission-policy` (ours); watching
+/// VolumeSnapshotContents, so that restores read them from a cache (ours).
 #[rustfmt::skip]
 pub const DOCUMENTED_EXTRAS: &[(&str, &str, &str, &str)] = &[
     ("cluster", "storage.k8s.io", "volumeattributesclasses", "get"),
@@ -190,6 +191,7 @@ pub const DOCUMENTED_EXTRAS: &[(&str, &str, &str, &str)] = &[
     ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings", "get"),
     ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings", "list"),
     ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings", "watch"),
+    ("cluster", "snapshot.storage.k8s.io", "volumesnapshotcontents", "watch"),
 ];
 
 /// The grants in `ours` that upstream's RBAC does not give and that are not documented extras.
