@@ -245,10 +245,9 @@ pub fn explain(r: &ScenarioResult) -> String {
                 format!("within the {target} s target")
             } else {
                 format!(
-                    "not the {target} s target: four requests of a restore cannot wait (the \
-                     content read, the snapshot and claim finalizers, the PV), 0.8 s of QPS 5, \
-                     and the snapshots became ready faster than that, so the budget sets the \
-                     pace"
+                    "not the {target} s target: three requests of a restore cannot wait (the \
+                     snapshot and claim finalizers, the PV), 0.6 s of QPS 5 each, and the \
+                     snapshots became ready faster than that, so the budget sets the pace"
                 )
             };
             let policy = super::restore::WITH_POLICY;
@@ -271,8 +270,8 @@ pub fn explain(r: &ScenarioResult) -> String {
                 "ours watches VolumeSnapshots: a claim whose snapshot is missing or not ready \
                  fails once and then waits for it (one ProvisioningFailed event each), and is \
                  retried as soon as the snapshot reports readyToUse (median {} s, slowest {} s \
-                 from readyToUse to CreateVolume), {verdict}. A restore reads its snapshot from \
-                 that watch's cache, its requests are served before those of claims whose \
+                 from readyToUse to CreateVolume), {verdict}. A restore reads its snapshot and \
+                 content from watches, its requests are served before those of claims whose \
                  attempts began later, and what can wait (events, dropping the snapshot and \
                  claim finalizers) goes on the background lane: {} API requests per restore \
                  from the snapshots' creation on, vs upstream's {}. Upstream retries only on \
