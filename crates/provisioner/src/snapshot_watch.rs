@@ -13,86 +13,114 @@
 //! on contents but not `watch`: then it is off (one log line) and contents are read by GET.
 
 use futures::StreamExt;
-use kube::Client;
-use kube::ResourceExt;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use kube::runtime::{WatchStreamExt, reflector};
+use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::claims::ClaimsController;
+use crate::data_source_api::{all_snapshots, content_resource, contents, snapshot_resource};
 
-/// Watches until `cancel`.
+/// Watches VolumeSnapshots until `cancel`.
 pub async fn run(client: Client, claims: ClaimsController, cancel: CancellationToken) {
-    let api = crate::data_source_api::all_snapshots(&client);
-    let writer = Writer::new(crate::data_source_api::snapshot_resource());
-    let cache = writer.as_reader();
-    // managedFields are never read, and an update that leaves them out keeps them.
-    let events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(|s| s.managed_fields_mut().clear());
-    let mut events = reflector::reflector(writer, events).boxed();
-    loop {
-        let event = tokio::select! {
-            () = cancel.cancelled() => return,
-            e = events.next() => e,
-        };
-        match event {
-            Some(Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s))) => {
+    let watch = Watch {
+        api: all_snapshots(&client),
+        resource: snapshot_resource(),
+        kind: "VolumeSnapshots",
+        instead: "claims waiting for a snapshot are retried by backoff only",
+    };
+    watch
+        .run(cancel, |seen| match seen {
+            Seen::Applied(s) => {
                 if s.data["status"]["readyToUse"] == true
                     && let (Some(ns), Some(name)) = (&s.metadata.namespace, &s.metadata.name)
                 {
                     claims.snapshot_ready(ns, name);
                 }
             }
-            Some(Ok(watcher::Event::InitDone)) => claims.set_snapshot_watch(Some(cache.clone())),
-            Some(Ok(_)) => {}
-            Some(Err(e)) if unavailable(&e) => {
-                claims.set_snapshot_watch(None);
-                tracing::info!(err = %e, "Not watching VolumeSnapshots (no snapshot CRDs, or no list/watch permission): claims waiting for a snapshot are retried by backoff only");
-                cancel.cancelled().await;
-                return;
-            }
-            Some(Err(e)) => {
-                klog::v!(2, err = %e, "Watching VolumeSnapshots failed; retrying");
-            }
-            None => {
-                cancel.cancelled().await;
-                return;
-            }
-        }
-    }
+            Seen::Listed(cache) => claims.set_snapshot_watch(cache),
+        })
+        .await;
 }
 
 /// Keeps the VolumeSnapshotContent cache until `cancel`.
 pub async fn run_contents(client: Client, claims: ClaimsController, cancel: CancellationToken) {
-    let api = crate::data_source_api::contents(&client);
-    let writer = Writer::new(crate::data_source_api::content_resource());
-    let cache = writer.as_reader();
-    let events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(|c| c.managed_fields_mut().clear());
-    let mut events = reflector::reflector(writer, events).boxed();
-    loop {
-        let event = tokio::select! {
-            () = cancel.cancelled() => return,
-            e = events.next() => e,
-        };
-        match event {
-            Some(Ok(watcher::Event::InitDone)) => claims.set_content_cache(Some(cache.clone())),
-            Some(Ok(_)) => {}
-            Some(Err(e)) if unavailable(&e) => {
-                claims.set_content_cache(None);
-                tracing::info!(err = %e, "Not watching VolumeSnapshotContents (no list/watch permission): restores read their content with a GET");
-                cancel.cancelled().await;
-                return;
+    let watch = Watch {
+        api: contents(&client),
+        resource: content_resource(),
+        kind: "VolumeSnapshotContents",
+        instead: "restores read their content with a GET",
+    };
+    watch
+        .run(cancel, |seen| {
+            if let Seen::Listed(cache) = seen {
+                claims.set_content_cache(cache);
             }
-            Some(Err(e)) => {
-                klog::v!(2, err = %e, "Watching VolumeSnapshotContents failed; retrying");
-            }
-            None => {
-                cancel.cancelled().await;
-                return;
+        })
+        .await;
+}
+
+/// What a cached watch reports.
+enum Seen<'a> {
+    /// An object was listed or changed (the cache already has it).
+    Applied(&'a DynamicObject),
+    /// The cache after the first list, or `None`: the watch cannot work (no such resource, or
+    /// no permission).
+    Listed(Option<Store<DynamicObject>>),
+}
+
+/// A watch of dynamic objects into a cache.
+struct Watch {
+    api: Api<DynamicObject>,
+    resource: ApiResource,
+    /// For log lines: what is watched, and what happens without the watch.
+    kind: &'static str,
+    instead: &'static str,
+}
+
+impl Watch {
+    /// Runs until `cancel`, telling `on` what it sees.
+    async fn run(self, cancel: CancellationToken, mut on: impl FnMut(Seen<'_>)) {
+        let Watch {
+            api,
+            resource,
+            kind,
+            instead,
+        } = self;
+        let writer = Writer::new(resource);
+        let cache = writer.as_reader();
+        // managedFields are never read, and an update that leaves them out keeps them.
+        let events = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|o| o.managed_fields_mut().clear());
+        let mut events = reflector::reflector(writer, events).boxed();
+        loop {
+            let event = tokio::select! {
+                () = cancel.cancelled() => return,
+                e = events.next() => e,
+            };
+            match event {
+                Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
+                    on(Seen::Applied(&o));
+                }
+                Some(Ok(watcher::Event::InitDone)) => on(Seen::Listed(Some(cache.clone()))),
+                Some(Ok(_)) => {}
+                Some(Err(e)) if unavailable(&e) => {
+                    on(Seen::Listed(None));
+                    tracing::info!(err = %e, "Not watching {kind} (no such resource, or no list/watch permission): {instead}");
+                    cancel.cancelled().await;
+                    return;
+                }
+                Some(Err(e)) => {
+                    klog::v!(2, err = %e, "Watching {kind} failed; retrying");
+                }
+                None => {
+                    cancel.cancelled().await;
+                    return;
+                }
             }
         }
     }
