@@ -18,6 +18,9 @@ use super::cluster;
 use super::launch::Running;
 
 const GAUGE: &str = "csi_provisioner_admission_policy_active";
+/// The StorageClass the probe claims name: none exists, so only the policy acts on them
+/// (kube-controller-manager records a ProvisioningFailed event saying so).
+pub const PROBE_CLASS: &str = "no-such-class";
 
 /// The API resource of the printed object of `kind` (the policy or its binding).
 fn resource(kind: &str) -> Result<ApiResource> {
@@ -66,7 +69,7 @@ pub async fn install(client: &Client, ours: &Path, driver: &str, namespace: &str
     let probe: PersistentVolumeClaim = serde_json::from_value(json!({
         "metadata": {"generateName": "policy-probe-",
                      "annotations": {"volume.kubernetes.io/storage-provisioner": driver}},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "no-such-class",
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": PROBE_CLASS,
                  "resources": {"requests": {"storage": "1Gi"}}},
     }))?;
     // Each try leaves a probe; the API server may need a moment to load the new policy.
