@@ -120,7 +120,7 @@ impl EventCorrelator {
 
     /// Remembers the server's copy of an event just written, so the next repeat patches it.
     pub fn update_state(&mut self, written: &Event) {
-        self.logs.put(event_key(written), log_of(written));
+        self.logs.put(&event_key(written), log_of(written));
     }
 
     fn aggregate(&mut self, event: Event, now: Timestamp) -> (Event, String) {
@@ -150,7 +150,7 @@ impl EventCorrelator {
             // which keeps the choice deterministic.
             record.messages.retain(|m| m != &message);
         }
-        self.aggregates.put(aggregate_key.clone(), record);
+        self.aggregates.put(&aggregate_key, record);
         if distinct < self.config.aggregate_max_events {
             return (event, event_key);
         }
@@ -189,7 +189,7 @@ impl EventCorrelator {
                 "message": event.message,
             }));
         }
-        self.logs.put(key, log_of(&event));
+        self.logs.put(&key, log_of(&event));
         (event, patch)
     }
 
@@ -202,7 +202,7 @@ impl EventCorrelator {
         }
         let mut bucket = TokenBucket::new(qps, burst, at);
         let allowed = bucket.try_take(at);
-        self.spam.put(key, bucket);
+        self.spam.put(&key, bucket);
         allowed
     }
 }
