@@ -67,8 +67,9 @@ pub enum Decision {
 
 #[derive(Debug, Clone)]
 struct AggregateRecord {
-    /// Distinct messages seen in the window, at most `aggregate_max_events - 1`.
-    messages: Vec<String>,
+    /// Hashes of the distinct messages seen in the window, at most
+    /// `aggregate_max_events - 1` (only told apart, never read back; see `lru.rs` on hashes).
+    messages: Vec<u64>,
     last: Timestamp,
 }
 
@@ -87,6 +88,7 @@ pub struct EventCorrelator {
     aggregates: Lru<AggregateRecord>,
     logs: Lru<EventLog>,
     spam: Lru<TokenBucket>,
+    hasher: std::collections::hash_map::RandomState,
 }
 
 impl Default for EventCorrelator {
@@ -101,6 +103,7 @@ impl EventCorrelator {
             aggregates: Lru::new(config.lru_size),
             logs: Lru::new(config.lru_size),
             spam: Lru::new(config.lru_size),
+            hasher: Default::default(),
             config,
         }
     }
@@ -140,15 +143,16 @@ impl EventCorrelator {
             }
             _ => fresh(),
         };
-        if !record.messages.contains(&message) {
-            record.messages.push(message.clone());
+        let seen = std::hash::BuildHasher::hash_one(&self.hasher, &message);
+        if !record.messages.contains(&seen) {
+            record.messages.push(seen);
         }
         record.last = now;
         let distinct = record.messages.len();
         if distinct >= self.config.aggregate_max_events {
             // client-go drops an arbitrary message to stay under the limit; we drop this one,
             // which keeps the choice deterministic.
-            record.messages.retain(|m| m != &message);
+            record.messages.retain(|m| *m != seen);
         }
         self.aggregates.put(&aggregate_key, record);
         if distinct < self.config.aggregate_max_events {
