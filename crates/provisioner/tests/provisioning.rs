@@ -379,3 +379,45 @@ async fn bad_input_gets_a_clear_event_and_no_volume() {
         "bad input must not crash the provisioner"
     );
 }
+
+/// Under a tight API budget the claim whose attempt began first gets its requests first: its
+/// PV is written before the other claims' finalizer writes, so when the first PV exists at
+/// most a couple of CreateVolume calls have been made. Served in issue order (client-go's),
+/// every claim's finalizer write would come first and all eight calls would precede it.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn under_a_tight_budget_the_oldest_claim_is_finished_first() {
+    const CLAIMS: usize = 8;
+    let s = Scenario::start(
+        "prov-order",
+        &[],
+        &["--kube-api-qps=2", "--kube-api-burst=1"],
+    )
+    .await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    // Let the provisioner's start-up requests (lists of its caches) drain the bucket first.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    for i in 0..CLAIMS {
+        s.claim(&format!("c{i}"), &class, "1Gi", json!({})).await;
+    }
+    let driver = s.driver.clone();
+    let calls_at_first_pv = support::eventually("the first PV", || async {
+        let pvs = s.volumes().list(&Default::default()).await.unwrap().items;
+        let ours = pvs.iter().any(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|sp| sp.csi.as_ref())
+                .is_some_and(|csi| csi.driver == driver)
+        });
+        ours.then(|| s.mock().calls_of("CreateVolume").len())
+    })
+    .await;
+    assert!(
+        (1..=3).contains(&calls_at_first_pv),
+        "CreateVolume calls when the first PV appeared: {calls_at_first_pv} of {CLAIMS}"
+    );
+    for i in 0..CLAIMS {
+        s.wait_bound(&format!("c{i}")).await;
+    }
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), CLAIMS);
+}
