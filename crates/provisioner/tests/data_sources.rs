@@ -407,14 +407,23 @@ async fn the_orphan_sweep_releases_snapshots_no_pending_claim_needs() {
     w.snapshot("orphan", "src").await;
     // Our finalizer by hand on both (as a restore that was interrupted would leave it); a
     // pending claim still wants "kept" (it is too small to be restored).
+    // snapshot-controller may still be writing a snapshot it has just made ready: re-read
+    // and retry on a conflict.
     for name in ["kept", "orphan"] {
         let api = w.snapshots();
-        let mut s = api.get(name).await.unwrap();
-        s.metadata
-            .finalizers
-            .get_or_insert_with(Vec::new)
-            .push(names::SNAPSHOT_SOURCE_FINALIZER.into());
-        api.replace(name, &PostParams::default(), &s).await.unwrap();
+        eventually(&format!("our finalizer on {name}"), || async {
+            let mut s = api.get(name).await.unwrap();
+            s.metadata
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .push(names::SNAPSHOT_SOURCE_FINALIZER.into());
+            match api.replace(name, &PostParams::default(), &s).await {
+                Ok(_) => Some(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => None,
+                Err(e) => panic!("adding our finalizer to {name}: {e}"),
+            }
+        })
+        .await;
     }
     w.claim_from("waits", "1Mi", snapshot_source("kept")).await;
     w.s.wait_event("waits", "ProvisioningFailed", "is less than the size")
@@ -672,16 +681,22 @@ async fn a_source_being_deleted_is_not_cloned() {
     let _ = w.volume_of("src").await;
     // Our own hold, not kube-controller-manager's pvc-protection: that one lets go of a claim
     // whose user pod it has not seen yet.
+    // Our provisioner may be dropping its creating-volume finalizer meanwhile: re-read and
+    // retry on a conflict.
     let claims = w.s.claims();
-    let mut src = claims.get("src").await.unwrap();
-    src.metadata
-        .finalizers
-        .get_or_insert_with(Vec::new)
-        .push("test.example.com/hold".into());
-    claims
-        .replace("src", &PostParams::default(), &src)
-        .await
-        .unwrap();
+    eventually("our test's hold on src", || async {
+        let mut src = claims.get("src").await.unwrap();
+        src.metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push("test.example.com/hold".into());
+        match claims.replace("src", &PostParams::default(), &src).await {
+            Ok(_) => Some(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => None,
+            Err(e) => panic!("adding the hold to src: {e}"),
+        }
+    })
+    .await;
     w.s.delete_claim("src").await;
     eventually("src terminating", || async {
         let c = w.s.claims().get("src").await.ok()?;
