@@ -98,24 +98,18 @@ impl ClaimsController {
     /// costs nothing: the finalizer update is guarded by its resourceVersion and re-reads on a
     /// conflict, and a snapshot that turns ready wakes the claim again.
     fn cached_snapshot(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
-        let cache = self.snapshot_cache.lock().clone()?;
         let key = ObjectRef::new_with(name, snapshot_resource()).within(namespace);
-        cache.get(&key).map(|o| (*o).clone())
+        cached(&self.snapshot_cache, &key)
     }
 
     /// The content from the content watch's cache once it carries its snapshot handle (a ready
     /// snapshot's content has it before the snapshot says ready); otherwise by GET.
     async fn content(&self, name: &str) -> Result<DynamicObject, kube::Error> {
-        let cache = self.content_cache.lock().clone();
-        if let Some(cache) = cache {
-            let key = ObjectRef::new_with(name, content_resource());
-            if let Some(object) = cache.get(&key)
-                && object.data["status"]["snapshotHandle"].is_string()
-            {
-                return Ok((*object).clone());
-            }
+        let key = ObjectRef::new_with(name, content_resource());
+        match cached(&self.content_cache, &key) {
+            Some(object) if object.data["status"]["snapshotHandle"].is_string() => Ok(object),
+            _ => contents(&self.ctx.client).get(name).await,
         }
-        contents(&self.ctx.client).get(name).await
     }
 
     /// After a successful restore our finalizer comes off the snapshot, through the
@@ -208,4 +202,13 @@ impl ClaimsController {
         };
         retry::restore_hold(attempt, self.ctx.opts.retry_interval_max)
     }
+}
+
+/// `key` from a watch's cache, while that watch runs.
+fn cached(
+    cache: &parking_lot::Mutex<Option<Store<DynamicObject>>>,
+    key: &ObjectRef<DynamicObject>,
+) -> Option<DynamicObject> {
+    let store = cache.lock().clone()?;
+    store.get(key).map(|o| (*o).clone())
 }
