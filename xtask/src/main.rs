@@ -62,6 +62,16 @@ enum Cmd {
     Chaos {
         #[command(flatten)]
         suite: SuiteArgs,
+        /// The number of the first run (for runs made by separate invocations, as the soak's
+        /// hours are): which provisioner starts alternates by it.
+        #[arg(long, default_value_t = 1)]
+        first_run: u32,
+        /// Keep the runs already in each scenario's results file and add these.
+        #[arg(long)]
+        append: bool,
+        /// A line for the scenario's notes (for example that runs went side by side).
+        #[arg(long)]
+        note: Option<String>,
     },
     /// Side-by-side benchmarks with upstream external-provisioner v6.3.0: writes
     /// `bench/results/<n>.json`, BENCHMARKS.md and bench/plots/ (`--quick`: target/bench-quick/).
@@ -171,12 +181,20 @@ fn run(cli: Cli) -> Result<()> {
             build_our_binaries(false)?;
             demo::run(&root, &demo::Options { dir, keep, driver })
         }
-        Cmd::Chaos { suite } => {
+        Cmd::Chaos {
+            suite,
+            first_run,
+            append,
+            note,
+        } => {
             let opts = chaos::Options {
                 scenarios: suite.scenario.clone(),
                 runs: suite.runs,
                 quick: suite.quick,
                 report_only: suite.report_only,
+                first_run,
+                append,
+                note,
             };
             let run = |bin_dir: &Path| chaos::run(&root, bin_dir, &opts);
             run_suite(&root, &suite, run)

@@ -99,6 +99,14 @@ impl Name {
             name: obj.meta().name.clone().unwrap_or_default(),
         }
     }
+
+    fn reference<K: Resource<DynamicType = ()>>(&self) -> ObjectRef<K> {
+        let reference = ObjectRef::new(&self.name);
+        match &self.namespace {
+            Some(ns) => reference.within(ns),
+            None => reference,
+        }
+    }
 }
 
 /// An informer cache seen through our own pending writes. Cheap to clone; clones share both.
@@ -268,12 +276,16 @@ where
         }
         match change {
             Change::Applied(obj) => {
+                // Judged by what the store shows, not by the event: during a relist kube's
+                // reflector buffers the listed objects and fills the store only when the list
+                // ends, so dropping our write on the event left a window in which neither
+                // showed the object (a just-created PV looked missing: a second CreateVolume).
                 let name = Name::of(obj);
-                if pending
-                    .get(&name)
-                    .is_some_and(|p| compare(Some(obj), p, Instant::now()) == Seen::CaughtUp)
-                {
-                    pending.remove(&name);
+                if let Some(p) = pending.get(&name) {
+                    let cached = self.store.get(&name.reference());
+                    if compare(cached.as_deref(), p, Instant::now()) == Seen::CaughtUp {
+                        pending.remove(&name);
+                    }
                 }
             }
             Change::Deleted(obj) => {
@@ -290,11 +302,7 @@ where
             Change::Relisted => {
                 let now = Instant::now();
                 pending.retain(|name, p| {
-                    let mut reference = ObjectRef::new(&name.name);
-                    if let Some(ns) = &name.namespace {
-                        reference = reference.within(ns);
-                    }
-                    let cached = self.store.get(&reference);
+                    let cached = self.store.get(&name.reference());
                     compare(cached.as_deref(), p, now) == Seen::Lagging
                 });
             }

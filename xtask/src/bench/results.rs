@@ -163,6 +163,78 @@ pub fn write(path: &Path, result: &ScenarioResult) -> Result<()> {
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
 }
 
+/// `new`'s runs added to `old`'s, for a scenario whose runs come from separate invocations
+/// (the soak's hours): a run of the same provisioner, variant and number is replaced; the
+/// description is `new`'s, the wall time the sum, the notes both (once each).
+pub fn merge(old: ScenarioResult, new: ScenarioResult) -> ScenarioResult {
+    let same = |a: &RunRecord, b: &RunRecord| {
+        (a.implementation, &a.variant, a.run) == (b.implementation, &b.variant, b.run)
+    };
+    let mut runs: Vec<RunRecord> = old
+        .runs
+        .into_iter()
+        .filter(|o| !new.runs.iter().any(|n| same(o, n)))
+        .collect();
+    runs.extend(new.runs);
+    runs.sort_by(|a, b| (a.run, a.implementation).cmp(&(b.run, b.implementation)));
+    let mut notes = old.notes;
+    for n in new.notes {
+        if !notes.contains(&n) {
+            notes.push(n);
+        }
+    }
+    ScenarioResult {
+        wall_seconds: old.wall_seconds + new.wall_seconds,
+        runs,
+        notes,
+        ..new
+    }
+}
+
+/// How many distinct run numbers `result` holds.
+pub fn run_count(result: &ScenarioResult) -> u32 {
+    let mut numbers: Vec<u32> = result.runs.iter().map(|r| r.run).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    numbers.len() as u32
+}
+
+/// Writes `new` merged into the file at `path` (if any) under a lock file, so that two
+/// invocations finishing together both keep their runs; returns what was written.
+pub fn append(path: &Path, new: ScenarioResult) -> Result<ScenarioResult> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let lock = path.with_extension("lock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock)
+        {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if std::time::Instant::now() > deadline {
+                    anyhow::bail!("{} held for a minute; remove it if stale", lock.display());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => return Err(e).with_context(|| format!("creating {}", lock.display())),
+        }
+    }
+    let merged = match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str::<ScenarioResult>(&text)
+            .with_context(|| format!("parsing {}", path.display()))
+            .map(|old| merge(old, new)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(new),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let written = merged.and_then(|m| write(path, &m).map(|()| m));
+    let _ = std::fs::remove_file(&lock);
+    written
+}
+
 /// Every `<n>.json` in `dir`, by scenario number. Files that do not parse are reported, not
 /// fatal: one stale file must not block the others' report.
 pub fn read_all(dir: &Path) -> Result<(Vec<ScenarioResult>, Vec<String>)> {
@@ -193,6 +265,64 @@ pub fn read_all(dir: &Path) -> Result<(Vec<ScenarioResult>, Vec<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scenario(runs: &[(Impl, u32, f64)], wall: f64, note: &str) -> ScenarioResult {
+        ScenarioResult {
+            scenario: 7,
+            title: "soak".into(),
+            quick: false,
+            finished_at: String::new(),
+            wall_seconds: wall,
+            command: String::new(),
+            setup: String::new(),
+            metrics: Vec::new(),
+            runs: runs
+                .iter()
+                .map(|&(which, run, v)| {
+                    let mut r = RunRecord::new(which, "", run);
+                    r.set("x", v);
+                    r
+                })
+                .collect(),
+            plot: None,
+            notes: vec![note.into()],
+        }
+    }
+
+    #[test]
+    fn merging_keeps_both_invocations_runs_and_replaces_a_repeated_one() {
+        let old = scenario(&[(Impl::Ours, 1, 1.0), (Impl::Upstream, 1, 2.0)], 10.0, "a");
+        let new = scenario(&[(Impl::Upstream, 2, 3.0), (Impl::Ours, 1, 9.0)], 5.0, "b");
+        let m = merge(old, new);
+        let got: Vec<(Impl, u32, f64)> = m
+            .runs
+            .iter()
+            .map(|r| (r.implementation, r.run, r.values["x"]))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Impl::Ours, 1, 9.0),
+                (Impl::Upstream, 1, 2.0),
+                (Impl::Upstream, 2, 3.0)
+            ]
+        );
+        assert_eq!(m.wall_seconds, 15.0);
+        assert_eq!(m.notes, ["a", "b"]);
+        assert_eq!(run_count(&m), 2);
+    }
+
+    #[test]
+    fn appending_to_a_missing_file_writes_the_new_result() {
+        let dir = std::env::temp_dir().join(format!("xtask-append-{}", std::process::id()));
+        let path = dir.join("7.json");
+        let first = append(&path, scenario(&[(Impl::Ours, 1, 1.0)], 1.0, "a")).unwrap();
+        assert_eq!(first.runs.len(), 1);
+        let second = append(&path, scenario(&[(Impl::Ours, 2, 2.0)], 1.0, "a")).unwrap();
+        assert_eq!(run_count(&second), 2);
+        assert!(!path.with_extension("lock").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn run_order_alternates() {

@@ -115,6 +115,12 @@ pub struct Options {
     pub runs: u32,
     pub quick: bool,
     pub report_only: bool,
+    /// The number of the first run (which provisioner starts alternates by it).
+    pub first_run: u32,
+    /// Keep the runs already in the results file and add these.
+    pub append: bool,
+    /// A line added to the scenario's notes (how these runs differ, e.g. run side by side).
+    pub note: Option<String>,
 }
 
 /// Problem sizes; `--quick` shrinks them.
@@ -228,6 +234,9 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
     if opts.runs == 0 {
         bail!("--runs must be at least 1");
     }
+    if opts.first_run == 0 {
+        bail!("--first-run must be at least 1");
+    }
     let bins = crate::bench::binaries(root, bin_dir)?;
     let work = crate::bench::work_dir("chaos");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -245,10 +254,17 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
         let (cp, ctx) = crate::bench::start_suite(&work, bins, runs, quick, command).await?;
         for &n in &scenarios {
             let began = Instant::now();
-            let runs = run_scenario(&ctx, &cp, &sizes, n).await;
-            let result = assemble(&ctx, &sizes, n, runs, began.elapsed().as_secs_f64());
+            let runs = run_scenario(&ctx, &cp, &sizes, n, opts.first_run).await;
+            let mut result = assemble(&ctx, &sizes, n, runs, began.elapsed().as_secs_f64());
+            result.notes.extend(opts.note.clone());
             let path = results_dir.join(format!("{n}.json"));
-            results::write(&path, &result)?;
+            if opts.append {
+                let mut merged = results::append(&path, result)?;
+                merged.command = command_line(n, results::run_count(&merged), opts.quick);
+                results::write(&path, &merged)?;
+            } else {
+                results::write(&path, &result)?;
+            }
             println!("chaos: wrote {}", path.display());
             render(&results_dir, &markdown)?;
         }
@@ -258,9 +274,15 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
     Ok(())
 }
 
-async fn run_scenario(ctx: &Ctx, cp: &ControlPlane, sizes: &Sizes, n: u8) -> Vec<RunRecord> {
+async fn run_scenario(
+    ctx: &Ctx,
+    cp: &ControlPlane,
+    sizes: &Sizes,
+    n: u8,
+    first_run: u32,
+) -> Vec<RunRecord> {
     let mut records = Vec::new();
-    for run in 1..=ctx.runs {
+    for run in first_run..first_run + ctx.runs {
         for which in Impl::order(run) {
             let slot = ctx.slot(n, "", which, run);
             println!("chaos: scenario {n}, run {run}, {which}");

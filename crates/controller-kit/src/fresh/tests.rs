@@ -185,3 +185,19 @@ fn a_relist_keeps_only_what_the_cache_still_lags_behind() {
     assert_eq!(fresh.pending_len(), 1);
     assert_eq!(data(fresh.get(&r("a"))), Some("a2".into()));
 }
+
+#[test]
+fn a_create_stays_visible_while_a_relist_holds_the_object_back() {
+    let (fresh, mut writer) = fresh();
+    fresh.created(cm("a", "5", "ours"));
+    // A relist: the reflector buffers listed objects until the list ends, yet the change
+    // stream already reports them.
+    writer.apply_watcher_event(&Event::Init);
+    writer.apply_watcher_event(&Event::InitApply(cm("a", "5", "ours")));
+    fresh.observe(&Change::Applied(cm("a", "5", "ours")));
+    assert_eq!(data(fresh.get(&r("a"))), Some("ours".into()));
+    writer.apply_watcher_event(&Event::InitDone);
+    fresh.observe(&Change::Relisted);
+    assert_eq!(fresh.pending_len(), 0);
+    assert_eq!(data(fresh.get(&r("a"))), Some("ours".into()));
+}
