@@ -351,6 +351,15 @@ fn explain(r: &ScenarioResult) -> String {
     };
     let median = |which: Impl, key: &str| summary(which, key).map(|s| s.median);
     let range = |which: Impl, key: &str| report::fmt_summary(summary(which, key));
+    let by_run = |which: Impl, key: &str| {
+        let mut v = r.values(which, "", key);
+        v.sort_by_key(|(run, _)| *run);
+        let parts: Vec<String> = v
+            .iter()
+            .map(|(run, x)| format!("run {run} {} MiB", report::fmt_num(*x)))
+            .collect();
+        parts.join(", ")
+    };
     let lost = |which: Impl| -> f64 {
         r.runs
             .iter()
@@ -415,10 +424,10 @@ fn explain(r: &ScenarioResult) -> String {
                  the end: ours {} → {} MiB, upstream {} → {} MiB; open descriptors ours {} → {}, \
                  upstream {} → {}. Both keep client-go's event correlator: three LRU caches of \
                  4096 entries, which fill up during the first half hour (about two events per \
-                 claim) and then stay at that size. In the binary measured here ours kept their \
-                 keys and messages as strings: filled, they take 8.1 MiB (measured alone with \
-                 3,600 claims' events); since commits 9f96ad8 and the next they are 64-bit \
-                 hashes and take 2.8 MiB (the soak was not re-run).",
+                 claim) and then stay at that size. Until commit 9f96ad8 ours kept their keys \
+                 and messages as strings (8.1 MiB when full, measured alone with 3,600 claims' \
+                 events); since then and a23be8a they keep 64-bit hashes (2.8 MiB when full). \
+                 Ours' RSS growth by run: {}; the notes below say which runs had which binary.",
                 range(Impl::Ours, "rss_start_mib"),
                 range(Impl::Ours, "rss_end_mib"),
                 range(Impl::Upstream, "rss_start_mib"),
@@ -427,6 +436,7 @@ fn explain(r: &ScenarioResult) -> String {
                 range(Impl::Ours, "fds_end"),
                 range(Impl::Upstream, "fds_start"),
                 range(Impl::Upstream, "fds_end"),
+                by_run(Impl::Ours, "rss_growth_mib"),
             );
         }
         6 => {
