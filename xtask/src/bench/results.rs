@@ -176,7 +176,7 @@ pub fn merge(old: ScenarioResult, new: ScenarioResult) -> ScenarioResult {
         .filter(|o| !new.runs.iter().any(|n| same(o, n)))
         .collect();
     runs.extend(new.runs);
-    runs.sort_by(|a, b| (a.run, a.implementation).cmp(&(b.run, b.implementation)));
+    runs.sort_by_key(|a| (a.run, a.implementation));
     let mut notes = old.notes;
     for n in new.notes {
         if !notes.contains(&n) {
