@@ -3,6 +3,8 @@
 //! both filled by csi-driver-host-path's `hostpathplugin`, whose state file records where each
 //! volume came from and whose volume directories hold the data.
 
+#[allow(dead_code)] // shared with tests/deploy.rs, which uses the rest
+mod deploy_support;
 mod ops_support;
 mod support;
 
@@ -30,8 +32,19 @@ struct World {
     port: u16,
 }
 
+/// How the provisioner talks to the API server.
+enum Identity {
+    Admin,
+    /// As the ServiceAccount of the shipped RBAC, with this change to its objects.
+    ShippedRbac(fn(&mut Vec<serde_json::Value>)),
+}
+
 impl World {
     async fn start(prefix: &str, prov_args: &[&str]) -> World {
+        World::start_as(prefix, prov_args, Identity::Admin).await
+    }
+
+    async fn start_as(prefix: &str, prov_args: &[&str], identity: Identity) -> World {
         let mut s = Scenario::new(prefix).await;
         s.driver = format!("{}.hostpath.csi", s.ns);
         let node = format!("{}-n1", s.ns);
@@ -48,10 +61,16 @@ impl World {
             testenv::Snapshotter::start(&s.dir.join("snapshotter"), kubeconfig, &plugin.socket);
         let port = ops_support::free_port();
         let http = format!("--http-endpoint=127.0.0.1:{port}");
+        let prov_kubeconfig = match identity {
+            Identity::Admin => kubeconfig.to_path_buf(),
+            Identity::ShippedRbac(edit) => {
+                deploy_support::world::grant_shipped_rbac(&s, edit).await
+            }
+        };
         let prov = Provisioner::start(
             &s.dir,
             "csi-provisioner",
-            kubeconfig,
+            &prov_kubeconfig,
             &plugin.socket,
             &[
                 &["-v=5", "--snapshot-orphan-sweep-interval=2s", &http],
@@ -290,6 +309,49 @@ async fn restore_from_a_snapshot_and_clone_a_claim_carry_the_data() {
     // No clone waits for the source any more: deleting it goes through.
     w.s.delete_claim("src").await;
     wait_gone(&w.s.claims(), "src").await;
+}
+
+/// Upstream's RBAC has no `watch` on VolumeSnapshotContents (ours adds it): under the shipped
+/// RBAC without it the content watch turns itself off with one log line, and a restore reads
+/// its content with a GET instead.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn without_watch_on_contents_a_restore_reads_its_content_by_get() {
+    let w = World::start_as(
+        "ds-nowatch",
+        &[],
+        Identity::ShippedRbac(|objects| {
+            let dropped = deploy_support::drop_verb(objects, "volumesnapshotcontents", "watch");
+            assert_eq!(dropped, 1, "the shipped RBAC grants watch on contents once");
+        }),
+    )
+    .await;
+    w.s.claim("src", &w.class, "1Gi", json!({})).await;
+    let source = w.volume_of("src").await;
+    write_marker(&source.vol_path, "before the snapshot");
+    w.snapshot("snap", "src").await;
+    w.claim_from("restored", "1Gi", snapshot_source("snap"))
+        .await;
+    let restored = w.volume_of("restored").await;
+    assert_eq!(read_marker(&restored.vol_path), "before the snapshot");
+    assert!(w.content_source("restored").await["Snapshot"]["snapshot_id"].is_string());
+    let log = w._prov.log();
+    let off = log
+        .lines()
+        .filter(|l| {
+            l.contains("Not watching") && l.contains("restores read their content with a GET")
+        })
+        .count();
+    assert_eq!(off, 1, "the content watch's off line, once");
+    let metrics = ops_support::scrape(w.port).await.expect("metrics");
+    let gets = ops_support::sample(
+        &metrics,
+        "csi_provisioner_api_requests_total",
+        &[("verb", "get"), ("resource", "volumesnapshotcontents")],
+    )
+    .unwrap_or(0.0);
+    assert!(gets >= 1.0, "the content was read by GET ({gets})");
+    assert_eq!(w.created(), 2, "one volume each for src and restored");
 }
 
 #[tokio::test]
