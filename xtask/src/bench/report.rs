@@ -172,7 +172,7 @@ pub fn render(
         let _ = writeln!(out, "**What explains the difference:** {}\n", explain(r));
         let notes = notes(r);
         if !notes.is_empty() {
-            out.push_str("Problems in this run:\n\n");
+            out.push_str("Notes on these runs:\n\n");
             for n in notes {
                 let _ = writeln!(out, "- {n}");
             }
