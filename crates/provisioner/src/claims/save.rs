@@ -96,7 +96,7 @@ impl ClaimsController {
                 .into());
             }
         }
-        self.memory.forget(&uid);
+        self.memory.pv_was_saved(&uid);
         let reference = provisioning::pv::claim_reference(claim);
         ctx.recorder.event(
             &reference,

@@ -72,7 +72,9 @@ impl ClaimsController {
             }
         }
         let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
-        let step = decide(&claim, should, ours, ours && self.pv_exists(&claim));
+        // Our own save counts too: the PV cache may not show a just-created PV yet.
+        let pv_exists = self.pv_exists(&claim) || self.memory.pv_saved(&uid);
+        let step = decide(&claim, should, ours, ours && pv_exists);
         if step == Step::Ignore && self.settled(&claim) {
             self.memory.forget(&uid);
         }
