@@ -208,6 +208,29 @@ fn read_marker(dir: &str) -> String {
     std::fs::read_to_string(Path::new(dir).join("marker")).unwrap_or_default()
 }
 
+/// Adds `finalizer` to `name` as a user would. Controllers may be writing the object at the
+/// same time (snapshot-controller making a snapshot ready, our provisioner dropping its
+/// creating-volume finalizer): re-read and retry on a conflict.
+async fn add_finalizer<K>(api: &Api<K>, name: &str, finalizer: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    eventually(&format!("finalizer {finalizer} on {name}"), || async {
+        let mut object = api.get(name).await.unwrap();
+        object
+            .meta_mut()
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(finalizer.into());
+        match api.replace(name, &PostParams::default(), &object).await {
+            Ok(_) => Some(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => None,
+            Err(e) => panic!("adding finalizer {finalizer} to {name}: {e}"),
+        }
+    })
+    .await;
+}
+
 fn finalizers(meta: &kube::api::ObjectMeta) -> Vec<String> {
     meta.finalizers.clone().unwrap_or_default()
 }
@@ -467,29 +490,15 @@ async fn the_orphan_sweep_releases_snapshots_no_pending_claim_needs() {
     let _ = w.volume_of("src").await;
     w.snapshot("kept", "src").await;
     w.snapshot("orphan", "src").await;
-    // Our finalizer by hand on both (as a restore that was interrupted would leave it); a
-    // pending claim still wants "kept" (it is too small to be restored).
-    // snapshot-controller may still be writing a snapshot it has just made ready: re-read
-    // and retry on a conflict.
-    for name in ["kept", "orphan"] {
-        let api = w.snapshots();
-        eventually(&format!("our finalizer on {name}"), || async {
-            let mut s = api.get(name).await.unwrap();
-            s.metadata
-                .finalizers
-                .get_or_insert_with(Vec::new)
-                .push(names::SNAPSHOT_SOURCE_FINALIZER.into());
-            match api.replace(name, &PostParams::default(), &s).await {
-                Ok(_) => Some(()),
-                Err(kube::Error::Api(e)) if e.code == 409 => None,
-                Err(e) => panic!("adding our finalizer to {name}: {e}"),
-            }
-        })
-        .await;
-    }
+    // A pending claim still wants "kept" (it is too small to be restored). It is in the
+    // provisioner's claim cache before either snapshot carries our finalizer: otherwise a
+    // sweep (every 2 s) in between would rightly release "kept" too.
     w.claim_from("waits", "1Mi", snapshot_source("kept")).await;
     w.s.wait_event("waits", "ProvisioningFailed", "is less than the size")
         .await;
+    // Our finalizer by hand on both, as a restore that was interrupted would leave it.
+    add_finalizer(&w.snapshots(), "kept", names::SNAPSHOT_SOURCE_FINALIZER).await;
+    add_finalizer(&w.snapshots(), "orphan", names::SNAPSHOT_SOURCE_FINALIZER).await;
 
     let api = w.snapshots();
     eventually_within(
@@ -743,22 +752,7 @@ async fn a_source_being_deleted_is_not_cloned() {
     let _ = w.volume_of("src").await;
     // Our own hold, not kube-controller-manager's pvc-protection: that one lets go of a claim
     // whose user pod it has not seen yet.
-    // Our provisioner may be dropping its creating-volume finalizer meanwhile: re-read and
-    // retry on a conflict.
-    let claims = w.s.claims();
-    eventually("our test's hold on src", || async {
-        let mut src = claims.get("src").await.unwrap();
-        src.metadata
-            .finalizers
-            .get_or_insert_with(Vec::new)
-            .push("test.example.com/hold".into());
-        match claims.replace("src", &PostParams::default(), &src).await {
-            Ok(_) => Some(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => None,
-            Err(e) => panic!("adding the hold to src: {e}"),
-        }
-    })
-    .await;
+    add_finalizer(&w.s.claims(), "src", "test.example.com/hold").await;
     w.s.delete_claim("src").await;
     eventually("src terminating", || async {
         let c = w.s.claims().get("src").await.ok()?;
