@@ -4,6 +4,10 @@
 //! the shipped RBAC, provisions, deletes and publishes capacity without a single Forbidden.
 
 mod deploy_support;
+// Declared here, not in the module, so that other test binaries sharing the module do not
+// run the same table tests again.
+#[path = "deploy_support/tests.rs"]
+mod deploy_support_tests;
 mod support;
 
 use std::collections::BTreeSet;

@@ -280,6 +280,3 @@ pub fn free_port() -> u16 {
 }
 
 pub mod world;
-
-#[cfg(test)]
-mod tests;

@@ -1,6 +1,8 @@
 //! Table tests of the pure helpers (no control plane needed).
 
-use super::*;
+use crate::deploy_support::*;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 fn rbac_fixture() -> Vec<Value> {
     vec![
