@@ -200,8 +200,13 @@ pub fn run_count(result: &ScenarioResult) -> u32 {
 }
 
 /// Writes `new` merged into the file at `path` (if any) under a lock file, so that two
-/// invocations finishing together both keep their runs; returns what was written.
-pub fn append(path: &Path, new: ScenarioResult) -> Result<ScenarioResult> {
+/// invocations finishing together both keep their runs; `command` gets the merged number of
+/// runs and says how to reproduce them. Returns what was written.
+pub fn append(
+    path: &Path,
+    new: ScenarioResult,
+    command: impl FnOnce(u32) -> String,
+) -> Result<ScenarioResult> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -229,7 +234,11 @@ pub fn append(path: &Path, new: ScenarioResult) -> Result<ScenarioResult> {
             .map(|old| merge(old, new)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(new),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    };
+    }
+    .map(|mut m| {
+        m.command = command(run_count(&m));
+        m
+    });
     let written = merged.and_then(|m| write(path, &m).map(|()| m));
     let _ = std::fs::remove_file(&lock);
     written
@@ -316,10 +325,15 @@ mod tests {
     fn appending_to_a_missing_file_writes_the_new_result() {
         let dir = std::env::temp_dir().join(format!("xtask-append-{}", std::process::id()));
         let path = dir.join("7.json");
-        let first = append(&path, scenario(&[(Impl::Ours, 1, 1.0)], 1.0, "a")).unwrap();
+        let runs = |n: u32| format!("--runs {n}");
+        let first = append(&path, scenario(&[(Impl::Ours, 1, 1.0)], 1.0, "a"), runs).unwrap();
         assert_eq!(first.runs.len(), 1);
-        let second = append(&path, scenario(&[(Impl::Ours, 2, 2.0)], 1.0, "a")).unwrap();
+        assert_eq!(first.command, "--runs 1");
+        let second = append(&path, scenario(&[(Impl::Ours, 2, 2.0)], 1.0, "a"), runs).unwrap();
         assert_eq!(run_count(&second), 2);
+        let written: ScenarioResult =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(written.command, "--runs 2");
         assert!(!path.with_extension("lock").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }

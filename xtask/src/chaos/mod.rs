@@ -259,9 +259,7 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
             result.notes.extend(opts.note.clone());
             let path = results_dir.join(format!("{n}.json"));
             if opts.append {
-                let mut merged = results::append(&path, result)?;
-                merged.command = command_line(n, results::run_count(&merged), opts.quick);
-                results::write(&path, &merged)?;
+                results::append(&path, result, |runs| command_line(n, runs, opts.quick))?;
             } else {
                 results::write(&path, &result)?;
             }
