@@ -246,7 +246,7 @@ async fn run_scenarios(
                     let of = |n: u8| {
                         kept.iter()
                             .find(|r| r.scenario == n)
-                            .map(|r| (r.runs.clone(), r.finished_at.clone()))
+                            .map(|r| (r.runs.clone(), r.finished_at.clone(), r.notes.clone()))
                             .unwrap_or_default()
                     };
                     let ((c, d), kept_from) =

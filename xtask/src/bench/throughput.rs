@@ -307,14 +307,17 @@ pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<RunRecord>) {
     (creates, deletes)
 }
 
+/// A kept result's runs, `finished_at` and notes.
+pub type Kept = (Vec<RunRecord>, String, Vec<String>);
+
 /// `--policy-only`: runs ours with the admission policy in both policy variants and merges
-/// the records with the kept ones (`(runs, finished_at)` of scenarios 1 and 2): the plain
+/// the records with the kept ones (`(runs, finished_at, notes)` of scenarios 1 and 2): the plain
 /// variants stay as they were, and upstream's plain runs are repeated under the policy
 /// variants. Returns the records and a note saying where the kept runs come from.
 pub async fn run_policy_only(
     ctx: &Ctx,
-    (kept_creates, created_at): (Vec<RunRecord>, String),
-    (kept_deletes, _): (Vec<RunRecord>, String),
+    (kept_creates, created_at, kept_notes): Kept,
+    (kept_deletes, _, _): Kept,
 ) -> Result<((Vec<RunRecord>, Vec<RunRecord>), String)> {
     let plain = |records: Vec<RunRecord>| -> Vec<RunRecord> {
         records
@@ -342,13 +345,26 @@ pub async fn run_policy_only(
             deletes.extend(repeated(&deletes, &from, &name, run));
         }
     }
-    let note = format!(
-        "the plain variants' runs (both provisioners) are those finished {created_at}; the admission-policy variants were run afterwards with `--policy-only`, so their upstream columns repeat those upstream runs"
-    );
-    Ok(((creates, deletes), note))
+    Ok(((creates, deletes), kept_note(&kept_notes, &created_at)))
 }
 
-/// Upstream's record of run `run` in variant `from`, renamed to variant `to`.
+const KEPT_NOTE: &str = "the plain variants' runs (both provisioners) are those finished ";
+
+/// The note saying where the kept plain runs come from. A file that was itself written by
+/// `--policy-only` already says so, and its `finished_at` is that policy run's, not the
+/// plain runs': its note is kept as it is.
+pub fn kept_note(kept_notes: &[String], finished_at: &str) -> String {
+    kept_notes
+        .iter()
+        .find(|n| n.starts_with(KEPT_NOTE))
+        .cloned()
+        .unwrap_or_else(|| {
+            format!(
+                "{KEPT_NOTE}{finished_at} (at an earlier commit than the one named above); the admission-policy variants were run afterwards with `--policy-only`, so their upstream columns repeat those upstream runs"
+            )
+        })
+}
+
 /// Upstream's run `run` of variant `from`, renamed to variant `to`.
 pub fn repeated(records: &[RunRecord], from: &str, to: &str, run: u32) -> Option<RunRecord> {
     let mut r = records
@@ -362,6 +378,20 @@ pub fn repeated(records: &[RunRecord], from: &str, to: &str, run: u32) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_policy_only_run_keeps_the_plain_runs_date() {
+        let first = kept_note(&[], "2026-11-24 10:26 UTC");
+        assert!(first.starts_with(KEPT_NOTE));
+        assert!(first.contains("2026-11-24 10:26 UTC"));
+        // The file written by the first policy-only run finished later; its note still names
+        // the plain runs' time.
+        let second = kept_note(
+            &["other".to_string(), first.clone()],
+            "2026-11-25 17:50 UTC",
+        );
+        assert_eq!(second, first);
+    }
 
     #[test]
     fn policy_variants_follow_their_plain_budget() {
