@@ -25,8 +25,10 @@ tokio::task_local! {
 
 /// Runs `work` with its API requests ranked by `began` (see the module docs): the claims
 /// controller wraps each attempt, so a claim that began first reaches its driver call first.
-pub async fn with_priority<F: Future>(began: Instant, work: F) -> F::Output {
-    WORK_BEGAN.scope(began, work).await
+/// Not an `async fn`: that would hold `work` twice (as its argument and inside the scope),
+/// doubling every claim attempt's state.
+pub fn with_priority<F: Future>(began: Instant, work: F) -> impl Future<Output = F::Output> {
+    WORK_BEGAN.scope(began, work)
 }
 
 /// The instant the current task's work began, if it set one.

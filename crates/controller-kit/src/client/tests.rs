@@ -333,3 +333,21 @@ async fn built_client_sends_the_user_agent_and_counts_requests() {
         "missing {want:?} in\n{text}"
     );
 }
+
+#[test]
+fn ranking_an_attempt_does_not_copy_its_state() {
+    // An attempt's state is tens of KiB and every claim worker runs one: the ranking must
+    // wrap it, not hold it twice.
+    let work = async {
+        let state = [0u8; 16 * 1024];
+        tokio::task::yield_now().await;
+        std::hint::black_box(&state);
+    };
+    let alone = std::mem::size_of_val(&work);
+    let ranked = with_priority(Instant::now(), work);
+    let size = std::mem::size_of_val(&ranked);
+    assert!(
+        size < alone + 256,
+        "{size} bytes around an attempt of {alone}"
+    );
+}
