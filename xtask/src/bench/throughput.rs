@@ -307,18 +307,14 @@ pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<RunRecord>) {
     (creates, deletes)
 }
 
-/// A kept result's runs, `finished_at` and notes.
-pub type Kept = (Vec<RunRecord>, String, Vec<String>);
-
 /// `--policy-only`: runs ours with the admission policy in both policy variants and merges
-/// the records with the kept ones (`(runs, finished_at, notes)` of scenarios 1 and 2): the plain
-/// variants stay as they were, and upstream's plain runs are repeated under the policy
-/// variants. Returns the records and a note saying where the kept runs come from.
+/// the records with the kept runs of scenarios 1 and 2: the plain variants stay as they were,
+/// and upstream's plain runs are repeated under the policy variants.
 pub async fn run_policy_only(
     ctx: &Ctx,
-    (kept_creates, created_at, kept_notes): Kept,
-    (kept_deletes, _, _): Kept,
-) -> Result<((Vec<RunRecord>, Vec<RunRecord>), String)> {
+    kept_creates: Vec<RunRecord>,
+    kept_deletes: Vec<RunRecord>,
+) -> Result<(Vec<RunRecord>, Vec<RunRecord>)> {
     let plain = |records: Vec<RunRecord>| -> Vec<RunRecord> {
         records
             .into_iter()
@@ -345,7 +341,7 @@ pub async fn run_policy_only(
             deletes.extend(repeated(&deletes, &from, &name, run));
         }
     }
-    Ok(((creates, deletes), kept_note(&kept_notes, &created_at)))
+    Ok((creates, deletes))
 }
 
 const KEPT_NOTE: &str = "the plain variants' runs (both provisioners) are those finished ";
