@@ -784,3 +784,51 @@ async fn nothing_fits_is_explained() {
     }
     assert_eq!(w.create_calls(), 0);
 }
+
+/// A waiting claim's explanation follows the published capacity: when the capacity shrinks,
+/// the claims not yet Bound are checked again and the new largest capacity is said (without a
+/// change of the claim itself, which is what would otherwise sync it).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_waiting_claims_explanation_follows_the_capacity() {
+    let w = World::start(
+        "cap-follow",
+        &[("a", "10Gi"), ("b", "10Gi")],
+        &[],
+        &["--capacity-poll-interval=1s"],
+    )
+    .await;
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    w.wait_objects("2 objects", |o| o.len() == 2).await;
+    w.claim_and_pod("huge", &class, "50Gi").await;
+    let events: Api<Event> = Api::namespaced(w.client.clone(), &w.ns);
+    let explained = |largest: &'static str| {
+        let events = events.clone();
+        async move {
+            let wanted = format!("largest published capacity is {largest} ");
+            eventually(&format!("NotEnoughCapacity naming {largest}"), || async {
+                let list = events
+                    .list(&ListParams::default().fields("involvedObject.name=huge"))
+                    .await
+                    .ok()?;
+                list.items.into_iter().find(|e| {
+                    e.reason.as_deref() == Some("NotEnoughCapacity")
+                        && e.message.as_deref().is_some_and(|m| m.contains(&wanted))
+                })
+            })
+            .await
+        }
+    };
+    explained("10Gi").await;
+    for node in ["a", "b"] {
+        w.create_volume_directly(&format!("eat-{node}"), 6 * GI, &w.node(node))
+            .await;
+    }
+    w.wait_objects("4Gi left on both", |o| {
+        o.len() == 2 && o.values().all(|c| bytes(c) == Some(4 * GI))
+    })
+    .await;
+    explained("4Gi").await;
+    // Only the two volumes made behind the provisioner's back.
+    assert_eq!(w.create_calls(), 2);
+}
