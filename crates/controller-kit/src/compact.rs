@@ -160,6 +160,15 @@ impl<K: Resource + DeserializeOwned> CompactStore<K> {
             .collect()
     }
 
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.shared.objects.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Resolves once the first list has ended.
     pub async fn wait_until_ready(&self) -> Result<(), WriterDropped> {
         let mut ready = self.ready.clone();

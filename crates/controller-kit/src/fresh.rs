@@ -253,10 +253,6 @@ where
     /// instead of holding all of them decoded at once, as [`Fresh::state`] does.
     pub fn references(&self) -> Vec<ObjectRef<K>> {
         let mut refs = self.store.references();
-        let pending = self.pending.lock();
-        if pending.is_empty() {
-            return refs;
-        }
         let cached: std::collections::HashSet<Name> = refs
             .iter()
             .map(|r| Name {
@@ -265,7 +261,8 @@ where
             })
             .collect();
         refs.extend(
-            pending
+            self.pending
+                .lock()
                 .keys()
                 .filter(|name| !cached.contains(*name))
                 .map(Name::reference),

@@ -80,7 +80,7 @@ fn applies_and_deletes_show_at_once() {
     writer.apply_watcher_event(&Event::Delete(cm("b", "1")));
     assert_eq!(store.get(&r("b")), None);
     assert_eq!(names(&store), ["a"]);
-    assert_eq!(store.references().len(), 1);
+    assert_eq!(store.len(), 1);
     // The namespace is part of the key.
     assert_eq!(store.get(&ObjectRef::new("a").within("other")), None);
 }
