@@ -189,7 +189,14 @@ where
             Backing::Decoded(s) => crate::reflect::wait_until_ready(s, timeout).await,
             Backing::Compact(s) => {
                 let kind = K::kind(&()).into_owned();
-                crate::reflect::ready_within(kind, timeout, s.wait_until_ready()).await
+                match tokio::time::timeout(timeout, s.wait_until_ready()).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(_)) => Err(ReflectError::Stopped { kind }),
+                    Err(_) => Err(ReflectError::Timeout {
+                        kind,
+                        after: timeout,
+                    }),
+                }
             }
         }
     }

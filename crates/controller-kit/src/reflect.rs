@@ -274,16 +274,7 @@ where
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     let kind = K::kind(&Default::default()).into_owned();
-    ready_within(kind, timeout, store.wait_until_ready()).await
-}
-
-/// `ready` (a cache's first list ending, or its writer dropped first) within `timeout`.
-pub(crate) async fn ready_within<E>(
-    kind: String,
-    timeout: Duration,
-    ready: impl std::future::Future<Output = Result<(), E>>,
-) -> Result<(), ReflectError> {
-    match tokio::time::timeout(timeout, ready).await {
+    match tokio::time::timeout(timeout, store.wait_until_ready()).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(ReflectError::Stopped { kind }),
         Err(_) => Err(ReflectError::Timeout {
