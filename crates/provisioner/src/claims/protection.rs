@@ -37,8 +37,7 @@ impl ClaimsController {
     ) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-        // Pending clones are not Bound.
-        let claims = self.ctx.caches.unsettled_claims();
+        let claims = self.ctx.caches.claims.state();
         let pending = pending_clones(
             claim,
             claims

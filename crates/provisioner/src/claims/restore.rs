@@ -143,8 +143,7 @@ impl ClaimsController {
     /// moment is remembered for attempts that were reading the snapshot meanwhile.
     pub fn snapshot_ready(&self, namespace: &str, name: &str) {
         let mut wanted = false;
-        // A claim that wants a snapshot is not Bound yet.
-        for claim in self.ctx.caches.unsettled_claims() {
+        for claim in self.ctx.caches.claims.state() {
             let wants =
                 provisioning::data_source::snapshot::wanted_by(&claim).contains(&(namespace, name));
             wanted |= wants;
