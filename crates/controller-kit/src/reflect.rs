@@ -14,10 +14,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
-
-use crate::compact::{self, CompactStore};
 
 /// The annotation `kubectl apply` leaves on objects: often the largest field, never read.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -144,59 +141,18 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
-    let (reader, mut writer) = reflector::store();
-    let changes = changes(api, config, strip, keep, move |event| {
-        writer.apply_watcher_event(event)
-    });
-    (reader, changes)
-}
-
-/// [`informer_keeping`] into a [`CompactStore`]: the same watch, cache and changes, with the
-/// cached objects kept as JSON.
-pub fn compact_informer_keeping<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    strip: fn(&mut K),
-    keep: impl Fn(&K) -> bool + Send + 'static,
-) -> (CompactStore<K>, BoxStream<'static, Change<K>>)
-where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-{
-    let (reader, mut writer) = compact::store();
-    let changes = changes(api, config, strip, keep, move |event| {
-        writer.apply_watcher_event(event)
-    });
-    (reader, changes)
-}
-
-/// The watch, stripped and filtered, with each event applied to a cache by `apply` before it
-/// is reported (as kube's `reflect` does), so a change never arrives ahead of the cache.
-fn changes<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    strip: fn(&mut K),
-    keep: impl Fn(&K) -> bool + Send + 'static,
-    mut apply: impl FnMut(&Event<K>) + Send + 'static,
-) -> BoxStream<'static, Change<K>>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-{
-    watcher::watcher(api, config)
+    let (reader, writer) = reflector::store();
+    let changes = watcher::watcher(api, config)
         .default_backoff()
         .modify(move |obj: &mut K| {
             strip_metadata(obj);
             strip(obj);
         })
         .filter_map(move |event| future::ready(kept(event, &keep)))
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                apply(event);
-            }
-        })
+        .reflect(writer)
         .filter_map(|event| future::ready(to_change(event)))
-        .boxed()
+        .boxed();
+    (reader, changes)
 }
 
 /// What the cache sees of a watch event when it keeps only what `keep` accepts: a rejected
