@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
@@ -126,6 +126,25 @@ impl World {
             .await
             .unwrap();
         self.pods().create(&pp, &pod).await.unwrap();
+    }
+
+    /// Waits for an event `reason` on object `name` whose message contains `needle`.
+    pub async fn wait_event(&self, name: &str, reason: &str, needle: &str) -> Event {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        let fields = format!("involvedObject.name={name},reason={reason}");
+        eventually(
+            &format!("event {reason} containing {needle:?} on {name}"),
+            || async {
+                let list = events
+                    .list(&ListParams::default().fields(&fields))
+                    .await
+                    .ok()?;
+                list.items
+                    .into_iter()
+                    .find(|e| e.message.as_deref().is_some_and(|m| m.contains(needle)))
+            },
+        )
+        .await
     }
 
     pub fn pods(&self) -> Api<Pod> {
