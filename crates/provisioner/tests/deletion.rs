@@ -15,12 +15,15 @@ use support::{
 
 const API_REQUESTS: &str = "csi_provisioner_api_requests_total";
 
-/// Reclaim policy Delete: DeleteVolume with the deletion secret, then the PV goes. Retain: the
-/// volume and PV stay, and the PV does not carry our finalizer.
+/// Reclaim policy Delete: the PV carries our finalizer; DeleteVolume with the deletion secret,
+/// then the PV goes. Retain: the PV never carries our finalizer, and the volume and PV stay.
+/// A Delete PV switched to Retain loses our finalizer (one patch, no conflicts) and stays too.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
-    let s = Scenario::start("prov-reclaim", &[], &[]).await;
+    let port = free_port();
+    let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
+    let s = Scenario::start("prov-reclaim", &[], &[&endpoint]).await;
     create_secret(&s, "creds", &[("token", "s3cr3t-value")]).await;
     let secret_params = json!({
         "csi.storage.k8s.io/provisioner-secret-name": "creds",
@@ -38,20 +41,12 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
         .await;
     s.claim("gone", &delete, "1Gi", json!({})).await;
     s.claim("kept", &retain, "1Gi", json!({})).await;
-    let gone_pv = s
-        .wait_bound("gone")
-        .await
-        .spec
-        .unwrap()
-        .volume_name
-        .unwrap();
-    let kept_pv = s
-        .wait_bound("kept")
-        .await
-        .spec
-        .unwrap()
-        .volume_name
-        .unwrap();
+    s.claim("switched", &delete, "1Gi", json!({})).await;
+    let mut bound = Vec::new();
+    for claim in ["gone", "kept", "switched"] {
+        bound.push(s.wait_bound(claim).await.spec.unwrap().volume_name.unwrap());
+    }
+    let [gone_pv, kept_pv, switched_pv] = <[String; 3]>::try_from(bound).unwrap();
     let create = &s.create_calls(&gone_pv)[0];
     assert_eq!(
         create["request"]["secrets"]["token"], "s3cr3t-value",
@@ -62,11 +57,40 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
         pv.metadata.annotations.as_ref().unwrap()["volume.kubernetes.io/provisioner-deletion-secret-name"],
         "creds"
     );
+    assert!(pv_holds_ours(&pv), "a Delete PV carries our finalizer");
     let handle = pv.spec.unwrap().csi.unwrap().volume_handle;
+    assert!(
+        !pv_holds_ours(&s.volumes().get(&kept_pv).await.unwrap()),
+        "a Retain PV is created without it"
+    );
     let kept_handle = s.volume_handle(&kept_pv).await;
 
-    s.delete_claim("gone").await;
-    s.delete_claim("kept").await;
+    let switched_handle = s.volume_handle(&switched_pv).await;
+    let retain_now = json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}});
+    s.volumes()
+        .patch(
+            &switched_pv,
+            &PatchParams::default(),
+            &Patch::Merge(&retain_now),
+        )
+        .await
+        .unwrap();
+    testenv::wait_for(
+        &s.volumes(),
+        &switched_pv,
+        "lose our finalizer",
+        |pv: &PersistentVolume| !pv_holds_ours(pv),
+    )
+    .await;
+    assert_eq!(
+        pv_requests(port).await,
+        (1.0, 0.0),
+        "one finalizer patch (the switched PV), no re-reads"
+    );
+
+    for claim in ["gone", "kept", "switched"] {
+        s.delete_claim(claim).await;
+    }
     wait_gone(&s.volumes(), &gone_pv).await;
     let deletes = s.mock().calls_of("DeleteVolume");
     let delete_call = deletes
@@ -79,35 +103,52 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
     );
     assert!(!s.driver_volumes().await.contains(&handle));
 
-    let kept = testenv::wait_for(
-        &s.volumes(),
-        &kept_pv,
-        "be Released",
-        |pv: &PersistentVolume| {
-            pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released")
-        },
-    )
-    .await;
-    assert!(
-        !kept
-            .metadata
-            .finalizers
-            .unwrap_or_default()
-            .iter()
-            .any(|f| f == "external-provisioner.volume.kubernetes.io/finalizer")
-    );
+    for pv in [&kept_pv, &switched_pv] {
+        let released =
+            testenv::wait_for(&s.volumes(), pv, "be Released", |pv: &PersistentVolume| {
+                pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released")
+            })
+            .await;
+        assert!(!pv_holds_ours(&released), "{pv}");
+    }
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    assert!(
-        s.volumes().get_opt(&kept_pv).await.unwrap().is_some(),
-        "Retain keeps the PV"
+    for pv in [&kept_pv, &switched_pv] {
+        assert!(
+            s.volumes().get_opt(pv).await.unwrap().is_some(),
+            "Retain keeps the PV {pv}"
+        );
+    }
+    assert_eq!(
+        s.mock().calls_of("DeleteVolume").len(),
+        1,
+        "DeleteVolume for the Delete PV only"
     );
-    assert!(
-        s.mock()
-            .calls_of("DeleteVolume")
-            .iter()
-            .all(|c| c["request"]["volume_id"] != kept_handle.as_str())
-    );
-    assert!(s.driver_volumes().await.contains(&kept_handle));
+    let on_driver = s.driver_volumes().await;
+    assert!(on_driver.contains(&kept_handle) && on_driver.contains(&switched_handle));
+    // The Delete PV's deletion: one finalizer patch more, and still no re-reads.
+    assert_eq!(pv_requests(port).await, (2.0, 0.0));
+}
+
+fn pv_holds_ours(pv: &PersistentVolume) -> bool {
+    pv.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == "external-provisioner.volume.kubernetes.io/finalizer")
+}
+
+/// Our PV requests since the provisioner started: (patches, gets).
+async fn pv_requests(port: u16) -> (f64, f64) {
+    let m = scrape(port).await.expect("metrics");
+    let count = |verb: &str| {
+        sample(
+            &m,
+            API_REQUESTS,
+            &[("verb", verb), ("resource", "persistentvolumes")],
+        )
+        .unwrap_or(0.0)
+    };
+    (count("patch"), count("get"))
 }
 
 /// A VolumeAttachment referencing the PV blocks DeleteVolume (VolumeFailedDelete on the PV)

@@ -190,11 +190,18 @@ pub fn build_persistent_volume(inputs: &PersistentVolumeInputs<'_>) -> Persisten
     };
     let block = claim::is_block(claim);
 
+    // Upstream puts our finalizer on every PV and removes it again from Retain/Recycle ones at
+    // their first sync: a write per such volume that can lag behind the claim's deletion (it
+    // races kube-controller-manager's binding). Only a Delete PV needs it. The API server
+    // defaults a class's policy to Delete and a PV's to Retain, so `None` here means Retain.
+    let finalizers = (inputs.class.reclaim_policy.as_deref() == Some("Delete"))
+        .then(|| vec![names::PV_FINALIZER.to_string()]);
+
     PersistentVolume {
         metadata: ObjectMeta {
             name: Some(inputs.volume_name.to_string()),
             annotations: Some(annotations),
-            finalizers: Some(vec![names::PV_FINALIZER.to_string()]),
+            finalizers,
             ..ObjectMeta::default()
         },
         spec: Some(PersistentVolumeSpec {

@@ -39,9 +39,6 @@ pub enum VolumeError {
         #[source]
         source: kube::Error,
     },
-    /// Someone kept writing the PV while we updated its finalizers.
-    #[error("cannot update finalizers of PersistentVolume {pv}: it keeps changing")]
-    KeepsChanging { pv: String },
 }
 
 impl Failure for VolumeError {
@@ -53,7 +50,7 @@ impl Failure for VolumeError {
                 "deletion_secret"
             }
             VolumeError::DeleteVolume { .. } => "delete_volume",
-            VolumeError::PvWrite { .. } | VolumeError::KeepsChanging { .. } => "pv_write",
+            VolumeError::PvWrite { .. } => "pv_write",
         }
     }
 }

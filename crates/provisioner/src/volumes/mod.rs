@@ -15,8 +15,7 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
-use provisioning::names::{EVENT_VOLUME_FAILED_DELETE, PV_FINALIZER};
-use serde_json::json;
+use provisioning::names::EVENT_VOLUME_FAILED_DELETE;
 use tokio_util::sync::CancellationToken;
 
 use crate::capacity_controller::Refresh;
@@ -87,11 +86,8 @@ impl VolumesController {
             // Distributed provisioning: another node's volume is that node's instance's, for
             // every step (upstream ignores it for deletion only; its finalizer writes race).
             _ if !self.on_this_node(&pv) => Ok(()),
-            Action::AddFinalizer => self.set_finalizers(&pv, with_ours).await,
-            Action::RemoveFinalizer => {
-                self.set_finalizers(&pv, decide::finalizers_without_ours)
-                    .await
-            }
+            Action::AddFinalizer => self.set_finalizer(&pv, true).await,
+            Action::RemoveFinalizer => self.set_finalizer(&pv, false).await,
             Action::Delete => self.delete(&pv).await,
         };
         match result {
@@ -152,8 +148,7 @@ impl VolumesController {
         // A crash from here on leaves a Released PV whose volume is gone; the next sync repeats
         // DeleteVolume (idempotent in CSI) and finishes.
         if steps.drop_finalizer {
-            self.set_finalizers(pv, decide::finalizers_without_ours)
-                .await?;
+            self.set_finalizer(pv, false).await?;
         }
         if steps.delete_object {
             let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
@@ -262,60 +257,33 @@ impl VolumesController {
             })
     }
 
-    /// Writes the PV's finalizer list with a merge patch guarded by resourceVersion (PVs are the
-    /// one object the stock RBAC lets us patch).
-    async fn set_finalizers(
-        &self,
-        pv: &PersistentVolume,
-        finalizers: fn(&PersistentVolume) -> Vec<String>,
-    ) -> Result<(), VolumeError> {
+    /// Adds (`ours`) or removes our finalizer with a strategic-merge patch naming only it
+    /// ([`decide::finalizer_patch`]), as upstream does. A resourceVersion-guarded write
+    /// conflicted with kube-controller-manager's binding writes to a new PV, and each retry
+    /// cost a read and a write at the client's QPS: a Retain PV could be Released before its
+    /// finalizer was gone.
+    async fn set_finalizer(&self, pv: &PersistentVolume, ours: bool) -> Result<(), VolumeError> {
         let name = pv.name_any();
         let api: Api<PersistentVolume> = Api::all(self.ctx.client.clone());
-        let mut current = pv.clone();
-        // A conflict means the PV changed (e.g. we just deleted it): re-read and re-apply.
-        for _ in 0..3 {
-            let patch = json!({"metadata": {"finalizers": finalizers(&current), "resourceVersion": current.resource_version()}});
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(patched) => {
-                    // The cache may still show the version we started from, or the one a
-                    // conflict made us read.
-                    let (first, last) = (pv.resource_version(), current.resource_version());
-                    let replaced = [first.as_deref(), last.as_deref()].into_iter().flatten();
-                    self.ctx.caches.volumes.updated(replaced, patched);
-                    return Ok(());
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&name).await {
-                    Ok(Some(fresh)) => current = fresh,
-                    Ok(None) => return Ok(()),
-                    Err(source) => {
-                        return Err(VolumeError::PvWrite {
-                            pv: name,
-                            what: "read",
-                            source,
-                        });
-                    }
-                },
-                Err(source) => {
-                    return Err(VolumeError::PvWrite {
-                        pv: name,
-                        what: "update finalizers of",
-                        source,
-                    });
-                }
+        let patch = decide::finalizer_patch(ours);
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+        {
+            Ok(patched) => {
+                // The cache may still show the version we read.
+                let read = pv.resource_version();
+                self.ctx.caches.volumes.updated(read.as_deref(), patched);
+                Ok(())
             }
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(source) => Err(VolumeError::PvWrite {
+                pv: name,
+                what: "update finalizers of",
+                source,
+            }),
         }
-        Err(VolumeError::KeepsChanging { pv: name })
     }
-}
-
-fn with_ours(pv: &PersistentVolume) -> Vec<String> {
-    let mut f = pv.finalizers().to_vec();
-    f.push(PV_FINALIZER.to_string());
-    f
 }
 
 fn object_reference(pv: &PersistentVolume) -> k8s_openapi::api::core::v1::ObjectReference {

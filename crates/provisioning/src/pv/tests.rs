@@ -43,7 +43,10 @@ impl Fixture {
     fn new() -> Fixture {
         Fixture {
             claim: claim(),
-            class: class(DRIVER),
+            class: StorageClass {
+                reclaim_policy: Some("Delete".into()),
+                ..class(DRIVER)
+            },
             volume: volume(),
             capabilities: vec![capability(Mode::SingleNodeWriter)],
             secrets: SecretRefs::default(),
@@ -123,6 +126,7 @@ fn normal_provision() {
                 field_path: None,
             }),
             storage_class_name: Some("sc".into()),
+            persistent_volume_reclaim_policy: Some("Delete".into()),
             ..PersistentVolumeSpec::default()
         }),
         status: None,
@@ -182,6 +186,7 @@ fn secrets_reclaim_policy_mount_options_and_mode() {
     );
     assert_eq!(spec.mount_options, Some(strings(&["noatime"])));
     assert_eq!(spec.volume_mode.as_deref(), Some("Filesystem"));
+    assert_eq!(pv.metadata.finalizers, None, "only a Delete PV gets ours");
 }
 
 #[test]

@@ -98,15 +98,15 @@ pub fn decide(pv: &PersistentVolume, driver: &str) -> Action {
     Action::Ignore
 }
 
-/// The PV's finalizers without ours.
-pub fn finalizers_without_ours(pv: &PersistentVolume) -> Vec<String> {
-    pv.metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .filter(|f| *f != PV_FINALIZER)
-        .cloned()
-        .collect()
+/// The strategic-merge patch that adds (`ours`) or removes our finalizer, as upstream writes
+/// it. It names only our entry (`finalizers` merges as a set), so it needs no resourceVersion
+/// and never conflicts with kube-controller-manager's binding and phase writes to the same PV.
+pub fn finalizer_patch(ours: bool) -> serde_json::Value {
+    if ours {
+        serde_json::json!({"metadata": {"finalizers": [PV_FINALIZER]}})
+    } else {
+        serde_json::json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [PV_FINALIZER]}})
+    }
 }
 
 #[cfg(test)]
@@ -270,9 +270,16 @@ mod tests {
     }
 
     #[test]
-    fn finalizer_removal_keeps_others() {
-        let p = pv(Some("drv"), "drv", "Delete", "Released", true, false);
-        assert_eq!(finalizers_without_ours(&p), ["kubernetes.io/pv-protection"]);
+    fn finalizer_patches_name_only_ours() {
+        let f = "external-provisioner.volume.kubernetes.io/finalizer";
+        assert_eq!(
+            finalizer_patch(true),
+            serde_json::json!({"metadata": {"finalizers": [f]}})
+        );
+        assert_eq!(
+            finalizer_patch(false),
+            serde_json::json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [f]}})
+        );
     }
 }
 
