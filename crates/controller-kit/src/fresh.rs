@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
 
-use crate::reflect::Change;
+use crate::compact::CompactStore;
+use crate::reflect::{Change, ReflectError};
 
 /// How long a write may stay unconfirmed. A watch that lags this long has broken and relisted
 /// meanwhile, so the cache is the better source; the bound also keeps the map small if an
@@ -109,9 +111,46 @@ impl Name {
     }
 }
 
+/// The cache under a [`Fresh`]: kube's reflector store (objects decoded) or a
+/// [`CompactStore`] (objects as JSON, decoded on read: for kinds counted in tens of thousands).
+enum Backing<K: Resource<DynamicType = ()> + 'static> {
+    Decoded(Store<K>),
+    Compact(CompactStore<K>),
+}
+
+impl<K> Backing<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
+{
+    fn get(&self, reference: &ObjectRef<K>) -> Option<Arc<K>> {
+        match self {
+            Backing::Decoded(s) => s.get(reference),
+            Backing::Compact(s) => s.get(reference),
+        }
+    }
+
+    fn state(&self) -> Vec<Arc<K>> {
+        match self {
+            Backing::Decoded(s) => s.state(),
+            Backing::Compact(s) => s.state(),
+        }
+    }
+
+    fn references(&self) -> Vec<ObjectRef<K>> {
+        match self {
+            Backing::Decoded(s) => s
+                .state()
+                .iter()
+                .map(|o| Name::of(o.as_ref()).reference())
+                .collect(),
+            Backing::Compact(s) => s.references(),
+        }
+    }
+}
+
 /// An informer cache seen through our own pending writes. Cheap to clone; clones share both.
 pub struct Fresh<K: Resource<DynamicType = ()> + 'static> {
-    store: Store<K>,
+    store: Arc<Backing<K>>,
     pending: Arc<Mutex<HashMap<Name, Pending<K>>>>,
 }
 
@@ -126,19 +165,33 @@ impl<K: Resource<DynamicType = ()> + 'static> Clone for Fresh<K> {
 
 impl<K> Fresh<K>
 where
-    K: Resource<DynamicType = ()> + Clone + 'static,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
 {
     /// Reads `store` through the writes recorded here.
     pub fn new(store: Store<K>) -> Fresh<K> {
         Fresh {
-            store,
+            store: Arc::new(Backing::Decoded(store)),
             pending: Arc::default(),
         }
     }
 
-    /// The cache alone (for waiting until it is ready).
-    pub fn store(&self) -> &Store<K> {
-        &self.store
+    /// Reads a [`CompactStore`] through the writes recorded here.
+    pub fn compact(store: CompactStore<K>) -> Fresh<K> {
+        Fresh {
+            store: Arc::new(Backing::Compact(store)),
+            pending: Arc::default(),
+        }
+    }
+
+    /// Waits until the cache's first list has ended (client-go's `WaitForCacheSync`).
+    pub async fn wait_until_ready(&self, timeout: Duration) -> Result<(), ReflectError> {
+        match self.store.as_ref() {
+            Backing::Decoded(s) => crate::reflect::wait_until_ready(s, timeout).await,
+            Backing::Compact(s) => {
+                let kind = K::kind(&()).into_owned();
+                crate::reflect::ready_within(kind, timeout, s.wait_until_ready()).await
+            }
+        }
     }
 
     /// The object as we last know it: the cache's, or our write the cache does not show yet.
@@ -193,6 +246,38 @@ where
             keep
         });
         out
+    }
+
+    /// The references of every object as we last know it (some may read as gone), without
+    /// decoding a compact cache: for walking every object one at a time with [`Fresh::get`]
+    /// instead of holding all of them decoded at once, as [`Fresh::state`] does.
+    pub fn references(&self) -> Vec<ObjectRef<K>> {
+        let mut refs = self.store.references();
+        let pending = self.pending.lock();
+        if pending.is_empty() {
+            return refs;
+        }
+        let cached: std::collections::HashSet<Name> = refs
+            .iter()
+            .map(|r| Name {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+            })
+            .collect();
+        refs.extend(
+            pending
+                .keys()
+                .filter(|name| !cached.contains(*name))
+                .map(Name::reference),
+        );
+        refs
+    }
+
+    /// Whether any object as we last know it matches `pred`; objects are read one at a time.
+    pub fn any(&self, mut pred: impl FnMut(&K) -> bool) -> bool {
+        self.references()
+            .iter()
+            .any(|r| self.get(r).is_some_and(|obj| pred(&obj)))
     }
 
     /// The objects our pending writes left (creates and updates the cache may not show yet).

@@ -7,10 +7,13 @@
 //! - [`events`]: a core/v1 Event recorder with client-go's correlation, aggregation and spam
 //!   filtering (the stock RBAC grants core `events` only).
 //! - [`reflect`]: informer caches over kube-runtime's watcher and reflector.
+//! - [`compact`]: a cache that keeps objects as JSON bytes, for kinds counted in tens of
+//!   thousands.
 //! - [`fresh`]: read-your-writes over those caches: our own writes shown until the cache
 //!   catches up.
 
 pub mod client;
+pub mod compact;
 pub mod events;
 pub mod fresh;
 pub mod reflect;

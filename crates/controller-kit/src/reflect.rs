@@ -14,7 +14,10 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::compact::{self, CompactStore};
 
 /// The annotation `kubectl apply` leaves on objects: often the largest field, never read.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -141,18 +144,59 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
-    let (reader, writer) = reflector::store();
-    let changes = watcher::watcher(api, config)
+    let (reader, mut writer) = reflector::store();
+    let changes = changes(api, config, strip, keep, move |event| {
+        writer.apply_watcher_event(event)
+    });
+    (reader, changes)
+}
+
+/// [`informer_keeping`] into a [`CompactStore`]: the same watch, cache and changes, with the
+/// cached objects kept as JSON.
+pub fn compact_informer_keeping<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+    keep: impl Fn(&K) -> bool + Send + 'static,
+) -> (CompactStore<K>, BoxStream<'static, Change<K>>)
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (reader, mut writer) = compact::store();
+    let changes = changes(api, config, strip, keep, move |event| {
+        writer.apply_watcher_event(event)
+    });
+    (reader, changes)
+}
+
+/// The watch, stripped and filtered, with each event applied to a cache by `apply` before it
+/// is reported (as kube's `reflect` does), so a change never arrives ahead of the cache.
+fn changes<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+    keep: impl Fn(&K) -> bool + Send + 'static,
+    mut apply: impl FnMut(&Event<K>) + Send + 'static,
+) -> BoxStream<'static, Change<K>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    watcher::watcher(api, config)
         .default_backoff()
         .modify(move |obj: &mut K| {
             strip_metadata(obj);
             strip(obj);
         })
         .filter_map(move |event| future::ready(kept(event, &keep)))
-        .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                apply(event);
+            }
+        })
         .filter_map(|event| future::ready(to_change(event)))
-        .boxed();
-    (reader, changes)
+        .boxed()
 }
 
 /// What the cache sees of a watch event when it keeps only what `keep` accepts: a rejected
@@ -230,7 +274,16 @@ where
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     let kind = K::kind(&Default::default()).into_owned();
-    match tokio::time::timeout(timeout, store.wait_until_ready()).await {
+    ready_within(kind, timeout, store.wait_until_ready()).await
+}
+
+/// `ready` (a cache's first list ending, or its writer dropped first) within `timeout`.
+pub(crate) async fn ready_within<E>(
+    kind: String,
+    timeout: Duration,
+    ready: impl std::future::Future<Output = Result<(), E>>,
+) -> Result<(), ReflectError> {
+    match tokio::time::timeout(timeout, ready).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(ReflectError::Stopped { kind }),
         Err(_) => Err(ReflectError::Timeout {

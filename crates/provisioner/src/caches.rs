@@ -1,6 +1,7 @@
 //! The informer caches the controllers read. Each holds only what the controllers use:
 //! managedFields and the kubectl last-applied annotation are always dropped, Nodes are watched
-//! as metadata only, and CSIStorageCapacities only in our namespace with our labels.
+//! as metadata only, CSIStorageCapacities only in our namespace with our labels, and PVs are
+//! kept as JSON bytes.
 //!
 //! The three kinds we write (claims, PVs, CSIStorageCapacities) are read through
 //! [`Fresh`]: our own writes show until the watch delivers them, the one read-your-writes rule
@@ -11,7 +12,8 @@ use std::time::Duration;
 
 use controller_kit::fresh::Fresh;
 use controller_kit::reflect::{
-    Change, InitialList, ReflectError, fixed, informer, informer_keeping, wait_until_ready,
+    Change, InitialList, ReflectError, compact_informer_keeping, fixed, informer, informer_keeping,
+    wait_until_ready,
 };
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -20,6 +22,7 @@ use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass, V
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client};
+use serde::de::DeserializeOwned;
 
 /// Read-only views of the cluster, shared by all controllers.
 #[derive(Clone)]
@@ -97,12 +100,13 @@ impl Caches {
             |_| {},
             keep_claim,
         ));
-        let (volumes, volume_changes) = fresh(informer_keeping(
-            Api::all(client.clone()),
-            cfg(),
-            |_| {},
-            keep_volume,
-        ));
+        // PVs are the most numerous objects and are read one at a time: kept as JSON, a
+        // sixth of their decoded size (`controller_kit::compact`).
+        let (volumes, volume_changes) = {
+            let (store, changes) =
+                compact_informer_keeping(Api::all(client.clone()), cfg(), |_| {}, keep_volume);
+            confirming(Fresh::compact(store), changes)
+        };
         let (classes, class_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
         let ((csi_nodes, csi_node_changes), (nodes, node_changes)) = match &opts.fixed_node {
             Some((csi_node, node)) => (fixed(vec![csi_node.clone()]), fixed(vec![node.clone()])),
@@ -165,8 +169,8 @@ impl Caches {
 
     /// Waits for every cache's first list, like client-go's WaitForCacheSync.
     pub async fn wait_until_ready(&self, timeout: Duration) -> Result<(), ReflectError> {
-        wait_until_ready(self.claims.store(), timeout).await?;
-        wait_until_ready(self.volumes.store(), timeout).await?;
+        self.claims.wait_until_ready(timeout).await?;
+        self.volumes.wait_until_ready(timeout).await?;
         wait_until_ready(&self.classes, timeout).await?;
         wait_until_ready(&self.csi_nodes, timeout).await?;
         wait_until_ready(&self.nodes, timeout).await?;
@@ -174,7 +178,7 @@ impl Caches {
             wait_until_ready(s, timeout).await?;
         }
         if let Some(s) = &self.capacities {
-            wait_until_ready(s.store(), timeout).await?;
+            s.wait_until_ready(timeout).await?;
         }
         if let Some(s) = &self.peers {
             wait_until_ready(s, timeout).await?;
@@ -211,9 +215,19 @@ fn fresh<K>(
     (store, changes): (Store<K>, BoxStream<'static, Change<K>>),
 ) -> (Fresh<K>, BoxStream<'static, Change<K>>)
 where
-    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Send + Sync + 'static,
 {
-    let fresh = Fresh::new(store);
+    confirming(Fresh::new(store), changes)
+}
+
+/// `changes`, confirming `fresh`'s pending writes as they pass.
+fn confirming<K>(
+    fresh: Fresh<K>,
+    changes: BoxStream<'static, Change<K>>,
+) -> (Fresh<K>, BoxStream<'static, Change<K>>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Send + Sync + 'static,
+{
     let confirm = fresh.clone();
     let changes = changes
         .inspect(move |change| confirm.observe(change))

@@ -106,9 +106,31 @@ fn view_shows_the_write_until_the_cache_catches_up() {
     assert_eq!((data(shown), keep), (None, true));
 }
 
-fn fresh() -> (Fresh<ConfigMap>, Writer<ConfigMap>) {
-    let (reader, writer) = store();
-    (Fresh::new(reader), writer)
+/// Feeds a cache watch events: kube's reflector writer or the compact store's.
+trait Feed {
+    fn apply_watcher_event(&mut self, event: &Event<ConfigMap>);
+}
+
+impl Feed for Writer<ConfigMap> {
+    fn apply_watcher_event(&mut self, event: &Event<ConfigMap>) {
+        Writer::apply_watcher_event(self, event);
+    }
+}
+
+impl Feed for crate::compact::CompactWriter<ConfigMap> {
+    fn apply_watcher_event(&mut self, event: &Event<ConfigMap>) {
+        crate::compact::CompactWriter::apply_watcher_event(self, event);
+    }
+}
+
+/// The same view over each kind of cache: every test below runs on both.
+fn backings() -> [(Fresh<ConfigMap>, Box<dyn Feed>); 2] {
+    let (decoded, decoded_writer) = store();
+    let (compact, compact_writer) = crate::compact::store();
+    [
+        (Fresh::new(decoded), Box::new(decoded_writer)),
+        (Fresh::compact(compact), Box::new(compact_writer)),
+    ]
 }
 
 fn r(name: &str) -> ObjectRef<ConfigMap> {
@@ -117,87 +139,112 @@ fn r(name: &str) -> ObjectRef<ConfigMap> {
 
 #[test]
 fn a_chain_of_writes_stays_visible_while_the_cache_shows_any_replaced_version() {
-    let (fresh, mut writer) = fresh();
-    writer.apply_watcher_event(&Event::Apply(cm("a", "1", "v1")));
-    fresh.updated(["1"], cm("a", "2", "v2"));
-    fresh.updated(["2"], cm("a", "3", "v3"));
-    assert_eq!(data(fresh.get(&r("a"))), Some("v3".into()));
-    // The watch delivers our first write: still behind the second.
-    writer.apply_watcher_event(&Event::Apply(cm("a", "2", "v2")));
-    fresh.observe(&Change::Applied(cm("a", "2", "v2")));
-    assert_eq!(data(fresh.get(&r("a"))), Some("v3".into()));
-    assert_eq!(fresh.pending_len(), 1);
-    // Our last write arrives: nothing is pending any more.
-    writer.apply_watcher_event(&Event::Apply(cm("a", "3", "v3")));
-    fresh.observe(&Change::Applied(cm("a", "3", "v3")));
-    assert_eq!(fresh.pending_len(), 0);
-    assert_eq!(data(fresh.get(&r("a"))), Some("v3".into()));
+    for (fresh, mut writer) in backings() {
+        writer.apply_watcher_event(&Event::Apply(cm("a", "1", "v1")));
+        fresh.updated(["1"], cm("a", "2", "v2"));
+        fresh.updated(["2"], cm("a", "3", "v3"));
+        assert_eq!(data(fresh.get(&r("a"))), Some("v3".into()));
+        // The watch delivers our first write: still behind the second.
+        writer.apply_watcher_event(&Event::Apply(cm("a", "2", "v2")));
+        fresh.observe(&Change::Applied(cm("a", "2", "v2")));
+        assert_eq!(data(fresh.get(&r("a"))), Some("v3".into()));
+        assert_eq!(fresh.pending_len(), 1);
+        // Our last write arrives: nothing is pending any more.
+        writer.apply_watcher_event(&Event::Apply(cm("a", "3", "v3")));
+        fresh.observe(&Change::Applied(cm("a", "3", "v3")));
+        assert_eq!(fresh.pending_len(), 0);
+        assert_eq!(data(fresh.get(&r("a"))), Some("v3".into()));
+    }
 }
 
 #[test]
 fn state_applies_creates_updates_and_deletes() {
-    let (fresh, mut writer) = fresh();
-    for obj in [cm("a", "1", "a1"), cm("b", "1", "b1"), cm("c", "1", "c1")] {
-        writer.apply_watcher_event(&Event::Apply(obj));
+    for (fresh, mut writer) in backings() {
+        for obj in [cm("a", "1", "a1"), cm("b", "1", "b1"), cm("c", "1", "c1")] {
+            writer.apply_watcher_event(&Event::Apply(obj));
+        }
+        fresh.updated(["1"], cm("a", "2", "a2"));
+        fresh.deleted(Some("ns"), "b", "1", None);
+        fresh.created(cm("d", "1", "d1"));
+        let mut got: Vec<(String, String)> = fresh
+            .state()
+            .into_iter()
+            .map(|c| (c.metadata.name.clone().unwrap(), data(Some(c)).unwrap()))
+            .collect();
+        got.sort();
+        let want =
+            [("a", "a2"), ("c", "c1"), ("d", "d1")].map(|(n, d)| (n.to_string(), d.to_string()));
+        assert_eq!(got, want);
+        assert_eq!(
+            fresh.get(&r("b")),
+            None,
+            "deleted: hidden while the cache lags"
+        );
+        assert_eq!(fresh.pending_objects().len(), 2);
     }
-    fresh.updated(["1"], cm("a", "2", "a2"));
-    fresh.deleted(Some("ns"), "b", "1", None);
-    fresh.created(cm("d", "1", "d1"));
-    let mut got: Vec<(String, String)> = fresh
-        .state()
-        .into_iter()
-        .map(|c| (c.metadata.name.clone().unwrap(), data(Some(c)).unwrap()))
-        .collect();
-    got.sort();
-    let want = [("a", "a2"), ("c", "c1"), ("d", "d1")].map(|(n, d)| (n.to_string(), d.to_string()));
-    assert_eq!(got, want);
-    assert_eq!(
-        fresh.get(&r("b")),
-        None,
-        "deleted: hidden while the cache lags"
-    );
-    assert_eq!(fresh.pending_objects().len(), 2);
 }
 
 #[test]
 fn deletions_prune_unless_they_are_of_an_older_incarnation() {
-    let (fresh, _writer) = fresh();
-    fresh.created(cm("a", "7", "new"));
-    let mut older = cm("a", "3", "old");
-    older.metadata.uid = Some("uid-older".into());
-    fresh.observe(&Change::Deleted(older));
-    assert_eq!(data(fresh.get(&r("a"))), Some("new".into()));
-    fresh.observe(&Change::Deleted(cm("a", "8", "new")));
-    assert_eq!(fresh.pending_len(), 0);
-    assert_eq!(fresh.get(&r("a")), None);
+    for (fresh, _writer) in backings() {
+        fresh.created(cm("a", "7", "new"));
+        let mut older = cm("a", "3", "old");
+        older.metadata.uid = Some("uid-older".into());
+        fresh.observe(&Change::Deleted(older));
+        assert_eq!(data(fresh.get(&r("a"))), Some("new".into()));
+        fresh.observe(&Change::Deleted(cm("a", "8", "new")));
+        assert_eq!(fresh.pending_len(), 0);
+        assert_eq!(fresh.get(&r("a")), None);
+    }
 }
 
 #[test]
 fn a_relist_keeps_only_what_the_cache_still_lags_behind() {
-    let (fresh, mut writer) = fresh();
-    writer.apply_watcher_event(&Event::Apply(cm("a", "1", "a1")));
-    writer.apply_watcher_event(&Event::Apply(cm("b", "1", "b1")));
-    fresh.updated(["1"], cm("a", "2", "a2"));
-    fresh.updated(["1"], cm("b", "2", "b2"));
-    // The relist shows b's write but not a's.
-    writer.apply_watcher_event(&Event::Apply(cm("b", "2", "b2")));
-    fresh.observe(&Change::Relisted);
-    assert_eq!(fresh.pending_len(), 1);
-    assert_eq!(data(fresh.get(&r("a"))), Some("a2".into()));
+    for (fresh, mut writer) in backings() {
+        writer.apply_watcher_event(&Event::Apply(cm("a", "1", "a1")));
+        writer.apply_watcher_event(&Event::Apply(cm("b", "1", "b1")));
+        fresh.updated(["1"], cm("a", "2", "a2"));
+        fresh.updated(["1"], cm("b", "2", "b2"));
+        // The relist shows b's write but not a's.
+        writer.apply_watcher_event(&Event::Apply(cm("b", "2", "b2")));
+        fresh.observe(&Change::Relisted);
+        assert_eq!(fresh.pending_len(), 1);
+        assert_eq!(data(fresh.get(&r("a"))), Some("a2".into()));
+    }
 }
 
 #[test]
 fn a_create_stays_visible_while_a_relist_holds_the_object_back() {
-    let (fresh, mut writer) = fresh();
-    fresh.created(cm("a", "5", "ours"));
-    // A relist: the reflector buffers listed objects until the list ends, yet the change
-    // stream already reports them.
-    writer.apply_watcher_event(&Event::Init);
-    writer.apply_watcher_event(&Event::InitApply(cm("a", "5", "ours")));
-    fresh.observe(&Change::Applied(cm("a", "5", "ours")));
-    assert_eq!(data(fresh.get(&r("a"))), Some("ours".into()));
-    writer.apply_watcher_event(&Event::InitDone);
-    fresh.observe(&Change::Relisted);
-    assert_eq!(fresh.pending_len(), 0);
-    assert_eq!(data(fresh.get(&r("a"))), Some("ours".into()));
+    for (fresh, mut writer) in backings() {
+        fresh.created(cm("a", "5", "ours"));
+        // A relist: the reflector buffers listed objects until the list ends, yet the change
+        // stream already reports them.
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(cm("a", "5", "ours")));
+        fresh.observe(&Change::Applied(cm("a", "5", "ours")));
+        assert_eq!(data(fresh.get(&r("a"))), Some("ours".into()));
+        writer.apply_watcher_event(&Event::InitDone);
+        fresh.observe(&Change::Relisted);
+        assert_eq!(fresh.pending_len(), 0);
+        assert_eq!(data(fresh.get(&r("a"))), Some("ours".into()));
+    }
+}
+
+#[test]
+fn references_and_any_read_through_pending_writes() {
+    for (fresh, mut writer) in backings() {
+        for obj in [cm("a", "1", "a1"), cm("b", "1", "b1")] {
+            writer.apply_watcher_event(&Event::Apply(obj));
+        }
+        fresh.created(cm("c", "1", "c1"));
+        fresh.deleted(Some("ns"), "b", "1", None);
+        let mut names: Vec<String> = fresh.references().into_iter().map(|r| r.name).collect();
+        names.sort();
+        // b is still listed (the cache shows it); reading it says it is gone.
+        assert_eq!(names, ["a", "b", "c"]);
+        assert!(fresh.any(|c| c.metadata.name.as_deref() == Some("c")), "our create");
+        assert!(!fresh.any(|c| c.metadata.name.as_deref() == Some("b")), "our delete");
+        assert!(fresh.any(|c| data(Some(Arc::new(c.clone()))).as_deref() == Some("a1")));
+        assert!(!fresh.any(|c| data(Some(Arc::new(c.clone()))).as_deref() == Some("zz")));
+    }
 }

@@ -228,7 +228,7 @@ impl ClaimsController {
 
     /// Whether a PV of our driver that is not bound to claim `uid` has this volume handle.
     pub(super) fn volume_used_elsewhere(&self, volume_id: &str, uid: &str) -> bool {
-        self.ctx.caches.volumes.state().iter().any(|pv| {
+        self.ctx.caches.volumes.any(|pv| {
             pv.spec
                 .as_ref()
                 .and_then(|s| s.csi.as_ref())

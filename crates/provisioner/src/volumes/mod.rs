@@ -62,9 +62,11 @@ impl VolumesController {
         self.queue.add(name.to_string());
     }
 
+    /// Every PV, by name: the cache keeps PVs as JSON, and decoding them all at once here
+    /// would hold every PV decoded (tens of MiB at 10,000 PVs) for a moment.
     pub fn enqueue_all(&self) {
-        for pv in self.ctx.caches.volumes.state() {
-            self.enqueue(&pv);
+        for reference in self.ctx.caches.volumes.references() {
+            self.queue.add(reference.name);
         }
     }
 
