@@ -1,33 +1,37 @@
 //! The informer caches the controllers read. Each holds only what the controllers use:
 //! managedFields and the kubectl last-applied annotation are always dropped, Nodes are watched
-//! as metadata only, CSIStorageCapacities only in our namespace with our labels, and PVs are
-//! kept as JSON bytes.
+//! as metadata only, CSIStorageCapacities only in our namespace with our labels, and claims
+//! and PVs are kept as JSON bytes.
 //!
 //! The three kinds we write (claims, PVs, CSIStorageCapacities) are read through
 //! [`Fresh`]: our own writes show until the watch delivers them, the one read-your-writes rule
 //! of every controller (`controller_kit::fresh`). Each change stream confirms pending writes as
 //! it passes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use controller_kit::fresh::Fresh;
 use controller_kit::reflect::{
-    Change, InitialList, ReflectError, compact_informer_keeping, fixed, informer, informer_keeping,
-    wait_until_ready,
+    Change, InitialList, ReflectError, compact_informer_keeping, fixed, informer, wait_until_ready,
 };
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment};
 use kube::api::PartialObjectMeta;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
+
+use crate::unsettled::Unsettled;
 
 /// Read-only views of the cluster, shared by all controllers.
 #[derive(Clone)]
 pub struct Caches {
     pub claims: Fresh<PersistentVolumeClaim>,
+    /// The claims not yet Bound, so walks for claims still in play skip the Bound ones.
+    pub unsettled: Unsettled,
     pub volumes: Fresh<PersistentVolume>,
     pub classes: Store<StorageClass>,
     pub csi_nodes: Store<CSINode>,
@@ -94,14 +98,28 @@ impl Caches {
             }
             None => (keep_all(), keep_all()),
         };
-        let (claims, claim_changes) = fresh(informer_keeping(
-            Api::all(client.clone()),
-            cfg(),
-            |_| {},
-            keep_claim,
-        ));
-        // PVs are the most numerous objects and are read one at a time: kept as JSON, a
-        // sixth of their decoded size (`controller_kit::compact`).
+        // Claims and PVs are the most numerous objects and are read one at a time: kept as
+        // JSON, a fifth of their decoded size (`controller_kit::compact`).
+        let unsettled = Unsettled::default();
+        let (claims, claim_changes) = {
+            let (store, changes) =
+                compact_informer_keeping(Api::all(client.clone()), cfg(), |_| {}, keep_claim);
+            let (follow, cached) = (unsettled.clone(), store.clone());
+            let changes = changes
+                .inspect(move |change| {
+                    follow.observe(change);
+                    if matches!(change, Change::Relisted) {
+                        let keys = cached.references().into_iter();
+                        follow.retain(
+                            &keys
+                                .map(|r| (r.namespace.unwrap_or_default(), r.name))
+                                .collect(),
+                        );
+                    }
+                })
+                .boxed();
+            confirming(Fresh::compact(store), changes)
+        };
         let (volumes, volume_changes) = {
             let (store, changes) =
                 compact_informer_keeping(Api::all(client.clone()), cfg(), |_| {}, keep_volume);
@@ -144,6 +162,7 @@ impl Caches {
         (
             Caches {
                 claims,
+                unsettled,
                 volumes,
                 classes,
                 csi_nodes,
@@ -165,6 +184,17 @@ impl Caches {
                 foreign: foreign_changes,
             },
         )
+    }
+
+    /// The claims not yet Bound, as we last know them, read one at a time.
+    pub fn unsettled_claims(&self) -> Vec<Arc<PersistentVolumeClaim>> {
+        self.unsettled
+            .keys()
+            .into_iter()
+            .filter_map(|(namespace, name)| {
+                self.claims.get(&ObjectRef::new(&name).within(&namespace))
+            })
+            .collect()
     }
 
     /// Waits for every cache's first list, like client-go's WaitForCacheSync.

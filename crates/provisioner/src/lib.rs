@@ -29,6 +29,7 @@ pub mod snapshot_watch;
 pub mod stopped;
 pub(crate) mod subcommand;
 mod supervise;
+pub mod unsettled;
 pub mod volumes;
 
 /// Version reported by `--version` and in the user agent.

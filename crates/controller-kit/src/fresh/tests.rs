@@ -242,8 +242,14 @@ fn references_and_any_read_through_pending_writes() {
         names.sort();
         // b is still listed (the cache shows it); reading it says it is gone.
         assert_eq!(names, ["a", "b", "c"]);
-        assert!(fresh.any(|c| c.metadata.name.as_deref() == Some("c")), "our create");
-        assert!(!fresh.any(|c| c.metadata.name.as_deref() == Some("b")), "our delete");
+        assert!(
+            fresh.any(|c| c.metadata.name.as_deref() == Some("c")),
+            "our create"
+        );
+        assert!(
+            !fresh.any(|c| c.metadata.name.as_deref() == Some("b")),
+            "our delete"
+        );
         assert!(fresh.any(|c| data(Some(Arc::new(c.clone()))).as_deref() == Some("a1")));
         assert!(!fresh.any(|c| data(Some(Arc::new(c.clone()))).as_deref() == Some("zz")));
     }

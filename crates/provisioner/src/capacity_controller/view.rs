@@ -49,7 +49,8 @@ impl Shared {
         rows.sort_by(|a, b| (&a.class, &a.segment).cmp(&(&b.class, &b.segment)));
         let mut waiting: BTreeMap<String, usize> =
             state.classes.keys().map(|c| (c.clone(), 0)).collect();
-        for claim in self.caches.claims.state() {
+        // A claim waiting for a node is not Bound.
+        for claim in self.caches.unsettled_claims() {
             if let Some(n) =
                 waiting_class(&claim, &self.config.driver_name).and_then(|c| waiting.get_mut(c))
             {

@@ -139,17 +139,22 @@ impl ClaimsController {
         }
     }
 
-    /// Re-checks every cached claim (after a relist, and periodically as upstream's resync).
+    /// Re-checks every cached claim (after a relist, and periodically as upstream's resync),
+    /// by key: the cache keeps claims as JSON, and decoding them all here would hold every
+    /// claim decoded for a moment. (Clone sources are among the keys.)
     pub fn enqueue_all(&self) {
-        for claim in self.ctx.caches.claims.state() {
-            self.enqueue(&claim);
+        for reference in self.ctx.caches.claims.references() {
+            self.queue.add(ClaimKey {
+                namespace: reference.namespace.unwrap_or_default(),
+                name: reference.name,
+            });
         }
     }
 
     /// Re-checks claims waiting for a node: published capacity changed, so the explanation on
     /// them may have to change too.
     pub fn enqueue_waiting(&self) {
-        for claim in self.ctx.caches.claims.state() {
+        for claim in self.ctx.caches.unsettled_claims() {
             if claim
                 .spec
                 .as_ref()

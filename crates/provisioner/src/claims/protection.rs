@@ -37,7 +37,8 @@ impl ClaimsController {
     ) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-        let claims = self.ctx.caches.claims.state();
+        // Pending clones are not Bound.
+        let claims = self.ctx.caches.unsettled_claims();
         let pending = pending_clones(
             claim,
             claims

@@ -143,7 +143,8 @@ impl ClaimsController {
     /// moment is remembered for attempts that were reading the snapshot meanwhile.
     pub fn snapshot_ready(&self, namespace: &str, name: &str) {
         let mut wanted = false;
-        for claim in self.ctx.caches.claims.state() {
+        // A claim that wants a snapshot is not Bound yet.
+        for claim in self.ctx.caches.unsettled_claims() {
             let wants =
                 provisioning::data_source::snapshot::wanted_by(&claim).contains(&(namespace, name));
             wanted |= wants;
