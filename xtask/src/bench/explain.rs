@@ -175,8 +175,9 @@ pub fn explain(r: &ScenarioResult) -> String {
         3 => format!(
             "both cache the same Nodes, CSINodes, PVs and PVCs; the RSS ratio ({}) is the cost \
              of each side's cached object representation plus runtime (Go heap and GC headroom \
-             vs Rust allocations). Ours keeps each PV as its JSON (about 1 KiB) and decodes it \
-             on read, where a decoded PV takes about 6 KiB; upstream keeps Go structs. \
+             vs Rust allocations). Ours keeps each PV and claim as its JSON (about 1 and 0.6 \
+             KiB) and decodes it on read, where a decoded PV takes about 6 KiB and a claim 3; \
+             upstream keeps Go structs. \
              Start-up time is listing them ({} vs {} s).",
             r2(ratio(r, &first, "rss_mib")),
             n(med(r, Impl::Ours, &first, "ready_s")),
