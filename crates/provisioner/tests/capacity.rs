@@ -757,9 +757,7 @@ async fn unimplemented_is_logged_once() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn nothing_fits_is_explained() {
-    let w = World::start("cap-full", &[("a", "10Gi"), ("b", "10Gi")], &[], &[]).await;
-    let class = w.class("fast", "WaitForFirstConsumer").await;
-    w.wait_objects("2 objects", |o| o.len() == 2).await;
+    let (w, class) = World::two_published_pools("cap-full", &[]).await;
     w.claim_and_pod("huge", &class, "50Gi").await;
     w.wait_unschedulable("huge").await;
     let event = w.wait_event("huge", "NotEnoughCapacity", "").await;
@@ -781,15 +779,8 @@ async fn nothing_fits_is_explained() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_waiting_claims_explanation_follows_the_capacity() {
-    let w = World::start(
-        "cap-follow",
-        &[("a", "10Gi"), ("b", "10Gi")],
-        &[],
-        &["--capacity-poll-interval=1s"],
-    )
-    .await;
-    let class = w.class("fast", "WaitForFirstConsumer").await;
-    w.wait_objects("2 objects", |o| o.len() == 2).await;
+    let (w, class) =
+        World::two_published_pools("cap-follow", &["--capacity-poll-interval=1s"]).await;
     w.claim_and_pod("huge", &class, "50Gi").await;
     let explained = "NotEnoughCapacity";
     w.wait_event("huge", explained, "largest published capacity is 10Gi ")

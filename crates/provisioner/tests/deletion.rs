@@ -84,7 +84,7 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
     .await;
     assert_eq!(
         pv_requests(port).await,
-        (1.0, 0.0),
+        Some((1.0, 0.0)),
         "one finalizer patch (the switched PV), no re-reads"
     );
 
@@ -126,7 +126,7 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
     let on_driver = s.driver_volumes().await;
     assert!(on_driver.contains(&kept_handle) && on_driver.contains(&switched_handle));
     // The Delete PV's deletion: one finalizer patch more, and still no re-reads.
-    assert_eq!(pv_requests(port).await, (2.0, 0.0));
+    assert_eq!(pv_requests(port).await, Some((2.0, 0.0)));
 }
 
 fn pv_holds_ours(pv: &PersistentVolume) -> bool {
@@ -135,20 +135,6 @@ fn pv_holds_ours(pv: &PersistentVolume) -> bool {
         .iter()
         .flatten()
         .any(|f| f == "external-provisioner.volume.kubernetes.io/finalizer")
-}
-
-/// Our PV requests since the provisioner started: (patches, gets).
-async fn pv_requests(port: u16) -> (f64, f64) {
-    let m = scrape(port).await.expect("metrics");
-    let count = |verb: &str| {
-        sample(
-            &m,
-            API_REQUESTS,
-            &[("verb", verb), ("resource", "persistentvolumes")],
-        )
-        .unwrap_or(0.0)
-    };
-    (count("patch"), count("get"))
 }
 
 /// A VolumeAttachment referencing the PV blocks DeleteVolume (VolumeFailedDelete on the PV)
@@ -211,18 +197,23 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
     assert_eq!(s.mock().calls_of("DeleteVolume").len(), 1);
 }
 
-/// Our claim-write counts since the provisioner started: (updates, gets) of PVCs.
-async fn claim_requests(port: u16) -> Option<(f64, f64)> {
+/// Our requests of two verbs on `resource` since the provisioner started.
+async fn requests(port: u16, resource: &str, [a, b]: [&str; 2]) -> Option<(f64, f64)> {
     let m = scrape(port).await?;
     let count = |verb: &str| {
-        sample(
-            &m,
-            API_REQUESTS,
-            &[("verb", verb), ("resource", "persistentvolumeclaims")],
-        )
-        .unwrap_or(0.0)
+        sample(&m, API_REQUESTS, &[("verb", verb), ("resource", resource)]).unwrap_or(0.0)
     };
-    Some((count("update"), count("get")))
+    Some((count(a), count(b)))
+}
+
+/// Our (updates, gets) of claims.
+async fn claim_requests(port: u16) -> Option<(f64, f64)> {
+    requests(port, "persistentvolumeclaims", ["update", "get"]).await
+}
+
+/// Our (patches, gets) of PVs.
+async fn pv_requests(port: u16) -> Option<(f64, f64)> {
+    requests(port, "persistentvolumes", ["patch", "get"]).await
 }
 
 /// A deleted claim that still holds our finalizer (the provisioner stopped before releasing

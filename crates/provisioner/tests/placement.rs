@@ -246,15 +246,8 @@ async fn a_claim_that_no_longer_fits_goes_back_without_a_driver_call() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_foreign_object_overlapping_ours_is_reported_once() {
-    let w = World::start(
-        "cap-foreign",
-        &[("a", "10Gi"), ("b", "10Gi")],
-        &[],
-        &["--capacity-poll-interval=1s"],
-    )
-    .await;
-    let class = w.class("fast", "WaitForFirstConsumer").await;
-    w.wait_objects("2 objects", |o| o.len() == 2).await;
+    let (w, class) =
+        World::two_published_pools("cap-foreign", &["--capacity-poll-interval=1s"]).await;
     let node_a = w.node("a");
     let foreign = |name: &str, class: &str| -> CSIStorageCapacity {
         serde_json::from_value(json!({

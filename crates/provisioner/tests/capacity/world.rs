@@ -69,6 +69,15 @@ impl World {
         }
     }
 
+    /// [`World::start`] with nodes a and b of 10Gi each and `prov_args`, a
+    /// WaitForFirstConsumer class, and both nodes' objects published; returns the class.
+    pub async fn two_published_pools(prefix: &str, prov_args: &[&str]) -> (World, String) {
+        let w = World::start(prefix, &[("a", "10Gi"), ("b", "10Gi")], &[], prov_args).await;
+        let class = w.class("fast", "WaitForFirstConsumer").await;
+        w.wait_objects("2 objects", |o| o.len() == 2).await;
+        (w, class)
+    }
+
     pub fn node(&self, suffix: &str) -> String {
         format!("{}-{suffix}", self.ns)
     }
