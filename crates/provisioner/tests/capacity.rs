@@ -782,8 +782,8 @@ async fn a_waiting_claims_explanation_follows_the_capacity() {
     let (w, class) =
         World::two_published_pools("cap-follow", &["--capacity-poll-interval=1s"]).await;
     w.claim_and_pod("huge", &class, "50Gi").await;
-    let explained = "NotEnoughCapacity";
-    w.wait_event("huge", explained, "largest published capacity is 10Gi ")
+    let reason = "NotEnoughCapacity";
+    w.wait_event("huge", reason, "largest published capacity is 10Gi ")
         .await;
     for node in ["a", "b"] {
         w.create_volume_directly(&format!("eat-{node}"), 6 * GI, &w.node(node))
@@ -793,7 +793,7 @@ async fn a_waiting_claims_explanation_follows_the_capacity() {
         o.len() == 2 && o.values().all(|c| bytes(c) == Some(4 * GI))
     })
     .await;
-    w.wait_event("huge", explained, "largest published capacity is 4Gi ")
+    w.wait_event("huge", reason, "largest published capacity is 4Gi ")
         .await;
     // Only the two volumes made behind the provisioner's back.
     assert_eq!(w.create_calls(), 2);

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use ops_support::{free_port, sample, scrape};
+use provisioning::volume::decide::has_finalizer;
 use serde_json::json;
 use support::{
     CREATING, Scenario, create_pod, create_secret, eventually, holds_finalizer, wait_gone,
@@ -57,10 +58,10 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
         pv.metadata.annotations.as_ref().unwrap()["volume.kubernetes.io/provisioner-deletion-secret-name"],
         "creds"
     );
-    assert!(pv_holds_ours(&pv), "a Delete PV carries our finalizer");
+    assert!(has_finalizer(&pv), "a Delete PV carries our finalizer");
     let handle = pv.spec.unwrap().csi.unwrap().volume_handle;
     assert!(
-        !pv_holds_ours(&s.volumes().get(&kept_pv).await.unwrap()),
+        !has_finalizer(&s.volumes().get(&kept_pv).await.unwrap()),
         "a Retain PV is created without it"
     );
     let kept_handle = s.volume_handle(&kept_pv).await;
@@ -79,7 +80,7 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
         &s.volumes(),
         &switched_pv,
         "lose our finalizer",
-        |pv: &PersistentVolume| !pv_holds_ours(pv),
+        |pv: &PersistentVolume| !has_finalizer(pv),
     )
     .await;
     assert_eq!(
@@ -109,7 +110,7 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
                 pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released")
             })
             .await;
-        assert!(!pv_holds_ours(&released), "{pv}");
+        assert!(!has_finalizer(&released), "{pv}");
     }
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     for pv in [&kept_pv, &switched_pv] {
@@ -127,14 +128,6 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
     assert!(on_driver.contains(&kept_handle) && on_driver.contains(&switched_handle));
     // The Delete PV's deletion: one finalizer patch more, and still no re-reads.
     assert_eq!(pv_requests(port).await, Some((2.0, 0.0)));
-}
-
-fn pv_holds_ours(pv: &PersistentVolume) -> bool {
-    pv.metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == "external-provisioner.volume.kubernetes.io/finalizer")
 }
 
 /// A VolumeAttachment referencing the PV blocks DeleteVolume (VolumeFailedDelete on the PV)

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -171,6 +171,37 @@ pub async fn try_create_csi_driver(
 
 fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// Polls the events in `namespace` until one on object `name` has `reason` and a message
+/// containing `needle`, for up to [`WAIT_TIMEOUT`].
+pub async fn wait_event(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    reason: &str,
+    needle: &str,
+) -> Event {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let params =
+        ListParams::default().fields(&format!("involvedObject.name={name},reason={reason}"));
+    let deadline = Instant::now() + WAIT_TIMEOUT;
+    loop {
+        let found = events.list(&params).await.ok().and_then(|list| {
+            list.items
+                .into_iter()
+                .find(|e| e.message.as_deref().is_some_and(|m| m.contains(needle)))
+        });
+        if let Some(event) = found {
+            return event;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {}s waiting for event {reason} containing {needle:?} on {name}",
+            WAIT_TIMEOUT.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Polls `api.get(name)` until `done` holds and returns that object.

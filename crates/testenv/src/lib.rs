@@ -36,7 +36,7 @@ mod socket;
 
 pub use cluster::{
     FakeNode, WAIT_TIMEOUT, create_csi_driver, create_fake_nodes, create_namespace,
-    try_create_bare_nodes, try_create_csi_driver, try_create_fake_nodes, wait_for,
+    try_create_bare_nodes, try_create_csi_driver, try_create_fake_nodes, wait_event, wait_for,
 };
 pub use control_plane::{ControlPlane, ControlPlaneOptions};
 pub use detached::{is_running as detached_is_running, record_detached, stop_detached};

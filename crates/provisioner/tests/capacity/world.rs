@@ -139,21 +139,7 @@ impl World {
 
     /// Waits for an event `reason` on object `name` whose message contains `needle`.
     pub async fn wait_event(&self, name: &str, reason: &str, needle: &str) -> Event {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        let fields = format!("involvedObject.name={name},reason={reason}");
-        eventually(
-            &format!("event {reason} containing {needle:?} on {name}"),
-            || async {
-                let list = events
-                    .list(&ListParams::default().fields(&fields))
-                    .await
-                    .ok()?;
-                list.items
-                    .into_iter()
-                    .find(|e| e.message.as_deref().is_some_and(|m| m.contains(needle)))
-            },
-        )
-        .await
+        testenv::wait_event(&self.client, &self.ns, name, reason, needle).await
     }
 
     pub fn pods(&self) -> Api<Pod> {

@@ -244,16 +244,7 @@ impl Scenario {
 
     /// Waits for an event with `reason` whose message contains `needle` on object `name`.
     pub async fn wait_event(&self, name: &str, reason: &str, needle: &str) -> Event {
-        eventually(
-            &format!("event {reason} containing {needle:?} on {name}"),
-            || async {
-                self.events_for(name).await.into_iter().find(|e| {
-                    e.reason.as_deref() == Some(reason)
-                        && e.message.as_deref().is_some_and(|m| m.contains(needle))
-                })
-            },
-        )
-        .await
+        testenv::wait_event(&self.client, &self.ns, name, reason, needle).await
     }
 
     /// The mock driver's CreateVolume calls for volume name `pv`.
