@@ -130,6 +130,60 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
     assert_eq!(pv_requests(port).await, Some((2.0, 0.0)));
 }
 
+/// A PV without the deletion-secret annotations (one written before they existed) takes the
+/// secret from its class. As upstream, a secret that cannot be read any more does not keep the
+/// volume: DeleteVolume goes ahead without secrets, once, and the PV goes.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_class_secret_that_is_gone_does_not_block_deletion() {
+    use k8s_openapi::api::core::v1::Secret;
+    let s = Scenario::start("prov-gone-secret", &[], &[]).await;
+    create_secret(&s, "creds", &[("token", "s3cr3t-value")]).await;
+    let class = s
+        .class(
+            "delete",
+            "Immediate",
+            json!({"reclaimPolicy": "Delete", "parameters": {
+                "csi.storage.k8s.io/provisioner-secret-name": "creds",
+                "csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
+            }}),
+        )
+        .await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    let pv = s
+        .wait_bound("data")
+        .await
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    let handle = s.volume_handle(&pv).await;
+    let unannotated = json!({"metadata": {"annotations": {
+        "volume.kubernetes.io/provisioner-deletion-secret-name": null,
+        "volume.kubernetes.io/provisioner-deletion-secret-namespace": null,
+    }}});
+    s.volumes()
+        .patch(&pv, &PatchParams::default(), &Patch::Merge(&unannotated))
+        .await
+        .unwrap();
+    Api::<Secret>::namespaced(s.client.clone(), &s.ns)
+        .delete("creds", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    s.delete_claim("data").await;
+    wait_gone(&s.volumes(), &pv).await;
+    let deletes = s.mock().calls_of("DeleteVolume");
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert_eq!(deletes[0]["request"]["volume_id"], handle.as_str());
+    let secrets = &deletes[0]["request"]["secrets"];
+    assert!(
+        secrets.is_null() || secrets.as_object().is_some_and(|m| m.is_empty()),
+        "deleted without secrets: {secrets}"
+    );
+    assert!(!s.driver_volumes().await.contains(&handle));
+}
+
 /// A VolumeAttachment referencing the PV blocks DeleteVolume (VolumeFailedDelete on the PV)
 /// until it is gone.
 #[tokio::test]

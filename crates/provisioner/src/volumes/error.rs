@@ -16,17 +16,9 @@ pub enum VolumeError {
     /// A VolumeAttachment still names the PV (upstream's wording).
     #[error("persistentvolume {pv} is still attached to node {node}")]
     StillAttached { pv: String, node: String },
-    /// The deletion secret's reference cannot be resolved.
-    #[error("{message}")]
+    /// The deletion secret's reference cannot be resolved (upstream's wording).
+    #[error("failed to get secretreference for volume {pv}: {message}")]
     SecretReference { pv: String, message: String },
-    /// The class's deletion secret cannot be read.
-    #[error("failed to get secret {secret}: {message}")]
-    SecretFetch {
-        pv: String,
-        /// `<namespace>/<name>`.
-        secret: String,
-        message: String,
-    },
     /// The driver's DeleteVolume failed (the Go-style status string, as upstream).
     #[error("{message}")]
     DeleteVolume { pv: String, message: String },
@@ -46,9 +38,7 @@ impl Failure for VolumeError {
         match self {
             VolumeError::NoCsiSource { .. } | VolumeError::Translation { .. } => "invalid_pv",
             VolumeError::StillAttached { .. } => "still_attached",
-            VolumeError::SecretReference { .. } | VolumeError::SecretFetch { .. } => {
-                "deletion_secret"
-            }
+            VolumeError::SecretReference { .. } => "deletion_secret",
             VolumeError::DeleteVolume { .. } => "delete_volume",
             VolumeError::PvWrite { .. } => "pv_write",
         }

@@ -206,21 +206,17 @@ impl VolumesController {
             .map(|c| provisioning::migration::deletion_class(c, migrated));
         let secret_data = match decide::deletion_secret(pv, class_obj.as_deref()) {
             Ok(DeletionSecret::None) => BTreeMap::new(),
-            Ok(DeletionSecret::Annotated(r)) => match secrets::fetch(&self.ctx.client, &r).await {
-                Ok(data) => data,
-                Err(e) => {
-                    // Upstream goes on without secrets; the driver decides whether it needs them.
-                    tracing::error!(pv = %name, secret = %format!("{}/{}", r.namespace, r.name), err = %e, "Failed to get deletion secret; deleting without it");
-                    BTreeMap::new()
+            // As upstream, a secret that cannot be read (it may be gone with its namespace)
+            // does not block the deletion: the driver decides whether it needs it.
+            Ok(DeletionSecret::Annotated(r) | DeletionSecret::FromClass(r)) => {
+                match secrets::fetch(&self.ctx.client, &r).await {
+                    Ok(data) => data,
+                    Err(e) => {
+                        tracing::error!(pv = %name, secret = %format!("{}/{}", r.namespace, r.name), err = %e, "Failed to get deletion secret; deleting without it");
+                        BTreeMap::new()
+                    }
                 }
-            },
-            Ok(DeletionSecret::FromClass(r)) => secrets::fetch(&self.ctx.client, &r)
-                .await
-                .map_err(|e| VolumeError::SecretFetch {
-                    pv: name.clone(),
-                    secret: format!("{}/{}", r.namespace, r.name),
-                    message: e.to_string(),
-                })?,
+            }
             Err(e) => {
                 return Err(VolumeError::SecretReference {
                     pv: name,
