@@ -68,10 +68,11 @@ pub fn managed_by_node(node: &str) -> String {
     if name.len() <= MAX {
         return name;
     }
-    // Room for the base after `-<8 hex>-<node>`.
+    // Room for the base after `-<8 hex>-<node>`; none at all (upstream's `<= 0`) takes the
+    // short form, or the value would start with `-`.
     match (MAX - 10).checked_sub(node.len()) {
-        Some(keep) => format!("{}-{}-{node}", &base[..keep], fnv32a_hex(base)),
-        None => {
+        Some(keep) if keep > 0 => format!("{}-{}-{node}", &base[..keep], fnv32a_hex(base)),
+        _ => {
             let short = format!("{}-{}", &base[..base.len().min(MAX - 9)], fnv32a_hex(&name));
             short.chars().take(MAX).collect()
         }
@@ -108,6 +109,16 @@ mod tests {
             "{v}"
         );
         assert_ne!(v, managed_by_node(&"y".repeat(80)));
+        // 52 characters leave one of the base; 53 leave none, and the short form is taken
+        // (not `-<hash>-<node>`, which no label value may be).
+        let v = managed_by_node(&"n".repeat(52));
+        assert!(v.starts_with("e-") && v.len() == 63, "{v}");
+        let n53 = "n".repeat(53);
+        let want = format!(
+            "external-provisioner-{}",
+            fnv32a_hex(&format!("external-provisioner-{n53}"))
+        );
+        assert_eq!(managed_by_node(&n53), want);
         // FNV-32a of the empty string is the offset basis.
         assert_eq!(fnv32a_hex(""), "811c9dc5");
         assert_eq!(fnv32a_hex("a"), "e40c292c");
