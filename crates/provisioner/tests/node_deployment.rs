@@ -581,3 +581,66 @@ async fn with_the_admission_policy_an_unclaimed_deleted_claim_is_let_go_without_
         assert_eq!(i.mock.calls_of("DeleteVolume").len(), 0, "{}", i.node);
     }
 }
+
+/// A class whose allowedTopologies admit one node: only that node's instance takes its claims.
+/// A claim it cannot provision for another reason (here a reserved parameter nobody knows) is
+/// still taken, as upstream, so that the failure shows on the claim instead of nobody taking it.
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn allowed_topologies_pick_the_node_and_other_problems_are_reported_on_the_claim() {
+    let (s, nodes) = distributed(
+        "nd-allowed",
+        &[("a", "100Gi"), ("b", "100Gi")],
+        &["--capacity-for-immediate-binding"],
+    )
+    .await;
+    let only = |node: &str, parameters: serde_json::Value| {
+        json!({"parameters": parameters, "allowedTopologies": [{"matchLabelExpressions": [
+            {"key": NODE_KEY, "values": [node]}]}]})
+    };
+    let good = s
+        .class("on-b", "Immediate", only(&nodes[1].node, json!({})))
+        .await;
+    let bad = s
+        .class(
+            "on-a-bad",
+            "Immediate",
+            only(
+                &nodes[0].node,
+                json!({"csi.storage.k8s.io/no-such-key": "x"}),
+            ),
+        )
+        .await;
+    published_per_instance(&s, 2).await;
+    s.claim("fine", &good, "1Gi", json!({})).await;
+    s.claim("broken", &bad, "1Gi", json!({})).await;
+
+    s.wait_bound("fine").await;
+    let pvs = our_pvs(&s).await;
+    assert_eq!(pvs.len(), 1);
+    assert_eq!(pv_node(&pvs[0]), nodes[1].node);
+    let event = s
+        .wait_event("broken", "ProvisioningFailed", "prefixed keys")
+        .await;
+    assert!(
+        event
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("no-such-key"),
+        "{event:?}"
+    );
+    let taken = s.claims().get("broken").await.unwrap();
+    assert_eq!(
+        taken
+            .annotations()
+            .get("volume.kubernetes.io/selected-node"),
+        Some(&nodes[0].node),
+        "taken by the node its class admits"
+    );
+    let calls: Vec<usize> = nodes
+        .iter()
+        .map(|i| i.mock.calls_of("CreateVolume").len())
+        .collect();
+    assert_eq!(calls, [0, 1], "one CreateVolume, for the good claim on b");
+}

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Display;
 
 use csi::v1::{CreateVolumeRequest, TopologyRequirement, VolumeCapability, VolumeContentSource};
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, TopologySelectorTerm};
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::capabilities::claim_volume_capabilities;
@@ -147,6 +147,33 @@ impl ProvisionPlan {
     }
 }
 
+/// The accessibility requirement of `claim` under `allowed_topologies` (upstream's
+/// `GenerateAccessibilityRequirements`), failing with [`prepare`]'s error classes. Also asked
+/// alone in distributed provisioning: an instance whose node the class's allowed topologies
+/// exclude does not take the claim.
+pub fn topology_requirement(
+    claim: &PersistentVolumeClaim,
+    allowed_topologies: Option<&[TopologySelectorTerm]>,
+    facts: &TopologyFacts<'_>,
+) -> Result<Option<TopologyRequirement>, ProvisionError> {
+    let input = TopologyInput {
+        claim_name: claim.metadata.name.as_deref().unwrap_or_default(),
+        selected_node: claim::selected_node(claim).filter(|n| !n.is_empty()),
+        selected_node_topology_keys: facts.selected_node_topology_keys,
+        selected_node_labels: facts.selected_node_labels,
+        strict_topology: facts.strict_topology,
+        immediate_topology: facts.immediate_topology,
+        allowed_topologies: allowed_topologies.unwrap_or_default(),
+        csi_node_topology_keys: facts.csi_node_topology_keys,
+        node_labels: facts.node_labels,
+        random_hash: facts.random_hash,
+    };
+    accessibility_requirements(&input).map_err(|e| match e.state() {
+        ProvisioningState::Reschedule => ProvisionError::reschedule(e.to_string()),
+        _ => ProvisionError::no_change(format!("error generating accessibility requirements: {e}")),
+    })
+}
+
 /// Runs upstream's `prepareProvision` checks in order. Each failure carries upstream's state:
 /// configuration problems are `Finished`, lookups that may succeed later are `NoChange`, and a
 /// selected node whose CSINode is gone is `Reschedule`.
@@ -221,24 +248,7 @@ pub fn prepare(inputs: &PrepareInputs<'_>) -> Result<Prepared, ProvisionError> {
         (Some(reused), _) => reused.clone(),
         (None, None) => None,
         (None, Some(facts)) => {
-            let input = TopologyInput {
-                claim_name,
-                selected_node,
-                selected_node_topology_keys: facts.selected_node_topology_keys,
-                selected_node_labels: facts.selected_node_labels,
-                strict_topology: facts.strict_topology,
-                immediate_topology: facts.immediate_topology,
-                allowed_topologies: class.allowed_topologies.as_deref().unwrap_or_default(),
-                csi_node_topology_keys: facts.csi_node_topology_keys,
-                node_labels: facts.node_labels,
-                random_hash: facts.random_hash,
-            };
-            accessibility_requirements(&input).map_err(|e| match e.state() {
-                ProvisioningState::Reschedule => ProvisionError::reschedule(e.to_string()),
-                _ => ProvisionError::no_change(format!(
-                    "error generating accessibility requirements: {e}"
-                )),
-            })?
+            topology_requirement(claim, class.allowed_topologies.as_deref(), &facts)?
         }
     };
 

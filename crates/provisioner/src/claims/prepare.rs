@@ -48,8 +48,46 @@ impl ClaimsController {
         reused_topology: Option<&Option<TopologyRequirement>>,
     ) -> Result<Prepared, ProvisionError> {
         let ctx = &self.ctx;
-        let driver = ctx.driver.name.as_str();
         let config = self.provisioner_config();
+        self.with_topology_facts(claim, with_topology, |topology| {
+            provisioning::prepare::prepare(&PrepareInputs {
+                claim,
+                class: Some(class),
+                config: &config,
+                capabilities: ctx.driver.capabilities,
+                topology,
+                reused_topology: reused_topology.filter(|_| ctx.supports_topology()),
+            })
+        })
+    }
+
+    /// Whether the class's allowed topologies admit the claim as it stands (upstream's
+    /// `GenerateAccessibilityRequirements` alone); always for a driver without topology.
+    pub(super) fn topology_admits(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &StorageClass,
+    ) -> Result<(), ProvisionError> {
+        self.with_topology_facts(claim, true, |facts| match facts {
+            Some(facts) => provisioning::prepare::topology_requirement(
+                claim,
+                class.allowed_topologies.as_deref(),
+                &facts,
+            )
+            .map(drop),
+            None => Ok(()),
+        })
+    }
+
+    /// Runs `f` over the cached topology facts for the claim (`None` without topology).
+    fn with_topology_facts<R>(
+        &self,
+        claim: &PersistentVolumeClaim,
+        with_topology: bool,
+        f: impl FnOnce(Option<TopologyFacts<'_>>) -> R,
+    ) -> R {
+        let ctx = &self.ctx;
+        let driver = ctx.driver.name.as_str();
         let snapshot = (with_topology && ctx.supports_topology()).then(|| {
             TopologySnapshot::take(
                 &ctx.caches,
@@ -65,7 +103,7 @@ impl ClaimsController {
             .as_ref()
             .map(|s| s.node_labels())
             .unwrap_or_default();
-        let topology = snapshot.as_ref().map(|s| TopologyFacts {
+        f(snapshot.as_ref().map(|s| TopologyFacts {
             strict_topology: ctx.opts.strict_topology,
             immediate_topology: ctx.opts.immediate_topology,
             selected_node_topology_keys: s.selected_keys.as_deref(),
@@ -73,15 +111,7 @@ impl ClaimsController {
             csi_node_topology_keys: &csi_keys,
             node_labels: &node_labels,
             random_hash: rand::random(),
-        });
-        provisioning::prepare::prepare(&PrepareInputs {
-            claim,
-            class: Some(class),
-            config: &config,
-            capabilities: ctx.driver.capabilities,
-            topology,
-            reused_topology: reused_topology.filter(|_| ctx.supports_topology()),
-        })
+        }))
     }
 
     /// The provisioner secret's data and the VolumeAttributesClass parameters of a plan.

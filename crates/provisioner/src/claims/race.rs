@@ -170,13 +170,17 @@ impl ClaimsController {
             return Ok(());
         }
         let here = on_node(claim, &node.name);
+        // As upstream, only allowed topologies that exclude this node keep it from taking the
+        // claim; any other problem is reported on the claim by provisioning once it is taken.
+        if restricted(class)
+            && let Err(e) = self.topology_admits(&here, class)
+        {
+            klog::v!(4, claim = %claim_name(claim), node = %node.name, reason = %e, "AllowedTopologies exclude this node; not taking claim");
+            return Ok(());
+        }
         let plan = match self.prepare(&here, class, true) {
             Ok(Prepared::Provision(plan)) => Some(plan),
             Ok(Prepared::ExternalPopulator { .. }) => return Ok(()),
-            Err(e) if restricted(class) => {
-                klog::v!(4, claim = %claim_name(claim), node = %node.name, reason = %e, "AllowedTopologies exclude this node; not taking claim");
-                return Ok(());
-            }
             // Taken anyway, as upstream: provisioning then reports the problem on the claim.
             Err(e) => {
                 klog::v!(4, claim = %claim_name(claim), reason = %e, "Taking claim without the capacity pre-check");
