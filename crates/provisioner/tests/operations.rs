@@ -18,7 +18,9 @@ const DELETED: &str = "controller_persistentvolume_delete_total";
 const MASTER: &str = "leader_election_master_status";
 const SYNC_ERRORS: &str = "csi_provisioner_sync_errors_total";
 
-/// Three claims provisioned, one failing, one deleted: the scrape counts exactly that.
+/// Three claims provisioned, one failing, one deleted: the scrape counts exactly that. The
+/// labels are upstream's: `class` from the claim's spec, `source` the kind of its data source
+/// (a clone the mock driver cannot make fails under `source="PersistentVolumeClaim"`).
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn metrics_count_what_happened() {
@@ -38,6 +40,14 @@ async fn metrics_count_what_happened() {
         volumes.push(ops.wait_bound(name).await);
     }
     ops.claim("broken", &bad).await;
+    let mut clone = ops.claim_object("copy", &fast);
+    clone.spec.as_mut().unwrap().data_source = Some(
+        serde_json::from_value(json!({"kind": "PersistentVolumeClaim", "name": "b"})).unwrap(),
+    );
+    ops.claims()
+        .create(&kube::api::PostParams::default(), &clone)
+        .await
+        .expect("clone claim");
     // Ours for the API server (kube-controller-manager names our driver on claims whose class
     // it knows; here we do), but its class does not exist: a typed ClassMissing error.
     let orphan = format!("{}-no-such-class", ops.ns);
@@ -59,13 +69,17 @@ async fn metrics_count_what_happened() {
         (sample(&m, SYNC_ERRORS, &labels)? >= 1.0).then_some(())
     })
     .await;
-    let bad_ref = bad.as_str();
+    let (bad_ref, fast_ref, orphan_ref) = (bad.as_str(), fast.as_str(), orphan.as_str());
     eventually(
         "the failed provisioning to be counted",
         60,
         move || async move {
             let m = scrape(port).await?;
-            (sample(&m, PROVISION_FAILED, &[("class", bad_ref)])? >= 1.0).then_some(())
+            let clone = [("class", fast_ref), ("source", "PersistentVolumeClaim")];
+            (sample(&m, PROVISION_FAILED, &[("class", bad_ref)])? >= 1.0
+                && sample(&m, PROVISION_FAILED, &clone)? >= 1.0
+                && sample(&m, PROVISION_FAILED, &[("class", orphan_ref)])? >= 1.0)
+                .then_some(())
         },
     )
     .await;
@@ -106,7 +120,16 @@ async fn metrics_count_what_happened() {
     assert_eq!(sample(&m, PROVISIONED, &[("class", &bad)]), None, "{m}");
     assert!(sample(&m, PROVISION_FAILED, &[("class", &bad), ("source", "")]) >= Some(1.0));
     assert_eq!(
-        sample(&m, PROVISION_FAILED, &[("class", &fast)]),
+        sample(&m, PROVISION_FAILED, &[("class", &fast), ("source", "")]),
+        None,
+        "{m}"
+    );
+    assert_eq!(
+        sample(
+            &m,
+            PROVISIONED,
+            &[("class", &fast), ("source", "PersistentVolumeClaim")]
+        ),
         None,
         "{m}"
     );

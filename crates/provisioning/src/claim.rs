@@ -69,6 +69,19 @@ pub fn class_name(claim: &PersistentVolumeClaim) -> Option<&str> {
         .or_else(|| spec(claim).and_then(|s| s.storage_class_name.as_deref()))
 }
 
+/// The `class` and `source` labels of the claim's provisioning metrics, as upstream's
+/// `updateProvisionStats`: `spec.storageClassName` alone (not the beta annotation) and the
+/// kind of `spec.dataSource`, each empty when unset.
+pub fn metric_labels(claim: &PersistentVolumeClaim) -> (&str, &str) {
+    let spec = spec(claim);
+    (
+        spec.and_then(|s| s.storage_class_name.as_deref())
+            .unwrap_or_default(),
+        spec.and_then(|s| s.data_source.as_ref())
+            .map_or("", |d| d.kind.as_str()),
+    )
+}
+
 /// Whether the claim asks for a raw block volume.
 pub fn is_block(claim: &PersistentVolumeClaim) -> bool {
     spec(claim).and_then(|s| s.volume_mode.as_deref()) == Some(names::VOLUME_MODE_BLOCK)

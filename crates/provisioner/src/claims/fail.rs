@@ -52,7 +52,8 @@ impl ClaimsController {
             names::EVENT_PROVISIONING_FAILED,
             err.message.clone(),
         );
-        ctx.metrics.provision_failed(class, "");
+        let (class_label, source) = provisioning::claim::metric_labels(claim);
+        ctx.metrics.provision_failed(class_label, source);
         if err.state != ProvisioningState::NoChange
             && let Some(capacity) = &ctx.capacity
         {

@@ -54,7 +54,7 @@ struct ClaimMemory {
     /// Topology computed on the first attempt for this selected node, reused on retries so a
     /// retried CreateVolume asks for the same placement (upstream's fix for leaked volumes).
     topology: Option<(Option<String>, Option<TopologyRequirement>)>,
-    /// When the first attempt started, for the provisioning duration metric.
+    /// When the latest attempt started, for the provisioning duration metric.
     started: Option<Instant>,
     /// The capacity explanation last put on the claim, so it is posted once.
     explained: Option<String>,
@@ -265,7 +265,15 @@ impl Memory {
         self.with(uid, |m| m.topology = None);
     }
 
-    /// When the first attempt started (set now if this is it).
+    /// A provisioning attempt starts now: the duration metric times the successful attempt
+    /// alone, as upstream's (failed attempts and the waits between them are left out).
+    pub fn attempt_started(&self, uid: &str) -> Instant {
+        let now = Instant::now();
+        self.with(uid, |m| m.started = Some(now));
+        now
+    }
+
+    /// When the latest attempt started (now if none is remembered).
     pub fn started(&self, uid: &str) -> Instant {
         self.with(uid, |m| *m.started.get_or_insert_with(Instant::now))
     }

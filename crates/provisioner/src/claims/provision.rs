@@ -35,8 +35,8 @@ impl ClaimsController {
             klog::v!(4, claim = %claim_name(claim), wait = ?wait, "Claim changed during the backoff of its last failed attempt; waiting");
             return Err(SyncError::Hold(wait));
         }
-        let started = self.memory.started(&uid);
-        let attempt_began = Instant::now();
+        let started = self.memory.attempt_started(&uid);
+        let attempt_began = started;
         let reference = provisioning::pv::claim_reference(claim);
         let (namespace, name) = (
             reference.namespace.clone().unwrap_or_default(),
@@ -64,6 +64,9 @@ impl ClaimsController {
                     names::EVENT_PROVISIONING,
                     names::POPULATOR_EVENT_MESSAGE.to_string(),
                 );
+                // Upstream counts an ignored claim (errStopProvision) as a failed attempt.
+                let (class_label, source) = provisioning::claim::metric_labels(claim);
+                ctx.metrics.provision_failed(class_label, source);
                 return Ok(());
             }
             Err(err) => return self.fail(claim, class, err, false).await,

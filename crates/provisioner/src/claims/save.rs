@@ -104,8 +104,9 @@ impl ClaimsController {
             names::EVENT_PROVISIONING_SUCCEEDED,
             names::provisioning_succeeded_message(&name),
         );
+        let (class_label, source) = provisioning::claim::metric_labels(claim);
         ctx.metrics
-            .provision_succeeded(&class, "", started.elapsed().as_secs_f64());
+            .provision_succeeded(class_label, source, started.elapsed().as_secs_f64());
         klog::v!(2, claim = %claim_name(claim), pv = %name, "Provisioned volume");
         // The finalizer is released when the binder's write of the claim brings it back here.
         Ok(())

@@ -101,8 +101,11 @@ impl ClaimsController {
                         .unwrap_or_default()
                         .to_string(),
                 };
-                // At the default verbosity, as upstream's "error syncing claim" line.
+                // At the default verbosity, as upstream's "error syncing claim" line; and a
+                // failed attempt in the metrics, as upstream's shouldProvision error is.
                 tracing::error!(claim = %format!("{}/{}", key.namespace, key.name), "error syncing claim: {err}");
+                let (class_label, source) = provisioning::claim::metric_labels(&claim);
+                self.ctx.metrics.provision_failed(class_label, source);
                 Err(err.into())
             }
             Step::ReleaseFinalizer => {

@@ -107,15 +107,29 @@ impl VolumesController {
         })
     }
 
-    /// DeleteVolume, then drop our finalizer and delete the PV object.
+    /// DeleteVolume, then drop our finalizer and delete the PV object. Counted in the metrics
+    /// as upstream's deleteVolumeOperation: a success once every step is done, a failure for
+    /// any step that fails.
     async fn delete(&self, pv: &PersistentVolume) -> Result<(), VolumeError> {
         let started = Instant::now();
-        let name = pv.name_any();
         let class = pv
             .spec
             .as_ref()
             .and_then(|s| s.storage_class_name.clone())
             .unwrap_or_default();
+        let result = self.delete_steps(pv, &class).await;
+        match &result {
+            Ok(()) => self
+                .ctx
+                .metrics
+                .delete_succeeded(&class, started.elapsed().as_secs_f64()),
+            Err(_) => self.ctx.metrics.delete_failed(&class),
+        }
+        result
+    }
+
+    async fn delete_steps(&self, pv: &PersistentVolume, class: &str) -> Result<(), VolumeError> {
+        let name = pv.name_any();
         let uid = pv.metadata.uid.clone().unwrap_or_default();
         let volume_deleted = self.volume_deleted.lock().contains(&uid);
         let steps = steps::remaining(
@@ -124,7 +138,7 @@ impl VolumesController {
             pv.metadata.deletion_timestamp.is_some(),
         );
         if steps.delete_volume {
-            if let Err(e) = self.delete_volume(pv, &class).await {
+            if let Err(e) = self.delete_volume(pv, class).await {
                 let reference = object_reference(pv);
                 self.ctx.recorder.event(
                     &reference,
@@ -132,16 +146,12 @@ impl VolumesController {
                     EVENT_VOLUME_FAILED_DELETE,
                     e.to_string(),
                 );
-                self.ctx.metrics.delete_failed(&class);
                 return Err(e);
             }
             self.volume_deleted.lock().insert(uid.clone());
-            self.ctx
-                .metrics
-                .delete_succeeded(&class, started.elapsed().as_secs_f64());
             if let Some(capacity) = &self.ctx.capacity {
                 capacity.refresh(Refresh::Volume {
-                    class: &class,
+                    class,
                     affinity: pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),
                 });
             }

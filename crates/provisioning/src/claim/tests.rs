@@ -330,3 +330,22 @@ fn waits_for_node_table() {
         assert_eq!(waits_for_node(&c), want, "{c:?}");
     }
 }
+
+#[test]
+fn metric_labels_are_the_spec_class_and_the_data_source_kind() {
+    use k8s_openapi::api::core::v1::TypedLocalObjectReference;
+    let plain = claim();
+    let class = plain.spec.as_ref().unwrap().storage_class_name.clone();
+    assert_eq!(metric_labels(&plain), (class.as_deref().unwrap(), ""));
+    // The beta annotation names the class for provisioning, not for the metrics.
+    let mut beta = annotate(plain.clone(), names::ANN_BETA_STORAGE_CLASS, "legacy");
+    spec_mut(&mut beta).storage_class_name = None;
+    assert_eq!(metric_labels(&beta), ("", ""));
+    let mut clone = plain.clone();
+    spec_mut(&mut clone).data_source = Some(TypedLocalObjectReference {
+        kind: "PersistentVolumeClaim".into(),
+        name: "src".into(),
+        api_group: None,
+    });
+    assert_eq!(metric_labels(&clone).1, "PersistentVolumeClaim");
+}
