@@ -69,12 +69,6 @@ impl ClaimsController {
             }
             capacity.refresh(Refresh::Class(class));
         }
-        if matches!(
-            err.state,
-            ProvisioningState::Finished | ProvisioningState::Reschedule
-        ) {
-            self.memory.forget_topology(&uid);
-        }
         let writes = after_failure(
             err.state,
             &self.memory.volume_state(&uid, true),

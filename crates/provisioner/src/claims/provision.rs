@@ -172,6 +172,15 @@ impl ClaimsController {
                     status.code(),
                     may_reschedule(ctx.supports_topology(), selected),
                 );
+                // The driver's final answer (or a reschedule) ends this placement: the next
+                // attempt computes a new one. Other failures keep it, as upstream's pvcNodeStore.
+                if matches!(
+                    state,
+                    provisioning::errors::ProvisioningState::Finished
+                        | provisioning::errors::ProvisioningState::Reschedule
+                ) {
+                    self.memory.forget_topology(&uid);
+                }
                 let after = after_call(&before, &failed_call(status.code(), state));
                 self.memory.set_volume_state(&uid, after, Some(request));
                 let mut message = csi::status::go_error_string(&status);
