@@ -42,7 +42,7 @@ pub use elector::{EventHook, LeaderElector, LeaderEvent, Outcome};
 pub use health::HealthCheck;
 pub use metrics::Metrics;
 pub use names::{
-    SERVICE_ACCOUNT_NAMESPACE_FILE, identity, identity_from_host, lock_name,
+    SERVICE_ACCOUNT_NAMESPACE_FILE, event_component, identity, identity_from_host, lock_name,
     namespace_from_environment, resolve_namespace, sanitize_name,
 };
 pub use record::{LeaseRecord, micro_now};

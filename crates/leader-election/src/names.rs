@@ -31,6 +31,12 @@ pub fn lock_name(driver_name: &str) -> String {
     sanitize_name(&driver_name.replace('/', "-"))
 }
 
+/// The source component of the leader-election events: csi-lib-utils joins the lock name as
+/// external-provisioner hands it over (`/` replaced, not yet sanitised) and the raw hostname.
+pub fn event_component(driver_name: &str, hostname: &str) -> String {
+    format!("{}/{hostname}", driver_name.replace('/', "-"))
+}
+
 /// The candidate identity: the override if given, else the hostname (the pod name in a
 /// Deployment), sanitised like the lock name.
 pub fn identity(override_identity: Option<&str>, hostname: &str) -> String {
@@ -81,6 +87,18 @@ pub fn namespace_from_environment(flag: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_components_are_not_sanitised() {
+        assert_eq!(
+            event_component("hostpath.csi.k8s.io", "csi-provisioner-0"),
+            "hostpath.csi.k8s.io/csi-provisioner-0"
+        );
+        assert_eq!(
+            event_component("example.com/nfs", "h_1"),
+            "example.com-nfs/h_1"
+        );
+    }
 
     #[test]
     fn lock_names() {

@@ -83,7 +83,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
             None,
         )?;
         let cfg = leader_config(&opts, &driver.name)?;
-        let (hook, deliver) = leader_event_hook(client.clone(), &cfg);
+        let (hook, deliver) = leader_event_hook(client.clone(), &driver.name, &cfg);
         supervised.spawn("leader election events", deliver);
         let elector = LeaderElector::new(client, cfg)?.with_event_hook(hook);
         elector.register_metrics(&mut registry);
@@ -227,17 +227,23 @@ fn leader_config(opts: &cli::Options, driver: &str) -> Result<LeaderElectionConf
 }
 
 /// Records "became leader" / "stopped leading" on the Lease as csi-lib-utils does: through the
-/// leader-election client, with source component `<lockName>/<identity>`.
+/// leader-election client, with its source component (see
+/// [`leader_election::event_component`]).
 /// Also returns the delivery task, which runs as long as the hook exists.
 fn leader_event_hook(
     client: Client,
+    driver: &str,
     cfg: &LeaderElectionConfig,
 ) -> (
     leader_election::EventHook,
     impl std::future::Future<Output = ()> + Send + 'static,
 ) {
+    let host = hostname::get().map_or_else(
+        |_| cfg.identity.clone(),
+        |h| h.to_string_lossy().into_owned(),
+    );
     let (recorder, deliver) =
-        EventRecorder::new(client, format!("{}/{}", cfg.lock_name, cfg.identity));
+        EventRecorder::new(client, leader_election::event_component(driver, &host));
     let hook: leader_election::EventHook = Arc::new(move |e: leader_election::LeaderEvent| {
         let type_ = if e.event_type == "Warning" {
             EventType::Warning
