@@ -202,11 +202,14 @@ impl ClaimsController {
         let capacity = match capacity_decision(plan.requested_bytes, volume.capacity_bytes) {
             CapacityDecision::TooSmall { got, want } => {
                 // Upstream deletes the volume and retries in the background.
+                let mut message = too_small_message(got, want);
                 if self.delete_unkept(&uid, &volume.volume_id, &request).await {
                     let state = after_call(&before, &CallResult::Final);
                     self.memory.set_volume_state(&uid, state, Some(request));
+                } else {
+                    message.push_str(&cleanup_later(&volume.volume_id));
                 }
-                let err = ProvisionError::background(too_small_message(got, want));
+                let err = ProvisionError::background(message);
                 return self.fail(&claim, class, err, false).await;
             }
             decision => decision
@@ -225,10 +228,7 @@ impl ClaimsController {
                 let state = after_call(&before, &CallResult::Final);
                 self.memory.set_volume_state(&uid, state, Some(request));
             } else {
-                message.push_str(&format!(
-                    ". cleanup of volume {} failed, it is deleted on the next attempt",
-                    plan.volume_name
-                ));
+                message.push_str(&cleanup_later(&plan.volume_name));
             }
             return self
                 .fail(&claim, class, ProvisionError::background(message), false)
@@ -319,4 +319,10 @@ impl ClaimsController {
             tracing::warn!(class = %class_name(class), "{warning}");
         }
     }
+}
+
+/// What a failed clean-up of an unwanted volume adds to the event: upstream says the volume is
+/// orphaned; ours is kept on record and deleted before the next attempt.
+fn cleanup_later(volume: &str) -> String {
+    format!(". cleanup of volume {volume} failed, it is deleted on the next attempt")
 }
