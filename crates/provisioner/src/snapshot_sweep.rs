@@ -36,8 +36,9 @@ pub async fn run(
         }
         _ => {}
     }
+    // The first tick is at once: as upstream, a sweep right after start-up (the caches have
+    // synced by now) frees what a crash left behind.
     let mut tick = tokio::time::interval(every);
-    tick.tick().await;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -111,7 +112,11 @@ async fn sweep(
             }
             // Changed since the list: the next sweep looks again.
             Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e),
+            // One snapshot that refuses the update (a webhook, a policy) must not keep the
+            // finalizer on every snapshot after it: as upstream, log and go on.
+            Err(e) => {
+                tracing::warn!(snapshot = %format!("{namespace}/{name}"), err = %e, "Failed to remove finalizer {}; the next sweep tries again", names::SNAPSHOT_SOURCE_FINALIZER);
+            }
         }
     }
     Ok(removed)
