@@ -390,9 +390,15 @@ async fn becoming_leader_records_an_event_on_the_lease() {
             Some(1),
         )
     );
+    let component = format!("{}/{host}", ops.driver);
     assert_eq!(
         e.source.as_ref().and_then(|s| s.component.as_deref()),
-        Some(format!("{}/{host}", ops.driver).as_str())
+        Some(component.as_str())
+    );
+    assert_eq!(
+        e.reporting_component.as_deref(),
+        Some(component.as_str()),
+        "client-go repeats the source as the reporting controller"
     );
     let involved = &e.involved_object;
     assert_eq!(

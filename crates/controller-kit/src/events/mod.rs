@@ -65,6 +65,10 @@ pub fn make_event(
         count: Some(1),
         type_: Some(type_.as_str().to_string()),
         source: Some(source.clone()),
+        // As client-go's generateEvent: the source again, in the fields
+        // `events.k8s.io/v1` readers look at.
+        reporting_component: source.component.clone(),
+        reporting_instance: source.host.clone(),
         ..Default::default()
     }
 }
@@ -113,8 +117,9 @@ mod tests {
         assert_eq!(ev.source, Some(source));
         assert_eq!(ev.involved_object, reference(Some("ns")));
         assert_eq!(
-            ev.reporting_component, None,
-            "client-go leaves reporting fields empty"
+            (ev.reporting_component.as_deref(), ev.reporting_instance),
+            (Some("external-provisioner"), None),
+            "client-go repeats the source as the reporting controller and instance"
         );
     }
 
