@@ -381,8 +381,8 @@ pub fn waiting_class<'a>(
     claim: &'a k8s_openapi::api::core::v1::PersistentVolumeClaim,
     driver: &str,
 ) -> Option<&'a str> {
-    use provisioning::claim::{class_name, provisioner_of, waits_for_node};
-    let ours = provisioner_of(claim) == Some(driver);
+    use provisioning::claim::{class_name, is_ours, waits_for_node};
+    let ours = is_ours(claim, driver);
     (ours && waits_for_node(claim))
         .then(|| class_name(claim))
         .flatten()

@@ -115,6 +115,18 @@ pub fn volume_attributes_class(claim: &PersistentVolumeClaim) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
+/// Whether the claim asks our driver for a volume: its storage-provisioner annotation names the
+/// driver, or names the in-tree plugin the driver replaces while `pv.kubernetes.io/migrated-to`
+/// names the driver (upstream's `ShouldProvision` plus the library's known provisioners).
+pub fn is_ours(claim: &PersistentVolumeClaim, driver_name: &str) -> bool {
+    let migrated = || annotation(claim, names::ANN_MIGRATED_TO) == Some(driver_name);
+    match provisioner_of(claim) {
+        Some(p) if p == driver_name => true,
+        Some(p) => Some(p) == crate::migration::in_tree_name(driver_name) && migrated(),
+        None => false,
+    }
+}
+
 /// Whether the claim is ours to provision now, in upstream's order of checks (the library's
 /// `shouldProvision` plus the class check at the start of `provisionClaimOperation`).
 ///
@@ -122,8 +134,9 @@ pub fn volume_attributes_class(claim: &PersistentVolumeClaim) -> Option<&str> {
 ///
 /// CSI migration: when `driver_name` replaces an in-tree plugin (for example `ebs.csi.aws.com`
 /// and `kubernetes.io/aws-ebs`), a claim naming the in-tree plugin is ours when
-/// kube-controller-manager has marked it `pv.kubernetes.io/migrated-to: <driver>`, and a class
-/// naming the in-tree plugin is ours too (upstream's `AdditionalProvisionerNames`).
+/// kube-controller-manager has marked it `pv.kubernetes.io/migrated-to: <driver>` (see
+/// [`is_ours`]), and a class naming the in-tree plugin is ours too (upstream's
+/// `AdditionalProvisionerNames`).
 pub fn should_provision(
     claim: &PersistentVolumeClaim,
     class: Option<&StorageClass>,
@@ -135,13 +148,11 @@ pub fn should_provision(
     {
         return ShouldProvision::AlreadyBound;
     }
+    if !is_ours(claim, driver_name) {
+        return ShouldProvision::NotOurs;
+    }
     let in_tree = crate::migration::in_tree_name(driver_name);
     let known = |p: &str| p == driver_name || Some(p) == in_tree;
-    let migrated = annotation(claim, names::ANN_MIGRATED_TO) == Some(driver_name);
-    match provisioner_of(claim) {
-        Some(p) if known(p) && (p == driver_name || migrated) => {}
-        _ => return ShouldProvision::NotOurs,
-    }
     let Some(class) = class else {
         return ShouldProvision::ClassMissing;
     };

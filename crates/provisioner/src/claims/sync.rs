@@ -40,8 +40,7 @@ impl ClaimsController {
     ) -> Result<(), SyncError> {
         let key = &ClaimKey::of(&claim);
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let ours =
-            provisioning::claim::provisioner_of(&claim) == Some(self.ctx.driver.name.as_str());
+        let ours = provisioning::claim::is_ours(&claim, &self.ctx.driver.name);
         // A created volume whose PV did not save yet: save it first, whatever else changed.
         if ours
             && claim.metadata.deletion_timestamp.is_none()

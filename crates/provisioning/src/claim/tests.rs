@@ -349,3 +349,51 @@ fn metric_labels_are_the_spec_class_and_the_data_source_kind() {
     });
     assert_eq!(metric_labels(&clone).1, "PersistentVolumeClaim");
 }
+
+#[test]
+fn a_claim_is_ours_by_its_provisioner_or_as_a_migrated_in_tree_claim() {
+    let ebs = "ebs.csi.aws.com";
+    let ga = names::ANN_STORAGE_PROVISIONER;
+    let migrated = names::ANN_MIGRATED_TO;
+    let bare = without_annotations(claim());
+    let cases = [
+        (bare.clone(), false),
+        (annotate(bare.clone(), ga, ebs), true),
+        (annotate(bare.clone(), ga, "other.csi"), false),
+        // The in-tree name alone is kube-controller-manager's business, not ours...
+        (annotate(bare.clone(), ga, "kubernetes.io/aws-ebs"), false),
+        // ...until it marks the claim migrated to us.
+        (
+            annotate(
+                annotate(bare.clone(), ga, "kubernetes.io/aws-ebs"),
+                migrated,
+                ebs,
+            ),
+            true,
+        ),
+        (
+            annotate(
+                annotate(bare.clone(), ga, "kubernetes.io/gce-pd"),
+                migrated,
+                ebs,
+            ),
+            false,
+        ),
+        (
+            annotate(
+                annotate(bare.clone(), ga, "kubernetes.io/aws-ebs"),
+                migrated,
+                "x",
+            ),
+            false,
+        ),
+    ];
+    for (claim, want) in cases {
+        assert_eq!(
+            is_ours(&claim, ebs),
+            want,
+            "{:?}",
+            claim.metadata.annotations
+        );
+    }
+}
