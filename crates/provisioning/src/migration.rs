@@ -183,6 +183,16 @@ pub fn deletion_class(class: &StorageClass, migrated: bool) -> std::borrow::Cow<
     }
 }
 
+/// The provisioner a snapshot's content or a cloned PV must name for a claim of `class`, as
+/// upstream compares it with the translated class: the class's own, except that a Portworx
+/// in-tree class names `pxd.portworx.com` (the one translation that rewrites the provisioner).
+pub fn source_provisioner(class: &StorageClass) -> &str {
+    match Plugin::from_in_tree(&class.provisioner) {
+        Some(Plugin::Portworx) => Plugin::Portworx.driver(),
+        _ => &class.provisioner,
+    }
+}
+
 /// A StorageClass of an in-tree plugin in the form its CSI driver understands: the provisioner
 /// becomes the driver's name; `fstype`, `zone`/`zones` and the zone keys of `allowedTopologies`
 /// are translated per plugin as upstream's `TranslateInTreeStorageClassToCSI` does. Classes of
@@ -190,8 +200,8 @@ pub fn deletion_class(class: &StorageClass, migrated: bool) -> std::borrow::Cow<
 ///
 /// Differs from upstream: the provisioner is always rewritten to the CSI driver. Upstream does
 /// so for Portworx only and keeps the in-tree name otherwise; its checks that a clone or
-/// snapshot source belongs to the class's provisioner then fail for migrated classes. Ours run
-/// against the class as written, so they fail alike.
+/// snapshot source belongs to the class's provisioner then fail for migrated classes of the
+/// other plugins. Ours compare with [`source_provisioner`], so they pass and fail alike.
 pub fn class_to_csi(class: &StorageClass) -> Result<StorageClass, TranslationError> {
     let plugin = Plugin::from_in_tree(&class.provisioner).ok_or_else(|| {
         TranslationError::NotInTreeClass {

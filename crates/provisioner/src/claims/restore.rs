@@ -79,7 +79,7 @@ impl ClaimsController {
             name: &source.name,
             snapshot: &snapshot,
             content: content.as_ref(),
-            provisioner: &class.provisioner,
+            provisioner: provisioning::migration::source_provisioner(class),
             prevent_volume_mode_conversion: self.ctx.opts.prevent_volume_mode_conversion,
         })
         .map_err(|e| source.error(e))?;

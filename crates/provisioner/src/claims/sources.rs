@@ -79,7 +79,7 @@ impl ClaimsController {
             name: &source.name,
             source: source_claim.as_ref(),
             source_pv: None,
-            provisioner: &class.provisioner,
+            provisioner: provisioning::migration::source_provisioner(class),
         };
         let volume = source_volume_name(&inputs).map_err(|e| source.error(e.message))?;
         let pv = self.source_volume(volume).await;

@@ -238,6 +238,20 @@ fn every_class_gets_the_driver_as_provisioner() {
     }
 }
 
+#[test]
+fn data_sources_must_name_the_class_provisioner_portworx_translated() {
+    for (in_tree, driver) in PAIRS {
+        let want = if in_tree == "kubernetes.io/portworx-volume" {
+            driver
+        } else {
+            in_tree
+        };
+        assert_eq!(source_provisioner(&class(in_tree, &[], None)), want);
+    }
+    let csi = class("pxd.portworx.com", &[], None);
+    assert_eq!(source_provisioner(&csi), "pxd.portworx.com");
+}
+
 #[rstest]
 #[case::csi_driver("ebs.csi.aws.com")]
 #[case::other_in_tree("kubernetes.io/rbd")]
