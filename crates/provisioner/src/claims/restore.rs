@@ -80,6 +80,7 @@ impl ClaimsController {
             snapshot: &snapshot,
             content: content.as_ref(),
             provisioner: provisioning::migration::source_provisioner(class),
+            class: class.metadata.name.as_deref().unwrap_or_default(),
             prevent_volume_mode_conversion: self.ctx.opts.prevent_volume_mode_conversion,
         })
         .map_err(|e| source.error(e))?;

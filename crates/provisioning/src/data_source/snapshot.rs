@@ -111,6 +111,8 @@ pub struct RestoreInputs<'a> {
     pub content: Option<&'a VolumeSnapshotContent>,
     /// The StorageClass's provisioner (the content must be for it).
     pub provisioner: &'a str,
+    /// The StorageClass's name, for the message when it is not.
+    pub class: &'a str,
     /// `--prevent-volume-mode-conversion`.
     pub prevent_volume_mode_conversion: bool,
 }
@@ -126,9 +128,8 @@ pub struct Restore {
 }
 
 /// Upstream's `getSnapshotSource` checks, in order; the error is the message upstream wraps
-/// (see [`super::DataSource::error`]). The content is only needed once the snapshot says which
-/// one it is bound to: call with `content: None` first if it is not fetched yet and the
-/// snapshot may fail earlier checks.
+/// (see [`super::DataSource::error`]). `content: None` means the content the snapshot names
+/// could not be read.
 pub fn restore_source(inputs: &RestoreInputs<'_>) -> Result<Restore, String> {
     let RestoreInputs {
         claim,
@@ -149,16 +150,25 @@ pub fn restore_source(inputs: &RestoreInputs<'_>) -> Result<Restore, String> {
         return Err(not_bound());
     };
     let Some(content) = inputs.content else {
-        return Err(not_bound());
+        return Err(format!(
+            "error getting snapshotcontent {content_name} for snapshot {name}"
+        ));
     };
     let meta = &snapshot.metadata;
     let reference = &content.spec.volume_snapshot_ref;
     if reference.uid != meta.uid
         || reference.namespace != meta.namespace
         || reference.name != meta.name
-        || content.spec.driver != inputs.provisioner
     {
-        return Err(not_bound());
+        return Err(format!(
+            "snapshotcontent {content_name} for snapshot {name} is bound to a different snapshot"
+        ));
+    }
+    if content.spec.driver != inputs.provisioner {
+        return Err(format!(
+            "snapshotcontent {content_name} for snapshot {name} is not handled by CSI driver of StorageClass {}",
+            inputs.class
+        ));
     }
     if status.and_then(|s| s.ready_to_use) != Some(true) {
         return Err(format!("snapshot {name} is not Ready"));

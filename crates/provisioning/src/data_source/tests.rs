@@ -78,6 +78,7 @@ fn restore(
         snapshot,
         content,
         provisioner: DRIVER,
+        class: "sc",
         prevent_volume_mode_conversion: true,
     })
     .map(|r| match r.content_source.r#type {
@@ -120,6 +121,9 @@ fn block(mut c: PersistentVolumeClaim) -> PersistentVolumeClaim {
 #[test]
 fn restore_checks_in_upstream_order() {
     let not_bound = Err("snapshot snap not bound".to_string());
+    let elsewhere = Err(
+        "snapshotcontent content for snapshot snap is bound to a different snapshot".to_string(),
+    );
     let mut being_deleted = snapshot();
     being_deleted.metadata.deletion_timestamp = deleting();
     let mut deleting_but_ours = being_deleted.clone();
@@ -149,11 +153,11 @@ fn restore_checks_in_upstream_order() {
         ("being deleted with our finalizer", claim(), deleting_but_ours, Some(content.clone()), Ok("snap-handle".into())),
         ("no status", claim(), no_status, Some(content.clone()), not_bound.clone()),
         ("no bound content name", claim(), with_status(|s| s.bound_volume_snapshot_content_name = None), Some(content.clone()), not_bound.clone()),
-        ("content not found", claim(), snapshot(), None, not_bound.clone()),
-        ("content bound to another uid", claim(), snapshot(), Some(with_content(|c| c.spec.volume_snapshot_ref.uid = Some("x".into()))), not_bound.clone()),
-        ("content bound to another namespace", claim(), snapshot(), Some(with_content(|c| c.spec.volume_snapshot_ref.namespace = Some("x".into()))), not_bound.clone()),
-        ("content bound to another name", claim(), snapshot(), Some(with_content(|c| c.spec.volume_snapshot_ref.name = Some("x".into()))), not_bound.clone()),
-        ("content of another driver", claim(), snapshot(), Some(with_content(|c| c.spec.driver = "other.example.com".into())), not_bound.clone()),
+        ("content not found", claim(), snapshot(), None, Err("error getting snapshotcontent content for snapshot snap".into())),
+        ("content bound to another uid", claim(), snapshot(), Some(with_content(|c| c.spec.volume_snapshot_ref.uid = Some("x".into()))), elsewhere.clone()),
+        ("content bound to another namespace", claim(), snapshot(), Some(with_content(|c| c.spec.volume_snapshot_ref.namespace = Some("x".into()))), elsewhere.clone()),
+        ("content bound to another name", claim(), snapshot(), Some(with_content(|c| c.spec.volume_snapshot_ref.name = Some("x".into()))), elsewhere.clone()),
+        ("content of another driver", claim(), snapshot(), Some(with_content(|c| c.spec.driver = "other.example.com".into())), Err("snapshotcontent content for snapshot snap is not handled by CSI driver of StorageClass sc".into())),
         ("nil readyToUse", claim(), with_status(|s| s.ready_to_use = None), Some(content.clone()), Err("snapshot snap is not Ready".into())),
         ("not ready", claim(), with_status(|s| s.ready_to_use = Some(false)), Some(content.clone()), Err("snapshot snap is not Ready".into())),
         ("no content status", claim(), snapshot(), Some(with_content(|c| c.status = None)), Err("snapshot handle snap is not available".into())),
@@ -186,6 +190,7 @@ fn restore_size_warning_and_conversion_flag() {
         snapshot: &snap,
         content: Some(&content),
         provisioner: DRIVER,
+        class: "sc",
         prevent_volume_mode_conversion: true,
     };
     assert_eq!(
