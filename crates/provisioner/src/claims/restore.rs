@@ -121,7 +121,13 @@ impl ClaimsController {
         };
         let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
         let api = snapshots(&self.ctx.background_client, namespace);
-        let current = match self.cached_snapshot(namespace, name) {
+        // A cached copy without our finalizer may predate our adding it (a fast driver): read
+        // the snapshot then, as upstream always does, or the finalizer stays until the sweep
+        // (for ever with the sweep off).
+        let cached = self
+            .cached_snapshot(namespace, name)
+            .filter(|o| has_finalizer(&o.metadata, names::SNAPSHOT_SOURCE_FINALIZER));
+        let current = match cached {
             Some(object) => Ok(Some(object)),
             None => api.get_opt(name).await,
         };
