@@ -39,6 +39,18 @@ async fn distributed(
     nodes_with(prefix, pools, &args).await
 }
 
+/// [`nodes_with`] whose drivers also get `driver_args`.
+async fn nodes_with_drivers(
+    prefix: &str,
+    pools: &[(&str, &str)],
+    prov_args: &[&str],
+    driver_args: &[&str],
+) -> (Scenario, Vec<Instance>) {
+    let s = Scenario::new(prefix).await;
+    let instances = start_nodes(&s, pools, prov_args, driver_args).await;
+    (s, instances)
+}
+
 /// Nodes with a pool each (`(short name, size)`), their Node + CSINode, a CSIDriver with
 /// storage capacity, and a driver + `--node-deployment` provisioner (plus `prov_args`) per
 /// node.
@@ -48,6 +60,16 @@ async fn nodes_with(
     prov_args: &[&str],
 ) -> (Scenario, Vec<Instance>) {
     let s = Scenario::new(prefix).await;
+    let instances = start_nodes(&s, pools, prov_args, &[]).await;
+    (s, instances)
+}
+
+async fn start_nodes(
+    s: &Scenario,
+    pools: &[(&str, &str)],
+    prov_args: &[&str],
+    driver_args: &[&str],
+) -> Vec<Instance> {
     testenv::try_create_csi_driver(&s.client, &s.driver, true)
         .await
         .unwrap();
@@ -65,14 +87,16 @@ async fn nodes_with(
     for (node, (_, size)) in names.iter().zip(pools) {
         let dir = s.dir.join(node.rsplit('-').next().unwrap());
         std::fs::create_dir_all(&dir).unwrap();
+        let mut mock_args = vec![
+            format!("--driver-name={}", s.driver),
+            format!("--pool={NODE_KEY}={node}:{size}"),
+            format!("--node-id={node}"),
+            format!("--node-topology={NODE_KEY}={node}"),
+        ];
+        mock_args.extend(driver_args.iter().map(|a| a.to_string()));
         let mock = MockDriver::start(
             &dir,
-            &[
-                &format!("--driver-name={}", s.driver),
-                &format!("--pool={NODE_KEY}={node}:{size}"),
-                &format!("--node-id={node}"),
-                &format!("--node-topology={NODE_KEY}={node}"),
-            ],
+            &mock_args.iter().map(String::as_str).collect::<Vec<_>>(),
         );
         let mut args = vec!["--node-deployment", "-v=5"];
         args.extend_from_slice(prov_args);
@@ -90,7 +114,7 @@ async fn nodes_with(
             prov,
         });
     }
-    (s, instances)
+    instances
 }
 
 /// Our driver's CSIStorageCapacity objects in the scenario's namespace.
@@ -643,4 +667,52 @@ async fn allowed_topologies_pick_the_node_and_other_problems_are_reported_on_the
         .map(|i| i.mock.calls_of("CreateVolume").len())
         .collect();
     assert_eq!(calls, [0, 1], "one CreateVolume, for the good claim on b");
+}
+
+/// Cloning protection across nodes: a source claim on node a stays while a clone that node b
+/// took still waits, although a's instance does not cache b's claims (upstream's clone
+/// controller sees every claim). It goes once the clone is gone.
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn a_clone_waiting_on_another_node_holds_its_source() {
+    let (s, nodes) = nodes_with_drivers(
+        "nd-clone",
+        &[("a", "10Gi"), ("b", "10Gi")],
+        &[],
+        &["--clone-volume"],
+    )
+    .await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    let on = |node: &str| json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": node}}});
+    s.claim("src", &class, "1Gi", on(&nodes[0].node)).await;
+    s.wait_bound("src").await;
+    let mut copy = on(&nodes[1].node);
+    copy["spec"] = json!({"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}});
+    s.claim("copy", &class, "1Gi", copy).await;
+    // b's instance protects the source before its driver (which cannot reach a's volume) fails.
+    eventually("b to protect the source", || async {
+        let src = s.claims().get("src").await.ok()?;
+        src.finalizers()
+            .iter()
+            .any(|f| f == provisioning::names::CLONE_SOURCE_FINALIZER)
+            .then_some(())
+    })
+    .await;
+    s.delete_claim("src").await;
+    let event = s.wait_event("src", "WaitForClones", "copy").await;
+    assert!(
+        event
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("copy"),
+        "{event:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        s.claims().get_opt("src").await.unwrap().is_some(),
+        "the source went while its clone waited"
+    );
+    s.delete_claim("copy").await;
+    support::wait_gone(&s.claims(), "src").await;
 }

@@ -24,6 +24,15 @@ pub enum ClaimError {
         #[source]
         source: kube::Error,
     },
+    /// Reading claims from the API server failed.
+    #[error("cannot {what} claim {claim}: {source}")]
+    ClaimRead {
+        claim: String,
+        /// What the read was for, e.g. "list the claims in the namespace of".
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
     /// The PV of a created volume was not saved; it is kept and saved again first.
     #[error("cannot save PV {pv} for claim {claim}: {message}")]
     SavePv {
@@ -44,6 +53,7 @@ impl Failure for ClaimError {
         match self {
             ClaimError::ClassMissing { .. } => "class_missing",
             ClaimError::ClaimWrite { .. } => "claim_write",
+            ClaimError::ClaimRead { .. } => "claim_read",
             ClaimError::SavePv { .. } => "pv_save",
             ClaimError::CleanUp { .. } => "cleanup",
             ClaimError::Probe { .. } => "cleanup_probe",

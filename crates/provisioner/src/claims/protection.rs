@@ -4,6 +4,8 @@
 
 use controller_kit::events::EventType;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::Api;
+use kube::api::ListParams;
 use provisioning::data_source::clone::pending_clones;
 use provisioning::names;
 
@@ -37,8 +39,23 @@ impl ClaimsController {
     ) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
-        // Pending clones are not Bound.
-        let claims = self.ctx.caches.unsettled_claims();
+        // Pending clones are not Bound. A node instance caches only its node's claims, and a
+        // clone waiting on another node must hold the source too: it reads the namespace.
+        let claims = match &self.ctx.node {
+            None => self.ctx.caches.unsettled_claims(),
+            Some(_) => Api::<PersistentVolumeClaim>::namespaced(self.ctx.client.clone(), namespace)
+                .list(&ListParams::default())
+                .await
+                .map_err(|source| ClaimError::ClaimRead {
+                    what: "list the claims in the namespace of",
+                    claim: claim_name(claim),
+                    source,
+                })?
+                .items
+                .into_iter()
+                .map(std::sync::Arc::new)
+                .collect(),
+        };
         let pending = pending_clones(
             claim,
             claims
