@@ -543,6 +543,52 @@ async fn refused_sources_get_the_exact_event_and_no_volume_until_fixed() {
         "error getting snapshot later from api server",
     )
     .await;
+    // A pre-provisioned snapshot whose content belongs to another driver: the snapshot
+    // controller binds the two, and the restore names the content and the class.
+    let content = format!("{}-foreign", w.s.ns);
+    create(
+        &w.s,
+        testenv::volume_snapshot_content_resource(),
+        false,
+        json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+            "metadata": {"name": content},
+            "spec": {"driver": "other.example.com", "deletionPolicy": "Retain",
+                     "source": {"snapshotHandle": "elsewhere"},
+                     "volumeSnapshotRef": {"name": "foreign", "namespace": w.s.ns}},
+        }),
+    )
+    .await;
+    create(
+        &w.s,
+        testenv::volume_snapshot_resource(),
+        true,
+        json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+            "metadata": {"name": "foreign", "namespace": w.s.ns},
+            "spec": {"source": {"volumeSnapshotContentName": content}},
+        }),
+    )
+    .await;
+    let api = w.snapshots();
+    eventually("the foreign snapshot to be bound", || async {
+        let s = api.get("foreign").await.ok()?;
+        s.data["status"]["boundVolumeSnapshotContentName"]
+            .is_string()
+            .then_some(())
+    })
+    .await;
+    w.claim_from("foreign-copy", "2Gi", snapshot_source("foreign"))
+        .await;
+    w.s.wait_event(
+        "foreign-copy",
+        "ProvisioningFailed",
+        &format!(
+            "snapshotcontent {content} for snapshot foreign is not handled by CSI driver of StorageClass {}",
+            w.class
+        ),
+    )
+    .await;
     assert_eq!(w.created(), before, "no CreateVolume for a refused source");
 
     w.snapshot("later", "src").await;
