@@ -162,7 +162,12 @@ pub(crate) async fn run_controllers(
             tasks.spawn("Node cache", drain(nodes));
         }
     }
-    caches.wait_until_ready(CACHE_SYNC_TIMEOUT).await?;
+    // A termination signal ends the wait: a pod whose caches cannot sync (the API server
+    // down, a verb missing from its RBAC) must still stop when asked.
+    tokio::select! {
+        ready = caches.wait_until_ready(CACHE_SYNC_TIMEOUT) => ready?,
+        () = cancel.cancelled() => return Ok(()),
+    }
     tracing::info!(driver = %base.driver.name, "Caches synced; starting controllers");
     claims.enqueue_all();
     volumes.enqueue_all();

@@ -531,3 +531,56 @@ fn bad_flag_value_exits_2_naming_the_flag_and_version_exits_0() {
     );
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
 }
+
+/// SIGTERM while the caches wait for an API server that does not answer: the process exits at
+/// once with status 0, as upstream's (which installs no handler and dies), instead of waiting
+/// out the five-minute cache-sync limit.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn sigterm_ends_the_wait_for_caches_that_cannot_sync() {
+    let ops = Ops::start("ops-nosync").await;
+    let kubeconfig = ops.dir.join("nowhere.kubeconfig");
+    let server = format!("https://127.0.0.1:{}", free_port());
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user:\n    token: t\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    let mut provisioner = testenv::Provisioner::start(
+        &ops.dir,
+        "csi-provisioner",
+        &kubeconfig,
+        &ops.mock.socket,
+        &["-v=4"],
+        &[],
+    );
+    eventually("the provisioner to wait for its caches", 30, || async {
+        let log = provisioner.log();
+        log.contains("Failed to watch").then_some(())
+    })
+    .await;
+    assert!(provisioner.is_running(), "{}", provisioner.log());
+    let pid = provisioner.process().pid().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = provisioner.process().try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running 10 s after SIGTERM; log tail:\n{}",
+            provisioner.process().log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status.code(), Some(0), "{}", provisioner.log());
+}
