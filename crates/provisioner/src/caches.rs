@@ -62,8 +62,11 @@ pub struct Changes {
     pub foreign: Option<BoxStream<'static, Change<CSIStorageCapacity>>>,
 }
 
-/// What to watch beyond the always-needed PVCs, PVs, StorageClasses, CSINodes and Nodes.
+/// What to watch beyond the always-needed PVCs, PVs and StorageClasses.
 pub struct CacheOptions {
+    /// Whether to watch CSINodes and Nodes (central mode): only topology and capacity tracking
+    /// read them, and upstream starts their informers only for those.
+    pub watch_nodes: bool,
     pub watch_attachments: bool,
     /// Namespace and label selector of our CSIStorageCapacity objects.
     pub capacities: Option<(String, String)>,
@@ -128,6 +131,7 @@ impl Caches {
         let (classes, class_changes) = informer(Api::all(client.clone()), cfg(), |_| {});
         let ((csi_nodes, csi_node_changes), (nodes, node_changes)) = match &opts.fixed_node {
             Some((csi_node, node)) => (fixed(vec![csi_node.clone()]), fixed(vec![node.clone()])),
+            None if !opts.watch_nodes => (fixed(Vec::new()), fixed(Vec::new())),
             None => (
                 informer(Api::all(client.clone()), cfg(), |_| {}),
                 informer(

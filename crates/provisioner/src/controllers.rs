@@ -65,6 +65,9 @@ pub(crate) async fn run_controllers(
         &base.capacity_client,
         &CacheOptions {
             watch_attachments: base.driver.capabilities.publish_unpublish_volume,
+            watch_nodes: opts.enable_capacity
+                || (base.driver.capabilities.volume_accessibility_constraints
+                    && opts.feature_gates.enabled(cli::Feature::Topology)),
             capacities: capacity_target,
             initial_list,
             fixed_node,

@@ -134,6 +134,15 @@ async fn metrics_count_what_happened() {
         "{m}"
     );
     assert_eq!(sample(&m, DELETED, &[("class", &fast)]), Some(1.0), "{m}");
+    // The driver has no topology and capacity tracking is off: nothing reads Nodes or
+    // CSINodes, so they are not watched (as upstream).
+    for resource in ["nodes", "csinodes"] {
+        assert_eq!(
+            sample(&m, "csi_provisioner_api_requests_total", &[("resource", resource)]),
+            None,
+            "{resource}: {m}"
+        );
+    }
     // Only the orphan's failures were retried with an error: a failed CreateVolume holds the
     // claim instead (an event and a hold, no error), and nothing else failed.
     let errors: Vec<&str> = m.lines().filter(|l| l.starts_with(SYNC_ERRORS)).collect();
