@@ -62,6 +62,11 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
         node.as_deref(),
     );
     let volume_attributes_class = volume_attributes_class_enabled(&client, &opts).await;
+    let capacity_owner = if opts.enable_capacity {
+        crate::controllers::capacity_owner(&capacity_client, &opts).await?
+    } else {
+        None
+    };
 
     let queue_metrics = WorkQueueMetrics::new();
     queue_metrics.register(&mut registry);
@@ -127,6 +132,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
         identity,
         node,
         volume_attributes_class,
+        capacity_owner,
         queue_metrics,
         controller_metrics,
         capacity_metrics,

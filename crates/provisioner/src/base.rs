@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use controller_kit::workqueue::WorkQueueMetrics;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Client;
 
 use crate::capacity_controller::CapacityMetrics;
@@ -21,6 +22,9 @@ pub(crate) struct Base {
     /// Distributed provisioning: this instance's node.
     pub(crate) node: Option<Arc<NodeDeployment>>,
     pub(crate) volume_attributes_class: bool,
+    /// Capacity tracking: the owner of our CSIStorageCapacity objects, resolved before leader
+    /// election as upstream does, so a bad `POD_NAME` or RBAC fails every replica at once.
+    pub(crate) capacity_owner: Option<OwnerReference>,
     pub(crate) queue_metrics: WorkQueueMetrics,
     pub(crate) controller_metrics: ControllerMetrics,
     pub(crate) capacity_metrics: CapacityMetrics,

@@ -239,6 +239,23 @@ pub(crate) async fn run_controllers(
 /// How long past `--timeout` a shutdown waits for the workers' last writes.
 const DRAIN_EXTRA: Duration = Duration::from_secs(5);
 
+/// The owner `--capacity-ownerref-level` names for our CSIStorageCapacity objects, from
+/// `POD_NAME` in `NAMESPACE`.
+pub(crate) async fn capacity_owner(
+    client: &kube::Client,
+    opts: &cli::Options,
+) -> Result<Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>, AppError> {
+    let namespace = opts.env.namespace.clone().unwrap_or_default();
+    let pod = opts.env.pod_name.clone().unwrap_or_default();
+    cap::lookup_owner(client, &namespace, &pod, opts.capacity_ownerref_level)
+        .await
+        .map_err(|source| AppError::Owner {
+            pod,
+            namespace,
+            source,
+        })
+}
+
 async fn capacity_controller(
     base: &Base,
     caches: &Caches,
@@ -246,19 +263,7 @@ async fn capacity_controller(
 ) -> Result<(CapacityController, cap::RefreshHandle), AppError> {
     let opts = &base.opts;
     let namespace = opts.env.namespace.clone().unwrap_or_default();
-    let pod = opts.env.pod_name.clone().unwrap_or_default();
-    let owner = cap::lookup_owner(
-        &base.capacity_client,
-        &namespace,
-        &pod,
-        opts.capacity_ownerref_level,
-    )
-    .await
-    .map_err(|source| AppError::Owner {
-        pod: pod.clone(),
-        namespace: namespace.clone(),
-        source,
-    })?;
+    let owner = base.capacity_owner.clone();
     let config = cap::CapacityConfig {
         driver_name: base.driver.name.clone(),
         namespace,

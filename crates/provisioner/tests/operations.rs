@@ -138,7 +138,11 @@ async fn metrics_count_what_happened() {
     // CSINodes, so they are not watched (as upstream).
     for resource in ["nodes", "csinodes"] {
         assert_eq!(
-            sample(&m, "csi_provisioner_api_requests_total", &[("resource", resource)]),
+            sample(
+                &m,
+                "csi_provisioner_api_requests_total",
+                &[("resource", resource)]
+            ),
             None,
             "{resource}: {m}"
         );
@@ -592,4 +596,58 @@ async fn sigterm_ends_the_wait_for_caches_that_cannot_sync() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(status.code(), Some(0), "{}", provisioner.log());
+}
+
+/// Capacity tracking with an owner that cannot be found: every replica stops at start-up, a
+/// standby too (upstream looks the owner up before leader election), instead of looking
+/// healthy until it wins the Lease.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_missing_capacity_owner_stops_a_standby_at_start_up() {
+    use kube::api::PostParams;
+    let ops = Ops::start("ops-owner").await;
+    // Someone else holds the Lease for an hour: this replica stays a standby.
+    let lease_name = leader_election::lock_name(&ops.driver);
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": lease_name, "namespace": ops.ns},
+        "spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 3600,
+                 "renewTime": k8s_openapi::jiff::Timestamp::now().to_string()},
+    }))
+    .unwrap();
+    Api::<Lease>::namespaced(ops.client.clone(), &ops.ns)
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let ns_flag = format!("--leader-election-namespace={}", ops.ns);
+    let mut provisioner = testenv::Provisioner::start(
+        &ops.dir,
+        "csi-provisioner",
+        testenv::ControlPlane::shared().kubeconfig(),
+        &ops.mock.socket,
+        &["--leader-election", &ns_flag, "--enable-capacity"],
+        &[("NAMESPACE", ops.ns.as_str()), ("POD_NAME", "no-such-pod")],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = provisioner.process().try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a standby with a missing owner kept running; log tail:\n{}",
+            provisioner.process().log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(status.code(), Some(1));
+    let log = provisioner.log();
+    assert!(
+        log.contains("cannot look up the owner for CSIStorageCapacity objects")
+            && log.contains("no-such-pod"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("attempting to acquire leader lease"),
+        "the owner is looked up before the election: {log}"
+    );
 }
