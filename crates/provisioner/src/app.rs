@@ -21,6 +21,8 @@ use crate::supervise::Tasks;
 use crate::{VERSION, http, kubeconfig};
 
 pub async fn run(opts: cli::Options) -> Result<(), AppError> {
+    // Upstream's first line, which operators grep for.
+    tracing::info!(version = VERSION, "Version");
     warn_about_flags(&opts);
     let opts = Arc::new(opts);
     let mut registry = Registry::default();

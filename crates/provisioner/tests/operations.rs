@@ -596,6 +596,10 @@ async fn sigterm_ends_the_wait_for_caches_that_cannot_sync() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(status.code(), Some(0), "{}", provisioner.log());
+    // Upstream's first line names the version.
+    let log = provisioner.log();
+    let first = log.lines().find(|l| !l.starts_with("---")).unwrap_or_default();
+    assert!(first.contains(r#""Version" version=""#), "{first}");
 }
 
 /// Capacity tracking with an owner that cannot be found: every replica stops at start-up, a
