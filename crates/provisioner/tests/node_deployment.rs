@@ -716,3 +716,55 @@ async fn a_clone_waiting_on_another_node_holds_its_source() {
     s.delete_claim("copy").await;
     support::wait_gone(&s.claims(), "src").await;
 }
+
+/// A node whose driver refuses every volume (a per-node volume limit GetCapacity does not
+/// show): each claim it takes fails there once, goes back, and is taken by the other node;
+/// the failing node does not take it again at once, as a fixed order alone would have it do
+/// for ever.
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn a_claim_a_node_cannot_hold_goes_to_another_node() {
+    let (s, nodes) = distributed(
+        "nd-refuse",
+        &[("a", "100Gi"), ("b", "100Gi")],
+        &["--capacity-for-immediate-binding"],
+    )
+    .await;
+    nodes[0].mock.set_faults(json!({"CreateVolume": {
+        "code": "ResourceExhausted", "message": "volume limit of this node reached"}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    published_per_instance(&s, 2).await;
+    // Claims are ordered by a hash of their UID: with twelve, node a is first for some.
+    let n = 12;
+    for i in 0..n {
+        s.claim(&format!("c{i}"), &class, "1Gi", json!({})).await;
+    }
+    for i in 0..n {
+        s.wait_bound(&format!("c{i}")).await;
+    }
+    let pvs = our_pvs(&s).await;
+    assert_eq!(pvs.len(), n);
+    assert!(pvs.iter().all(|pv| pv_node(pv) == nodes[1].node));
+    let refused: Vec<String> = nodes[0]
+        .mock
+        .calls_of("CreateVolume")
+        .iter()
+        .map(|c| {
+            c["request"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    let distinct: BTreeSet<&String> = refused.iter().collect();
+    assert!(
+        !refused.is_empty(),
+        "node a was first for none of {n} claims"
+    );
+    assert_eq!(
+        distinct.len(),
+        refused.len(),
+        "node a took a claim again after it failed there: {refused:?}"
+    );
+    assert_eq!(nodes[1].mock.succeeded("CreateVolume"), n);
+}

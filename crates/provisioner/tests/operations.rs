@@ -598,7 +598,10 @@ async fn sigterm_ends_the_wait_for_caches_that_cannot_sync() {
     assert_eq!(status.code(), Some(0), "{}", provisioner.log());
     // Upstream's first line names the version.
     let log = provisioner.log();
-    let first = log.lines().find(|l| !l.starts_with("---")).unwrap_or_default();
+    let first = log
+        .lines()
+        .find(|l| !l.starts_with("---"))
+        .unwrap_or_default();
     assert!(first.contains(r#""Version" version=""#), "{first}");
 }
 

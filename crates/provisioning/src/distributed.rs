@@ -205,6 +205,24 @@ pub fn claim_turn(
     }
 }
 
+/// The turn of an instance whose own attempts at the claim failed `failures` times and sent it
+/// back: it steps behind every candidate (whose waits end by `max`), further with each
+/// failure, so a claim a node cannot hold goes to one that can. Upstream gets there by chance
+/// (every instance draws a new random delay); a fixed order alone would hand the claim to the
+/// failing node again at once, for ever. Alone, the failing node retries after the same wait,
+/// which is then its backoff.
+pub fn after_own_failures(turn: Turn, failures: u32, step: Duration, max: Duration) -> Turn {
+    if failures == 0 {
+        return turn;
+    }
+    match turn {
+        Turn::Now | Turn::After(_) | Turn::Unranked => {
+            Turn::After(max.saturating_add(step.saturating_mul(failures)))
+        }
+        no_room @ Turn::NoRoom { .. } => no_room,
+    }
+}
+
 /// Whether this instance is the one that tells a claim of `class` that nothing fits: the first
 /// by the claim's order among the instances publishing for the class (and us), so exactly one
 /// instance reports, whichever instances are up.

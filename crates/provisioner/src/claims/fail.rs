@@ -86,6 +86,10 @@ impl ClaimsController {
         }
         if writes.reschedule {
             self.memory.set_hold(&uid, None);
+            if self.ctx.node.is_some() {
+                // This node steps back when the claim is taken again (`claims/race.rs`).
+                self.races.lock().failed_here(&uid, Instant::now());
+            }
             return Ok(());
         }
         let now = Instant::now();

@@ -16,7 +16,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{annotation, requested_bytes};
-use provisioning::distributed::{NodeOwner, Published, Turn, claim_turn, node_owner, reports};
+use provisioning::distributed::{
+    NodeOwner, Published, Turn, after_own_failures, claim_turn, node_owner, reports,
+};
 use provisioning::names::ANN_SELECTED_NODE;
 use provisioning::prepare::Prepared;
 
@@ -35,7 +37,14 @@ pub struct Races {
     /// Claims this instance took (or is taking) whose volume may not exist yet: the driver's
     /// GetCapacity does not count them, so the next take must.
     taken: HashMap<String, Taken>,
+    /// Claims whose attempt here failed and sent them back: how often, and when last. Kept
+    /// when the claim leaves the cache (another node took it: it may come back), for
+    /// [`FAILURES_REMEMBERED`] after the last failure.
+    failed: HashMap<String, (u32, Instant)>,
 }
+
+/// How long this instance remembers that a claim failed here.
+const FAILURES_REMEMBERED: Duration = Duration::from_secs(30 * 60);
 
 /// A claim this instance took or is taking.
 struct Taken {
@@ -87,6 +96,22 @@ impl Races {
     pub fn forget(&mut self, uid: &str) {
         self.forget_wait(uid);
         self.taken.remove(uid);
+    }
+
+    /// The claim's attempt here failed and sent it back to be taken again.
+    pub fn failed_here(&mut self, uid: &str, now: Instant) {
+        self.failed
+            .retain(|_, (_, at)| now.duration_since(*at) < FAILURES_REMEMBERED);
+        let entry = self.failed.entry(uid.to_string()).or_insert((0, now));
+        *entry = (entry.0.saturating_add(1), now);
+    }
+
+    /// How often the claim failed here lately.
+    fn failures(&self, uid: &str, now: Instant) -> u32 {
+        self.failed
+            .get(uid)
+            .filter(|(_, at)| now.duration_since(*at) < FAILURES_REMEMBERED)
+            .map_or(0, |(n, _)| *n)
     }
 
     /// Bytes of the takes whose volumes may not exist yet. A take whose write is still on its
@@ -187,7 +212,14 @@ impl ClaimsController {
                 None
             }
         };
-        let wait = match self.turn(claim, class, &node) {
+        let failures = self.races.lock().failures(&uid, Instant::now());
+        let turn = after_own_failures(
+            self.turn(claim, class, &node),
+            failures,
+            turn_step(&node),
+            node.max_delay,
+        );
+        let wait = match turn {
             Turn::Now => Duration::ZERO,
             Turn::After(d) => d,
             Turn::Unranked => self.races.lock().draw(&uid, &node),
@@ -279,9 +311,6 @@ impl ClaimsController {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         let class_name = class.metadata.name.as_deref().unwrap_or_default();
         let bytes = requested_bytes(claim).unwrap_or(0);
-        // Rank k waits k quarter base delays (5 s by default): long enough for the first
-        // choice's write to arrive, short enough to cover a dead one.
-        let step = node.base_delay / 4;
         let published = published(&objects);
         claim_turn(
             uid,
@@ -289,7 +318,7 @@ impl ClaimsController {
             class_name,
             bytes,
             &published,
-            step,
+            turn_step(node),
             node.max_delay,
         )
     }
@@ -450,6 +479,12 @@ fn published(objects: &[PeerObject]) -> Vec<Published<'_>> {
 }
 
 /// Whether the class limits where volumes may go (then a node it excludes never takes a claim).
+/// Rank k waits k quarter base delays (5 s by default): long enough for the first choice's
+/// write to arrive, short enough to cover a dead one.
+fn turn_step(node: &NodeDeployment) -> Duration {
+    node.base_delay / 4
+}
+
 fn restricted(class: &StorageClass) -> bool {
     class
         .allowed_topologies
@@ -470,6 +505,24 @@ fn on_node(claim: &PersistentVolumeClaim, node: &str) -> PersistentVolumeClaim {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failures_here_outlive_the_claim_leaving_the_cache_but_not_their_time() {
+        let mut races = Races::default();
+        let t0 = Instant::now();
+        races.failed_here("u", t0);
+        races.failed_here("u", t0 + Duration::from_secs(1));
+        assert_eq!(races.failures("u", t0 + Duration::from_secs(2)), 2);
+        races.forget("u");
+        assert_eq!(races.failures("u", t0 + Duration::from_secs(2)), 2, "kept");
+        let later = t0 + Duration::from_secs(1) + FAILURES_REMEMBERED;
+        assert_eq!(races.failures("u", later), 0, "expired");
+        races.failed_here("v", later);
+        assert!(
+            !races.failed.contains_key("u"),
+            "pruned on the next failure"
+        );
+    }
 
     #[test]
     fn a_new_place_restarts_the_wait_unless_first() {

@@ -389,3 +389,27 @@ fn an_instance_keeps_its_own_and_waiting_claims_only() {
         assert_eq!(concerns_node(&c, "n1"), want, "{what}");
     }
 }
+
+#[test]
+fn a_node_that_failed_a_claim_steps_behind_every_candidate() {
+    let (step, max) = (Duration::from_secs(5), Duration::from_secs(60));
+    let after = |s| Turn::After(Duration::from_secs(s));
+    let no_room = Turn::NoRoom { report: true };
+    let cases = [
+        (Turn::Now, 0, Turn::Now),
+        (after(10), 0, after(10)),
+        (Turn::Unranked, 0, Turn::Unranked),
+        // The first choice that failed once now waits longer than the last candidate (60 s).
+        (Turn::Now, 1, after(65)),
+        (after(10), 2, after(70)),
+        (Turn::Unranked, 1, after(65)),
+        (no_room.clone(), 3, no_room),
+    ];
+    for (turn, failures, want) in cases {
+        assert_eq!(
+            after_own_failures(turn.clone(), failures, step, max),
+            want,
+            "{turn:?} after {failures}"
+        );
+    }
+}
