@@ -768,3 +768,71 @@ async fn a_claim_a_node_cannot_hold_goes_to_another_node() {
     );
     assert_eq!(nodes[1].mock.succeeded("CreateVolume"), n);
 }
+
+/// A clone source bound without any node selected (a pre-bound, static PV) is cached by no
+/// instance for itself; once a node's clone put our cloning-protection finalizer on it, the
+/// instances keep it, so its deletion is not stuck on that finalizer.
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn a_clone_source_bound_without_a_node_is_released() {
+    use kube::api::PostParams;
+    let (s, nodes) = nodes_with_drivers(
+        "nd-static",
+        &[("a", "10Gi"), ("b", "10Gi")],
+        &[],
+        &["--clone-volume"],
+    )
+    .await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    let on = |node: &str| json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": node}}});
+    s.claim("orig", &class, "1Gi", on(&nodes[0].node)).await;
+    let orig = s.wait_bound("orig").await;
+    let orig_pv = s
+        .volumes()
+        .get(orig.spec.unwrap().volume_name.as_deref().unwrap())
+        .await
+        .unwrap();
+    // The same volume once more, as a static PV pre-bound to "src" (Retain: never deleted).
+    let spec = orig_pv.spec.unwrap();
+    let static_pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": format!("{}-static", s.ns)},
+        "spec": {
+            "capacity": spec.capacity, "accessModes": spec.access_modes,
+            "csi": spec.csi, "nodeAffinity": spec.node_affinity,
+            "storageClassName": class, "persistentVolumeReclaimPolicy": "Retain",
+            "claimRef": {"namespace": s.ns, "name": "src"},
+        },
+    }))
+    .unwrap();
+    s.volumes()
+        .create(&PostParams::default(), &static_pv)
+        .await
+        .unwrap();
+    let pv_name = static_pv.metadata.name.clone().unwrap();
+    s.claim(
+        "src",
+        &class,
+        "1Gi",
+        json!({"spec": {"volumeName": pv_name}}),
+    )
+    .await;
+    let src = s.wait_bound("src").await;
+    assert!(
+        !src.annotations()
+            .contains_key("volume.kubernetes.io/selected-node")
+    );
+    let mut copy = on(&nodes[0].node);
+    copy["spec"] = json!({"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}});
+    s.claim("copy", &class, "1Gi", copy).await;
+    s.wait_bound("copy").await;
+    let held = s.claims().get("src").await.unwrap();
+    assert!(
+        held.finalizers()
+            .iter()
+            .any(|f| f == provisioning::names::CLONE_SOURCE_FINALIZER),
+        "the clone protected its source: {:?}",
+        held.finalizers()
+    );
+    s.delete_claim("src").await;
+    support::wait_gone(&s.claims(), "src").await;
+}

@@ -33,20 +33,30 @@ pub enum NodeOwner {
 }
 
 /// Whether an instance on `node` keeps a claim in its cache at all: claims whose
-/// `selected-node` names it, and claims still waiting for a node (unbound, none selected).
-/// Everything else (other nodes' claims, claims bound without any node selected) no step of
-/// this instance reads, so with local storage each instance holds its own node's claims
-/// instead of the cluster's.
+/// `selected-node` names it, claims still waiting for a node (unbound, none selected), and
+/// clone sources without a node that hold our cloning-protection finalizer (whichever node
+/// cloned them added it, and some instance must see the claim to take it off). Everything
+/// else (other nodes' claims, claims bound without any node selected) no step of this
+/// instance reads, so with local storage each instance holds its own node's claims instead of
+/// the cluster's.
 ///
 /// Differs from upstream: its instances cache every claim of the cluster.
 pub fn concerns_node(claim: &PersistentVolumeClaim, node: &str) -> bool {
     match annotation(claim, names::ANN_SELECTED_NODE).filter(|n| !n.is_empty()) {
         Some(selected) => selected == node,
-        None => claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.volume_name.as_deref())
-            .is_none_or(str::is_empty),
+        None => {
+            let unbound = claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .is_none_or(str::is_empty);
+            let protected = claim
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|x| x == names::CLONE_SOURCE_FINALIZER));
+            unbound || protected
+        }
     }
 }
 

@@ -360,6 +360,10 @@ fn exactly_one_instance_reports_a_claim_whatever_it_asks_for() {
 
 #[test]
 fn an_instance_keeps_its_own_and_waiting_claims_only() {
+    let protected = |mut c: PersistentVolumeClaim| {
+        c.metadata.finalizers = Some(vec![names::CLONE_SOURCE_FINALIZER.into()]);
+        c
+    };
     let bound = |selected: Option<&str>| {
         let mut c = claim(selected);
         c.spec = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
@@ -383,6 +387,16 @@ fn an_instance_keeps_its_own_and_waiting_claims_only() {
             bound(None),
             false,
             "bound without a node: nothing to do here",
+        ),
+        (
+            protected(bound(None)),
+            true,
+            "a clone source without a node: someone must release it",
+        ),
+        (
+            protected(bound(Some("n2"))),
+            false,
+            "another node's clone source: that node releases it",
         ),
     ];
     for (c, want, what) in cases {
