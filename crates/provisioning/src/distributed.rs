@@ -96,10 +96,10 @@ pub fn volume_is_accessible(
         return true;
     }
     required.node_selector_terms.iter().any(|term| {
-        // A term with fields only (never written by a provisioner) selects no labels.
+        // A term with fields only (never written by a provisioner) selects no labels, and an
+        // empty term selects nothing (as Kubernetes' node affinity).
         let expressions = term.match_expressions.as_deref().unwrap_or_default();
-        (!expressions.is_empty() || term.match_fields.is_none())
-            && expressions.iter().all(|r| requirement_matches(r, topology))
+        !expressions.is_empty() && expressions.iter().all(|r| requirement_matches(r, topology))
     })
 }
 

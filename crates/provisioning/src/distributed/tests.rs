@@ -93,6 +93,8 @@ fn accessibility_matches_one_required_term() {
         (None, &node1, true),
         // A node without topology (a driver that reports none) accepts everything.
         (Some(affinity(in_n2)), &BTreeMap::new(), true),
+        // An empty term selects no node.
+        (Some(affinity(json!([{}]))), &node1, false),
     ];
     for (i, (a, t, want)) in cases.into_iter().enumerate() {
         assert_eq!(volume_is_accessible(a.as_ref(), t), want, "case {i}");
