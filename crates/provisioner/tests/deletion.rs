@@ -150,13 +150,7 @@ async fn a_class_secret_that_is_gone_does_not_block_deletion() {
         )
         .await;
     s.claim("data", &class, "1Gi", json!({})).await;
-    let pv = s
-        .wait_bound("data")
-        .await
-        .spec
-        .unwrap()
-        .volume_name
-        .unwrap();
+    let pv = s.bound_pv("data").await;
     let handle = s.volume_handle(&pv).await;
     let unannotated = json!({"metadata": {"annotations": {
         "volume.kubernetes.io/provisioner-deletion-secret-name": null,
@@ -193,13 +187,7 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
     let s = Scenario::start("prov-va", &["--publish-unpublish"], &[]).await;
     let class = s.class("imm", "Immediate", json!({})).await;
     s.claim("data", &class, "1Gi", json!({})).await;
-    let pv_name = s
-        .wait_bound("data")
-        .await
-        .spec
-        .unwrap()
-        .volume_name
-        .unwrap();
+    let pv_name = s.bound_pv("data").await;
     let va_name = format!("{}-va", s.ns);
     let va: k8s_openapi::api::storage::v1::VolumeAttachment = serde_json::from_value(json!({
         "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
@@ -277,13 +265,7 @@ async fn a_deleted_claim_is_released_after_pvc_protection_with_one_write() {
         .class("c", "Immediate", json!({"reclaimPolicy": "Delete"}))
         .await;
     s.claim("data", &class, "1Gi", json!({})).await;
-    let pv = s
-        .wait_bound("data")
-        .await
-        .spec
-        .unwrap()
-        .volume_name
-        .unwrap();
+    let pv = s.bound_pv("data").await;
     // Scheduled (no kubelet runs it): pvc-protection counts it as using the claim.
     let node = format!("{}-nowhere", s.ns);
     create_pod(&s, "user", "data", json!({"nodeName": node})).await;

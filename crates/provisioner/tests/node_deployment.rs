@@ -669,21 +669,31 @@ async fn allowed_topologies_pick_the_node_and_other_problems_are_reported_on_the
     assert_eq!(calls, [0, 1], "one CreateVolume, for the good claim on b");
 }
 
-/// Cloning protection across nodes: a source claim on node a stays while a clone that node b
-/// took still waits, although a's instance does not cache b's claims (upstream's clone
-/// controller sees every claim). It goes once the clone is gone.
-#[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
-async fn a_clone_waiting_on_another_node_holds_its_source() {
+/// Two nodes whose drivers clone, without capacity tracking, and an Immediate class.
+async fn cloning_nodes(prefix: &str) -> (Scenario, Vec<Instance>, String) {
     let (s, nodes) = nodes_with_drivers(
-        "nd-clone",
+        prefix,
         &[("a", "10Gi"), ("b", "10Gi")],
         &[],
         &["--clone-volume"],
     )
     .await;
     let class = s.class("imm", "Immediate", json!({})).await;
-    let on = |node: &str| json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": node}}});
+    (s, nodes, class)
+}
+
+/// A claim's metadata with `selected-node` naming `node`.
+fn on(node: &str) -> serde_json::Value {
+    json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": node}}})
+}
+
+/// Cloning protection across nodes: a source claim on node a stays while a clone that node b
+/// took still waits, although a's instance does not cache b's claims (upstream's clone
+/// controller sees every claim). It goes once the clone is gone.
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn a_clone_waiting_on_another_node_holds_its_source() {
+    let (s, nodes, class) = cloning_nodes("nd-clone").await;
     s.claim("src", &class, "1Gi", on(&nodes[0].node)).await;
     s.wait_bound("src").await;
     let mut copy = on(&nodes[1].node);
@@ -776,15 +786,7 @@ async fn a_claim_a_node_cannot_hold_goes_to_another_node() {
 #[ignore = "needs the control plane (cargo xtask test)"]
 async fn a_clone_source_bound_without_a_node_is_released() {
     use kube::api::PostParams;
-    let (s, nodes) = nodes_with_drivers(
-        "nd-static",
-        &[("a", "10Gi"), ("b", "10Gi")],
-        &[],
-        &["--clone-volume"],
-    )
-    .await;
-    let class = s.class("imm", "Immediate", json!({})).await;
-    let on = |node: &str| json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": node}}});
+    let (s, nodes, class) = cloning_nodes("nd-static").await;
     s.claim("orig", &class, "1Gi", on(&nodes[0].node)).await;
     let orig = s.wait_bound("orig").await;
     let orig_pv = s

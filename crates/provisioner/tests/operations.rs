@@ -583,18 +583,7 @@ async fn sigterm_ends_the_wait_for_caches_that_cannot_sync() {
             .unwrap()
             .success()
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = provisioner.process().try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running 10 s after SIGTERM; log tail:\n{}",
-            provisioner.process().log_tail(20)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = wait_exit(&mut provisioner, 10, "after SIGTERM").await;
     assert_eq!(status.code(), Some(0), "{}", provisioner.log());
     // Upstream's first line names the version.
     let log = provisioner.log();
@@ -634,18 +623,7 @@ async fn a_missing_capacity_owner_stops_a_standby_at_start_up() {
         &["--leader-election", &ns_flag, "--enable-capacity"],
         &[("NAMESPACE", ops.ns.as_str()), ("POD_NAME", "no-such-pod")],
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = provisioner.process().try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "a standby with a missing owner kept running; log tail:\n{}",
-            provisioner.process().log_tail(20)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let status = wait_exit(&mut provisioner, 30, "as a standby with a missing owner").await;
     assert_eq!(status.code(), Some(1));
     let log = provisioner.log();
     assert!(
@@ -657,4 +635,24 @@ async fn a_missing_capacity_owner_stops_a_standby_at_start_up() {
         !log.contains("attempting to acquire leader lease"),
         "the owner is looked up before the election: {log}"
     );
+}
+
+/// Waits up to `seconds` for the provisioner to exit; fails with its log tail otherwise.
+async fn wait_exit(
+    provisioner: &mut testenv::Provisioner,
+    seconds: u64,
+    when: &str,
+) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(status) = provisioner.process().try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running {seconds} s {when}; log tail:\n{}",
+            provisioner.process().log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

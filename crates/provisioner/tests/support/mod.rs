@@ -184,6 +184,15 @@ impl Scenario {
         .await
     }
 
+    /// Waits until claim `name` is Bound; returns its PV's name.
+    pub async fn bound_pv(&self, name: &str) -> String {
+        let claim = self.wait_bound(name).await;
+        claim
+            .spec
+            .and_then(|s| s.volume_name)
+            .expect("a Bound claim names its PV")
+    }
+
     /// The CSI volume handle of PV `pv`.
     pub async fn volume_handle(&self, pv: &str) -> String {
         let pv = self.volumes().get(pv).await.unwrap();
