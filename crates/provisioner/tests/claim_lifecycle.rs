@@ -114,42 +114,19 @@ async fn a_claim_whose_create_volume_failed_finally_is_released_without_a_probe(
 /// Refuses PV creation for one class with a ValidatingAdmissionPolicy: the PV save fails while
 /// everything else works. Returns the policy's name.
 async fn refuse_pvs_of_class(s: &Scenario, class: &str) -> String {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
     let name = format!("{}-no-pv", s.ns);
-    let gvk = |kind: &str| {
-        ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "admissionregistration.k8s.io",
-            "v1",
-            kind,
-        ))
-    };
-    let policy: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
+    support::create_validating_policy(
+        s,
+        &name,
+        json!({
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                 "operations": ["CREATE"], "resources": ["persistentvolumes"]}]},
             "validations": [{"expression": format!("object.spec.storageClassName != '{class}'"),
                 "message": "test: PV creation refused"}],
-        },
-    }))
-    .unwrap();
-    let binding: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }))
-    .unwrap();
-    let pp = PostParams::default();
-    Api::<DynamicObject>::all_with(s.client.clone(), &gvk("ValidatingAdmissionPolicy"))
-        .create(&pp, &policy)
-        .await
-        .unwrap();
-    Api::<DynamicObject>::all_with(s.client.clone(), &gvk("ValidatingAdmissionPolicyBinding"))
-        .create(&pp, &binding)
-        .await
-        .unwrap();
+        }),
+    )
+    .await;
     // The policy takes effect a moment later: wait until a dry-run PV is refused.
     let probe: k8s_openapi::api::core::v1::PersistentVolume = serde_json::from_value(json!({
         "metadata": {"name": format!("{}-probe", s.ns)},
@@ -173,21 +150,7 @@ async fn refuse_pvs_of_class(s: &Scenario, class: &str) -> String {
 }
 
 async fn allow_pvs(s: &Scenario, policy: &str) {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-    for kind in [
-        "ValidatingAdmissionPolicyBinding",
-        "ValidatingAdmissionPolicy",
-    ] {
-        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "admissionregistration.k8s.io",
-            "v1",
-            kind,
-        ));
-        Api::<DynamicObject>::all_with(s.client.clone(), &ar)
-            .delete(policy, &DeleteParams::default())
-            .await
-            .unwrap();
-    }
+    support::drop_validating_policy(s, policy).await;
 }
 
 /// A claim deleted while its PV cannot be saved, after its StorageClass and provisioner secret

@@ -240,10 +240,10 @@ async fn keep_finalizer_on(w: &World, name: &str) -> String {
     let had =
         format!("has(oldObject.metadata.finalizers) && '{f}' in oldObject.metadata.finalizers");
     let has = format!("has(object.metadata.finalizers) && '{f}' in object.metadata.finalizers");
-    let body = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": policy},
-        "spec": {
+    support::create_validating_policy(
+        &w.s,
+        &policy,
+        json!({
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": [{"apiGroups": ["snapshot.storage.k8s.io"],
                 "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["volumesnapshots"]}]},
@@ -251,25 +251,9 @@ async fn keep_finalizer_on(w: &World, name: &str) -> String {
                 "!(object.metadata.namespace == '{}' && object.metadata.name == '{name}' && ({had}) && !({has}))",
                 w.s.ns),
                 "message": "test: this snapshot keeps its finalizer"}],
-        },
-    });
-    let binding = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": policy},
-        "spec": {"policyName": policy, "validationActions": ["Deny"]},
-    });
-    for (kind, body) in [
-        ("ValidatingAdmissionPolicy", body),
-        ("ValidatingAdmissionPolicyBinding", binding),
-    ] {
-        Api::<DynamicObject>::all_with(w.s.client.clone(), &admission(kind))
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(body).unwrap(),
-            )
-            .await
-            .unwrap();
-    }
+        }),
+    )
+    .await;
     let api = w.snapshots();
     let dry = PostParams {
         dry_run: true,
@@ -286,26 +270,6 @@ async fn keep_finalizer_on(w: &World, name: &str) -> String {
     })
     .await;
     policy
-}
-
-async fn drop_policy(s: &Scenario, policy: &str) {
-    for kind in [
-        "ValidatingAdmissionPolicyBinding",
-        "ValidatingAdmissionPolicy",
-    ] {
-        Api::<DynamicObject>::all_with(s.client.clone(), &admission(kind))
-            .delete(policy, &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-}
-
-fn admission(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-        "admissionregistration.k8s.io",
-        "v1",
-        kind,
-    ))
 }
 
 fn finalizers(meta: &kube::api::ObjectMeta) -> Vec<String> {
@@ -651,7 +615,7 @@ async fn the_orphan_sweep_releases_snapshots_no_pending_claim_needs() {
             held.metadata.name
         );
     }
-    drop_policy(&w.s, &policy).await;
+    support::drop_validating_policy(&w.s, &policy).await;
     // Deleting the snapshot works once the finalizer is gone.
     api.delete("orphan", &DeleteParams::default())
         .await

@@ -523,3 +523,50 @@ pub async fn install_policy(s: &Scenario) {
     })
     .await;
 }
+
+/// Creates ValidatingAdmissionPolicy `name` with `spec` and a binding that denies what it
+/// refuses (cluster-wide: the spec's expression names what it applies to).
+pub async fn create_validating_policy(s: &Scenario, name: &str, spec: serde_json::Value) {
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name}, "spec": spec,
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    });
+    for (kind, body) in [
+        ("ValidatingAdmissionPolicy", policy),
+        ("ValidatingAdmissionPolicyBinding", binding),
+    ] {
+        Api::<kube::api::DynamicObject>::all_with(s.client.clone(), &admission_resource(kind))
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(body).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Deletes what [`create_validating_policy`] made.
+pub async fn drop_validating_policy(s: &Scenario, name: &str) {
+    for kind in [
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+    ] {
+        Api::<kube::api::DynamicObject>::all_with(s.client.clone(), &admission_resource(kind))
+            .delete(name, &kube::api::DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}
+
+fn admission_resource(kind: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        "admissionregistration.k8s.io",
+        "v1",
+        kind,
+    ))
+}
