@@ -228,7 +228,7 @@ impl ClaimsController {
                 let state = after_call(&before, &CallResult::Final);
                 self.memory.set_volume_state(&uid, state, Some(request));
             } else {
-                message.push_str(&cleanup_later(&plan.volume_name));
+                message.push_str(&cleanup_later(&volume.volume_id));
             }
             return self
                 .fail(&claim, class, ProvisionError::background(message), false)
@@ -322,7 +322,7 @@ impl ClaimsController {
 }
 
 /// What a failed clean-up of an unwanted volume adds to the event: upstream says the volume is
-/// orphaned; ours is kept on record and deleted before the next attempt.
+/// orphaned; ours is found again by the next CreateVolume under the same name, and deleted then.
 fn cleanup_later(volume: &str) -> String {
     format!(". cleanup of volume {volume} failed, it is deleted on the next attempt")
 }
