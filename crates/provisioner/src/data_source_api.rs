@@ -78,28 +78,29 @@ const CONFLICT_RETRIES: usize = 3;
 /// Adds (`add`) or removes our source-protection finalizer on a snapshot, with an update
 /// guarded by its resourceVersion (re-read and retried on a conflict). A `Forbidden` answer is
 /// logged and ignored: older RBAC without `update` on volumesnapshots keeps working, as
-/// upstream. A snapshot gone before a removal is fine.
+/// upstream. A snapshot gone before a removal is fine. Returns the snapshot as stored by our
+/// write (`None`: nothing was written).
 pub async fn set_snapshot_finalizer(
     api: &Api<DynamicObject>,
     mut object: DynamicObject,
     add: bool,
-) -> Result<(), kube::Error> {
+) -> Result<Option<DynamicObject>, kube::Error> {
     let name = object.metadata.name.clone().unwrap_or_default();
     for attempt in 0..=CONFLICT_RETRIES {
         let finalizers = object.metadata.finalizers.as_ref();
         match finalizers_with(finalizers, names::SNAPSHOT_SOURCE_FINALIZER, add) {
             Some(f) => object.metadata.finalizers = Some(f),
-            None => return Ok(()),
+            None => return Ok(None),
         }
         match api.replace(&name, &PostParams::default(), &object).await {
-            Ok(_) => {
+            Ok(stored) => {
                 klog::v!(3, snapshot = %format!("{}/{name}", object.metadata.namespace.as_deref().unwrap_or_default()), added = add, "Changed finalizer {}", names::SNAPSHOT_SOURCE_FINALIZER);
-                return Ok(());
+                return Ok(Some(stored));
             }
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < CONFLICT_RETRIES => {
                 match api.get_opt(&name).await? {
                     Some(fresh) => object = fresh,
-                    None if !add => return Ok(()),
+                    None if !add => return Ok(None),
                     None => {
                         return Err(kube::Error::Api(e));
                     }
@@ -107,9 +108,9 @@ pub async fn set_snapshot_finalizer(
             }
             Err(kube::Error::Api(e)) if e.code == 403 => {
                 tracing::warn!(snapshot = %name, "Not allowed to update VolumeSnapshots; the restore goes on without protecting the snapshot (grant update on volumesnapshots)");
-                return Ok(());
+                return Ok(None);
             }
-            Err(kube::Error::Api(e)) if e.code == 404 && !add => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 && !add => return Ok(None),
             Err(e) => return Err(e),
         }
     }

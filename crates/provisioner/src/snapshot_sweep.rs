@@ -106,7 +106,7 @@ async fn sweep(
             continue;
         };
         match set_snapshot_finalizer(&snapshots(client, namespace), object, false).await {
-            Ok(()) => {
+            Ok(_) => {
                 removed += 1;
                 klog::v!(3, snapshot = %format!("{namespace}/{name}"), "Removed finalizer {} (no pending claim uses the snapshot)", names::SNAPSHOT_SOURCE_FINALIZER);
             }

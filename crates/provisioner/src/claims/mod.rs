@@ -92,6 +92,10 @@ pub struct ClaimsController {
     snapshot_cache: Arc<parking_lot::Mutex<Option<DynamicStore>>>,
     /// The VolumeSnapshotContent watch's cache, while that watch runs.
     content_cache: Arc<parking_lot::Mutex<Option<DynamicStore>>>,
+    /// By claim UID: the snapshot as our adding the source-protection finalizer left it, so
+    /// that its removal after the restore needs no read when the watch lags behind.
+    protected_snapshots:
+        Arc<parking_lot::Mutex<std::collections::HashMap<String, kube::api::DynamicObject>>>,
     /// Snapshots (namespace, name) a waiting claim wants, by when they were seen ready.
     ready_snapshots:
         Arc<parking_lot::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>>,
@@ -112,6 +116,7 @@ impl ClaimsController {
             warned_classes: Arc::default(),
             clone_holds: Arc::default(),
             ready_snapshots: Arc::default(),
+            protected_snapshots: Arc::default(),
             snapshot_cache: Arc::default(),
             content_cache: Arc::default(),
             awaiting_snapshot: Arc::default(),
@@ -191,6 +196,7 @@ impl ClaimsController {
             self.races.lock().forget(uid);
             self.clone_holds.lock().remove(uid);
             self.awaiting_snapshot.lock().remove(uid);
+            self.protected_snapshots.lock().remove(uid);
         }
         self.metrics_remembered();
     }

@@ -88,9 +88,12 @@ impl ClaimsController {
             tracing::warn!(claim = %claim_name(claim), "{warning}");
         }
         if protect && !has_finalizer(&snapshot.metadata, names::SNAPSHOT_SOURCE_FINALIZER) {
-            set_snapshot_finalizer(&api, object, true)
+            let stored = set_snapshot_finalizer(&api, object, true)
                 .await
                 .map_err(|e| ProvisionError::no_change(crate::api_error::message(&e)))?;
+            if let Some(stored) = stored {
+                self.protected_snapshots.lock().insert(uid.clone(), stored);
+            }
         }
         Ok(restore.content_source)
     }
@@ -121,13 +124,19 @@ impl ClaimsController {
         };
         let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
         let api = snapshots(&self.ctx.background_client, namespace);
-        // A cached copy without our finalizer may predate our adding it (a fast driver): read
-        // the snapshot then, as upstream always does, or the finalizer stays until the sweep
-        // (for ever with the sweep off).
+        // A cached copy without our finalizer may predate our adding it (a fast driver): then
+        // our own write is the newer version, or else the snapshot is read (upstream always
+        // reads it). Missing it would leave the finalizer until the sweep, or for ever with
+        // the sweep off. A version that turns out stale costs a conflict and a re-read.
+        let ours = claim
+            .metadata
+            .uid
+            .as_deref()
+            .and_then(|uid| self.protected_snapshots.lock().remove(uid));
         let cached = self
             .cached_snapshot(namespace, name)
             .filter(|o| has_finalizer(&o.metadata, names::SNAPSHOT_SOURCE_FINALIZER));
-        let current = match cached {
+        let current = match cached.or(ours) {
             Some(object) => Ok(Some(object)),
             None => api.get_opt(name).await,
         };
@@ -135,7 +144,7 @@ impl ClaimsController {
             Ok(Some(object))
                 if has_finalizer(&object.metadata, names::SNAPSHOT_SOURCE_FINALIZER) =>
             {
-                set_snapshot_finalizer(&api, object, false).await
+                set_snapshot_finalizer(&api, object, false).await.map(drop)
             }
             Ok(_) => Ok(()),
             Err(e) => Err(e),
