@@ -50,12 +50,11 @@ pub fn concerns_node(claim: &PersistentVolumeClaim, node: &str) -> bool {
                 .as_ref()
                 .and_then(|s| s.volume_name.as_deref())
                 .is_none_or(str::is_empty);
-            let protected = claim
-                .metadata
-                .finalizers
-                .as_ref()
-                .is_some_and(|f| f.iter().any(|x| x == names::CLONE_SOURCE_FINALIZER));
-            unbound || protected
+            unbound
+                || crate::data_source::snapshot::has_finalizer(
+                    &claim.metadata,
+                    names::CLONE_SOURCE_FINALIZER,
+                )
         }
     }
 }
