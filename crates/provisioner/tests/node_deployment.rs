@@ -606,6 +606,49 @@ async fn with_the_admission_policy_an_unclaimed_deleted_claim_is_let_go_without_
     }
 }
 
+/// With the admission policy, a claim waiting for a node holds the policy's finalizer: an
+/// Immediate claim while the nodes take none (`--node-deployment-immediate-binding=false`), and
+/// a late-binding claim its node gave back after a failure (rescheduled, no pod to pick again).
+/// Deleted, both go: no node will ever take them.
+#[tokio::test]
+#[ignore = "needs the control plane (cargo xtask test)"]
+async fn with_the_admission_policy_a_deleted_claim_waiting_for_a_node_is_let_go() {
+    let (s, nodes) = nodes_with(
+        "nd-wait",
+        &[("a", "100Gi"), ("b", "100Gi")],
+        &["--node-deployment-immediate-binding=false"],
+    )
+    .await;
+    nodes[0].mock.set_faults(json!({"CreateVolume": {
+        "code": "ResourceExhausted", "message": "volume limit of this node reached"}}));
+    support::install_policy(&s).await;
+    let immediate = s.class("imm", "Immediate", json!({})).await;
+    let late = s.class("late", "WaitForFirstConsumer", json!({})).await;
+    s.claim("imm", &immediate, "1Gi", json!({})).await;
+    // As the scheduler would pick node a for a pod (none here, so nothing picks again).
+    s.claim("late", &late, "1Gi", on(&nodes[0].node)).await;
+    s.wait_finalizer("imm").await;
+    s.wait_event("late", "ProvisioningFailed", "volume limit")
+        .await;
+    eventually("the late claim to be given back, still held", || async {
+        let c = s.claims().get("late").await.ok()?;
+        let selected = c
+            .annotations()
+            .contains_key("volume.kubernetes.io/selected-node");
+        (!selected && support::holds_finalizer(&c)).then_some(())
+    })
+    .await;
+    s.delete_claim("imm").await;
+    s.delete_claim("late").await;
+    support::wait_gone(&s.claims(), "imm").await;
+    support::wait_gone(&s.claims(), "late").await;
+    assert_eq!(nodes[0].mock.calls_of("CreateVolume").len(), 1);
+    assert_eq!(nodes[1].mock.calls_of("CreateVolume").len(), 0);
+    for i in &nodes {
+        assert_eq!(i.mock.calls_of("DeleteVolume").len(), 0, "{}", i.node);
+    }
+}
+
 /// A class whose allowedTopologies admit one node: only that node's instance takes its claims.
 /// A claim it cannot provision for another reason (here a reserved parameter nobody knows) is
 /// still taken, as upstream, so that the failure shows on the claim instead of nobody taking it.

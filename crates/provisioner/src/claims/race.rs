@@ -166,6 +166,22 @@ impl ClaimsController {
         }
     }
 
+    /// A deleted claim that no node holds. Either no node ever took it, or the last one gave it
+    /// up with nothing of it left on its node (`provisioning::attempt::after_failure`): no volume
+    /// can exist, and a finalizer (the admission policy's) only has to go.
+    pub(super) async fn let_go_unclaimed(
+        &self,
+        claim: &PersistentVolumeClaim,
+    ) -> Result<(), SyncError> {
+        self.races
+            .lock()
+            .forget(claim.metadata.uid.as_deref().unwrap_or_default());
+        if provisioning::lifecycle::has_finalizer(claim) {
+            self.remove_finalizer(claim).await?;
+        }
+        Ok(())
+    }
+
     /// An unclaimed Immediate claim: release a finalizer nothing needs, or take the claim when
     /// it is our turn.
     pub(super) async fn race(
@@ -178,13 +194,7 @@ impl ClaimsController {
         };
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         if claim.metadata.deletion_timestamp.is_some() {
-            // No node ever took it, so no CreateVolume ran: a finalizer (the admission
-            // policy's) only has to go.
-            self.races.lock().forget(&uid);
-            if provisioning::lifecycle::has_finalizer(claim) {
-                self.remove_finalizer(claim).await?;
-            }
-            return Ok(());
+            return self.let_go_unclaimed(claim).await;
         }
         if claim
             .spec

@@ -56,6 +56,12 @@ impl ClaimsController {
             match self.node_step(&claim, class.as_deref()) {
                 NodeStep::Continue => {}
                 NodeStep::Skip => return Ok(()),
+                // A claim waiting for its node (late binding, or Immediate without
+                // `--node-deployment-immediate-binding`) may hold the admission policy's
+                // finalizer, and no node will ever take it once it is deleted.
+                NodeStep::Wait if claim.metadata.deletion_timestamp.is_some() => {
+                    return self.let_go_unclaimed(&claim).await;
+                }
                 NodeStep::Wait => {
                     return match class.as_deref() {
                         Some(class) => self.report_no_room(&claim, class),
