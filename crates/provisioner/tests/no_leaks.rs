@@ -45,6 +45,94 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
     }));
 }
 
+/// A claim that kube-controller-manager binds to a matching PV made by hand while its
+/// CreateVolume ended without an answer (a timeout): the volume that call made belongs to no
+/// PV, so it is found with the same request and deleted (upstream leaves it; so did we).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_claim_bound_to_another_pv_mid_call_leaves_no_volume() {
+    bound_to_another_pv_mid_call(false).await;
+}
+
+/// The same with the admission policy, which drops the finalizer with the binding: what this
+/// process remembers of the call still leads to the volume.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_admission_policy_a_claim_bound_to_another_pv_mid_call_leaves_no_volume() {
+    bound_to_another_pv_mid_call(true).await;
+}
+
+async fn bound_to_another_pv_mid_call(policy: bool) {
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    use kube::api::PostParams;
+    let s = Scenario::start("prov-static", &[], &["--timeout=2s"]).await;
+    if policy {
+        support::install_policy(&s).await;
+    }
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": 5000}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    s.wait_event("data", "ProvisioningFailed", "DeadlineExceeded")
+        .await;
+    let static_pv = format!("{}-static", s.ns);
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": static_pv},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": class,
+                 "csi": {"driver": s.driver, "volumeHandle": "made-by-hand"}},
+    }))
+    .unwrap();
+    s.volumes()
+        .create(&PostParams::default(), &pv)
+        .await
+        .unwrap();
+    let claim = s.wait_bound("data").await;
+    assert_eq!(
+        claim.spec.as_ref().unwrap().volume_name.as_deref(),
+        Some(static_pv.as_str())
+    );
+    let ours = format!("pvc-{}", claim.metadata.uid.clone().unwrap());
+    let made = || -> Vec<String> {
+        s.create_calls(&ours)
+            .iter()
+            .filter_map(|c| {
+                c["response"]["volume"]["volume_id"]
+                    .as_str()
+                    .map(String::from)
+            })
+            .collect()
+    };
+    // The driver finishes the call nobody waits for any more.
+    support::eventually("the driver to make the volume", || async {
+        (!made().is_empty()).then_some(())
+    })
+    .await;
+    // From now on it answers in time.
+    s.mock().clear_faults();
+    support::eventually("the unanswered call's volume to be deleted", || async {
+        s.driver_volumes().await.is_empty().then_some(())
+    })
+    .await;
+    let made = made();
+    assert!(made.iter().all(|id| id == &made[0]), "one volume: {made:?}");
+    let deleted: Vec<serde_json::Value> = s
+        .mock()
+        .calls_of("DeleteVolume")
+        .into_iter()
+        .filter(|c| c.get("error").is_none())
+        .collect();
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    assert_eq!(deleted[0]["request"]["volume_id"], made[0].as_str());
+    support::eventually("the claim to be let go", || async {
+        let c = s.claims().get("data").await.ok()?;
+        (!holds_finalizer(&c)).then_some(())
+    })
+    .await;
+    assert!(s.volumes().get_opt(&ours).await.unwrap().is_none());
+    assert!(s.volumes().get_opt(&static_pv).await.unwrap().is_some());
+}
+
 /// A claim deleted while its CreateVolume is in flight (the provisioner stays up).
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]

@@ -35,8 +35,8 @@ pub enum Step {
     WaitForNode,
     /// The StorageClass does not exist (yet): retry with backoff, as upstream.
     ClassMissing,
-    /// The claim is being deleted and a volume for it may exist without a PV: make sure the
-    /// volume is gone, then drop the finalizer.
+    /// The claim is being deleted, or was bound to a PV that is not ours, and a volume for it
+    /// may exist without a PV: make sure the volume is gone, then drop the finalizer.
     CleanUp,
 }
 
@@ -112,6 +112,26 @@ pub fn decide(
     }
 }
 
+/// [`decide`]'s `step`, except for a claim bound to some other PV (a matching static PV, say)
+/// while a CreateVolume of ours had ended without an answer (`unanswered`): nothing will ever
+/// own what that call may have made, so it is cleaned up as for a deleted claim. The finalizer
+/// (gone already when the admission policy keeps it) says nothing here; this process's memory
+/// of the call does. Waits for phase Bound, as the release does.
+pub fn bound_elsewhere(
+    step: Step,
+    claim: &PersistentVolumeClaim,
+    should: ShouldProvision,
+    pv_exists: bool,
+    unanswered: bool,
+) -> Step {
+    let settled = is_bound(claim) || claim.metadata.deletion_timestamp.is_some();
+    if unanswered && !pv_exists && should == ShouldProvision::AlreadyBound && settled {
+        Step::CleanUp
+    } else {
+        step
+    }
+}
+
 /// The claim's finalizers with ours added (`None` if already there).
 pub fn with_finalizer(claim: &PersistentVolumeClaim) -> Option<Vec<String>> {
     finalizers_with(
@@ -180,6 +200,36 @@ mod tests {
             c.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         }
         c
+    }
+
+    #[test]
+    fn a_claim_bound_elsewhere_cleans_up_what_an_unanswered_call_made() {
+        use ShouldProvision as S;
+        let held_bound = bound(claim(true, false));
+        let policy_bound = bound(claim(false, false));
+        let deleted = claim(false, true);
+        let pending = claim(true, false);
+        // (claim, should, our PV exists, unanswered call) → step, from decide's Ignore
+        let cases = [
+            (&held_bound, S::AlreadyBound, false, true, Step::CleanUp),
+            // The admission policy dropped the finalizer with the binding: memory decides.
+            (&policy_bound, S::AlreadyBound, false, true, Step::CleanUp),
+            (&deleted, S::AlreadyBound, false, true, Step::CleanUp),
+            // Our own PV owns the volume.
+            (&held_bound, S::AlreadyBound, true, true, Step::Ignore),
+            // Nothing was left unanswered.
+            (&held_bound, S::AlreadyBound, false, false, Step::Ignore),
+            // The binder has not finished writing the claim.
+            (&pending, S::AlreadyBound, false, true, Step::Ignore),
+            (&held_bound, S::Provision, false, true, Step::Ignore),
+        ];
+        for (c, should, pv, unanswered, want) in cases {
+            assert_eq!(
+                bound_elsewhere(Step::Ignore, c, should, pv, unanswered),
+                want,
+                "{should:?} pv {pv} unanswered {unanswered}"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! A claim deleted while a volume for it may exist without a PV (CreateVolume in flight, or the
-//! provisioner was down): find the volume, delete it, then let the claim go.
+//! A claim deleted (or bound to a PV that is not ours) while a volume for it may exist without
+//! a PV (CreateVolume in flight, or the provisioner was down): find the volume, delete it, then
+//! let the claim go.
 //!
 //! What to do is [`provisioning::attempt::cleanup`]'s answer, from what this process saw of the
 //! claim's CreateVolume calls. A volume that another claim's PV names is never deleted.
@@ -46,13 +47,13 @@ impl ClaimsController {
         if let Cleanup::Delete(volume_id) = step {
             match self.delete_own_volume(&uid, &volume_id, secrets).await {
                 Ok(true) => {
-                    klog::v!(2, claim = %claim_name(claim), volume = %volume_id, "Deleted the volume of a claim deleted before its PV existed");
+                    klog::v!(2, claim = %claim_name(claim), volume = %volume_id, "Deleted the volume of a claim deleted or bound elsewhere before its PV existed");
                     self.refresh_capacity(claim);
                 }
                 Ok(false) => {}
                 Err(status) => {
                     let message = format!(
-                        "cannot delete volume {volume_id} created for this deleted claim: {}",
+                        "cannot delete volume {volume_id} created for this claim, which no PV of it will own: {}",
                         csi::status::go_error_string(&status)
                     );
                     return Err(self.cleanup_failed(claim, message));

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::reflector::ObjectRef;
+use provisioning::attempt::VolumeState;
 use provisioning::claim::{ShouldProvision, should_provision};
-use provisioning::lifecycle::{Step, decide, has_finalizer};
+use provisioning::lifecycle::{Step, bound_elsewhere, decide, has_finalizer};
 
 use super::protection;
 use super::race::NodeStep;
@@ -79,7 +80,14 @@ impl ClaimsController {
         let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
         // Our own save counts too: the PV cache may not show a just-created PV yet.
         let pv_exists = self.pv_exists(&claim) || self.memory.pv_saved(&uid);
-        let step = decide(&claim, should, ours, ours && pv_exists);
+        let unanswered = ours && self.memory.volume_state(&uid, false) == VolumeState::MayExist;
+        let step = bound_elsewhere(
+            decide(&claim, should, ours, ours && pv_exists),
+            &claim,
+            should,
+            ours && pv_exists,
+            unanswered,
+        );
         if step == Step::Ignore && self.settled(&claim) {
             self.memory.forget(&uid);
         }
@@ -134,7 +142,13 @@ impl ClaimsController {
     /// of ours, and no PV of ours waits to be saved.
     pub(super) fn settled(&self, claim: &PersistentVolumeClaim) -> bool {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        if has_finalizer(claim) || self.memory.unsaved_pv(uid).is_some() {
+        // A call that ended without an answer may have made a volume no PV owns: kept until the
+        // claim is Bound (`bound_elsewhere`), even when the admission policy dropped the
+        // finalizer with the binder's first write.
+        if has_finalizer(claim)
+            || self.memory.unsaved_pv(uid).is_some()
+            || self.memory.volume_state(uid, false) == VolumeState::MayExist
+        {
             return false;
         }
         claim
