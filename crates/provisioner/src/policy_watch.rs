@@ -3,8 +3,9 @@
 //! idle when nothing changes), logged on every change, and exported as
 //! `csi_provisioner_admission_policy_active`.
 //!
-//! Nothing else depends on it: with the policy our own finalizer writes find nothing to do, and
-//! without it they run as before. Without RBAC to read the policy, the provisioner says so once
+//! With the policy our own finalizer writes find nothing to do, and without it they run as
+//! before; only the release after a failed attempt asks (`provisioning::attempt::after_failure`),
+//! since the policy would put the finalizer back in that same write. Without RBAC to read the policy, the provisioner says so once
 //! and stops watching.
 
 use futures::StreamExt;

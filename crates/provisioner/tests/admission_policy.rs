@@ -75,6 +75,51 @@ async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim(
     .await;
 }
 
+/// A claim whose CreateVolume keeps failing for good: the policy's finalizer stays through the
+/// failures (removing it would only make the policy add it back in that same write), so the
+/// provisioner writes the claim once, to let it go when it is deleted.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn failed_attempts_write_no_claim_under_the_policy() {
+    let mut s = Scenario::start("adm-fail", &[], &[]).await;
+    support::install_policy(&s).await;
+    let provisioner = s.provisioner();
+    eventually("the provisioner to see the policy", || async {
+        provisioner
+            .log()
+            .contains("kept by the API server (MutatingAdmissionPolicy in force)")
+            .then_some(())
+    })
+    .await;
+    s.mock().set_faults(json!({"CreateVolume": {
+        "code": "Internal", "message": "the storage system said no"}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    // Created over a minute after the provisioner started, so that no earlier process can
+    // have called CreateVolume for it: after a final error nothing of it can exist, and
+    // without the policy the finalizer would go at once (`earlier_attempt_possible`).
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    eventually("three failed attempts", || async {
+        (s.mock().calls_of("CreateVolume").len() >= 3).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ours = our_claim_writes(&s);
+    assert!(
+        ours.is_empty(),
+        "our provisioner wrote the claim: {ours:#?}"
+    );
+    assert!(holds_finalizer(&s.claims().get("data").await.unwrap()));
+    s.delete_claim("data").await;
+    wait_gone(&s.claims(), "data").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // kube-controller-manager drops pvc-protection meanwhile: a conflict may come first.
+    let ours = our_claim_writes(&s);
+    let done = ours.iter().filter(|w| w.code == Some(200)).count();
+    assert_eq!(done, 1, "only the release: {ours:#?}");
+    assert!(s.mock().calls_of("DeleteVolume").is_empty());
+}
+
 /// A claim deleted while its CreateVolume runs keeps the finalizer the policy added until the
 /// volume is deleted: nothing leaks.
 #[tokio::test]

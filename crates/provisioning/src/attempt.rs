@@ -113,15 +113,20 @@ pub struct FailureWrites {
 /// The writes after an attempt that failed with `failed` (upstream's state), given the claim's
 /// volume `state` after it, whether it holds our finalizer and whether it has a selected node.
 /// A `Reschedule` without a selected node cannot reschedule (upstream treats it as `Finished`).
+///
+/// `policy`: the admission policy is in force. It puts the finalizer back on every write to an
+/// unbound claim, so removing it would only cost a write; it goes with the binding or, for a
+/// deleted claim, with the clean-up.
 pub fn after_failure(
     failed: crate::ProvisioningState,
     state: &VolumeState,
     holds_finalizer: bool,
     has_selected_node: bool,
+    policy: bool,
 ) -> FailureWrites {
     FailureWrites {
         reschedule: failed == crate::ProvisioningState::Reschedule && has_selected_node,
-        release: holds_finalizer && may_release(state),
+        release: holds_finalizer && may_release(state) && !policy,
     }
 }
 
@@ -254,20 +259,40 @@ mod tests {
             reschedule,
             release,
         };
+        // (failed, state, holds finalizer, has selected node, policy in force) → writes
         let cases = [
-            ((P::Reschedule, S::None, true, true), w(true, true)),
-            ((P::Reschedule, S::None, true, false), w(false, true)),
-            ((P::Reschedule, S::MayExist, true, true), w(true, false)),
-            ((P::Finished, S::None, false, true), w(false, false)),
-            ((P::Finished, S::Collision, true, false), w(false, true)),
-            ((P::Background, S::MayExist, true, true), w(false, false)),
-            ((P::Finished, S::Unknown, true, false), w(false, false)),
+            ((P::Reschedule, S::None, true, true, false), w(true, true)),
+            ((P::Reschedule, S::None, true, false, false), w(false, true)),
+            (
+                (P::Reschedule, S::MayExist, true, true, false),
+                w(true, false),
+            ),
+            ((P::Finished, S::None, false, true, false), w(false, false)),
+            (
+                (P::Finished, S::Collision, true, false, false),
+                w(false, true),
+            ),
+            (
+                (P::Background, S::MayExist, true, true, false),
+                w(false, false),
+            ),
+            (
+                (P::Finished, S::Unknown, true, false, false),
+                w(false, false),
+            ),
+            // The policy would put it back in the same write.
+            ((P::Finished, S::None, true, false, true), w(false, false)),
+            (
+                (P::Finished, S::Collision, true, false, true),
+                w(false, false),
+            ),
+            ((P::Reschedule, S::None, true, true, true), w(true, false)),
         ];
-        for ((failed, state, holds, selected), want) in cases {
+        for ((failed, state, holds, selected, policy), want) in cases {
             assert_eq!(
-                after_failure(failed, &state, holds, selected),
+                after_failure(failed, &state, holds, selected, policy),
                 want,
-                "{failed:?} {state:?} {holds} {selected}"
+                "{failed:?} {state:?} {holds} {selected} {policy}"
             );
         }
     }

@@ -74,6 +74,7 @@ impl ClaimsController {
             &self.memory.volume_state(&uid, true),
             has_finalizer(claim),
             provisioning::claim::selected_node(claim).is_some(),
+            ctx.metrics.admission_policy_active(),
         );
         if writes.reschedule || writes.release {
             update::after_failure(&ctx.client, &ctx.caches.claims, claim, writes)
