@@ -120,6 +120,40 @@ async fn failed_attempts_write_no_claim_under_the_policy() {
     assert!(s.mock().calls_of("DeleteVolume").is_empty());
 }
 
+/// A claim holding the policy's finalizer, deleted before any CreateVolume could be sent for it
+/// (its provisioner secret is missing) and created within a minute of the provisioner's start
+/// (so an earlier process may have called): the probe that would find its volume cannot be
+/// built, so the claim says what is missing and what to do; once the secret exists the probe
+/// runs and the claim goes, with the volume it made deleted.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_clean_up_that_cannot_build_its_probe_says_what_to_do() {
+    let s = Scenario::start("adm-stuck", &[], &[]).await;
+    support::install_policy(&s).await;
+    let secret = json!({"parameters": {
+        "csi.storage.k8s.io/provisioner-secret-name": "creds",
+        "csi.storage.k8s.io/provisioner-secret-namespace": s.ns}});
+    let class = s.class("sec", "Immediate", secret).await;
+    let claim = s.claim("data", &class, "1Gi", json!({})).await;
+    s.wait_finalizer("data").await;
+    s.wait_event("data", "ProvisioningFailed", "creds").await;
+    s.delete_claim("data").await;
+    let event = s
+        .wait_event("data", "ProvisioningCleanupFailed", "by hand")
+        .await;
+    let message = event.message.unwrap_or_default();
+    let volume = format!("pvc-{}", claim.metadata.uid.unwrap());
+    for needle in ["creds", volume.as_str(), "creating-volume"] {
+        assert!(message.contains(needle), "{needle:?} in {message:?}");
+    }
+    assert!(s.mock().calls_of("CreateVolume").is_empty());
+    support::create_secret(&s, "creds", &[("password", "x")]).await;
+    wait_gone(&s.claims(), "data").await;
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 1, "the probe");
+    assert_eq!(s.mock().succeeded("DeleteVolume"), 1);
+    assert!(s.driver_volumes().await.is_empty());
+}
+
 /// A claim deleted while its CreateVolume runs keeps the finalizer the policy added until the
 /// volume is deleted: nothing leaks.
 #[tokio::test]

@@ -169,17 +169,11 @@ impl ClaimsController {
         claim: &PersistentVolumeClaim,
     ) -> Result<(Cleanup, std::collections::HashMap<String, String>), SyncError> {
         let Some(class) = self.class_of(claim) else {
-            let message = format!(
-                "cannot check whether a volume exists for deleted claim {}: its StorageClass {:?} is gone \
-                 and this provisioner restarted since the volume was requested; re-create the StorageClass, \
-                 or check the storage system for a volume named {} and remove the finalizer {} by hand",
-                claim_name(claim),
-                provisioning::claim::class_name(claim).unwrap_or_default(),
-                self.volume_name(claim.metadata.uid.as_deref().unwrap_or_default())
-                    .unwrap_or_default(),
-                provisioning::names::CREATING_VOLUME_FINALIZER
+            let reason = format!(
+                "its StorageClass {:?} is gone",
+                provisioning::claim::class_name(claim).unwrap_or_default()
             );
-            return Err(self.cleanup_failed(claim, message));
+            return Err(self.cannot_check(claim, &reason));
         };
         // The placement the first attempt asked for; if its node is gone, ask without one
         // rather than never cleaning up.
@@ -201,12 +195,12 @@ impl ClaimsController {
             Err(err) if err.state == ProvisioningState::Finished => {
                 return Ok((Cleanup::Release, Default::default()));
             }
-            Err(err) => return Err(self.cleanup_failed(claim, err.message)),
+            Err(err) => return Err(self.cannot_check(claim, &err.message)),
         };
         let (secrets, mutable) = self
             .request_inputs(&plan)
             .await
-            .map_err(|e| self.cleanup_failed(claim, e.message))?;
+            .map_err(|e| self.cannot_check(claim, &e.message))?;
         // The probe must ask as the first attempt did; a source gone by now is left out (a
         // driver that then refuses the name gets the AlreadyExists explanation below).
         let content_source = match &plan.data_source {
@@ -215,7 +209,7 @@ impl ClaimsController {
         };
         let request = plan
             .create_volume_request(claim, secrets, mutable, content_source)
-            .map_err(|e| self.cleanup_failed(claim, e.message))?;
+            .map_err(|e| self.cannot_check(claim, &e.message))?;
         let secrets = request.secrets.clone();
         Ok((self.probe(claim, request).await?, secrets))
     }
@@ -238,6 +232,21 @@ impl ClaimsController {
                 })
                 && bound_uid(pv) != Some(uid)
         })
+    }
+
+    /// The probe that would tell whether a volume exists cannot be built (`reason`), and nothing
+    /// of the earlier requests is known: the claim says what would let the clean-up go on.
+    fn cannot_check(&self, claim: &PersistentVolumeClaim, reason: &str) -> SyncError {
+        let message = format!(
+            "cannot check whether a volume exists for deleted claim {}: {reason}; this provisioner \
+             has no record of what was asked for it before it started. Fix that, or check the storage \
+             system for a volume named {} and remove the finalizer {} by hand",
+            claim_name(claim),
+            self.volume_name(claim.metadata.uid.as_deref().unwrap_or_default())
+                .unwrap_or_default(),
+            provisioning::names::CREATING_VOLUME_FINALIZER
+        );
+        self.cleanup_failed(claim, message)
     }
 
     fn cleanup_failed(&self, claim: &PersistentVolumeClaim, message: String) -> SyncError {
