@@ -5,8 +5,8 @@
 //!
 //! With the policy our own finalizer writes find nothing to do, and without it they run as
 //! before; only the release after a failed attempt asks (`provisioning::attempt::after_failure`),
-//! since the policy would put the finalizer back in that same write. Without RBAC to read the policy, the provisioner says so once
-//! and stops watching.
+//! since the policy would put the finalizer back in that same write. Without RBAC to read the
+//! policy, the provisioner says so once and stops watching.
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
