@@ -279,7 +279,9 @@ fn finalizers(meta: &kube::api::ObjectMeta) -> Vec<String> {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn restore_from_a_snapshot_and_clone_a_claim_carry_the_data() {
-    let w = World::start("ds-fill", &[]).await;
+    // No orphan sweep: it would take our finalizer off on its own (the release below must do
+    // it), and its writes to other tests' snapshots would blur the request counts.
+    let w = World::start("ds-fill", &["--snapshot-orphan-sweep-interval=0"]).await;
     w.s.claim("src", &w.class, "1Gi", json!({})).await;
     let source = w.volume_of("src").await;
     write_marker(&source.vol_path, "written before the snapshot");
@@ -320,7 +322,9 @@ async fn restore_from_a_snapshot_and_clone_a_claim_carry_the_data() {
     })
     .await;
     // The snapshot was ready before the claim came: the restore read it from the watch's
-    // cache, not from the API server (counted by our client, as requests are sent).
+    // cache, not from the API server (counted by our client, as requests are sent). A write
+    // that meets snapshot-controller's own (a conflict) re-reads the snapshot, as it should:
+    // each such GET comes with one more update than our two.
     let metrics = ops_support::scrape(w.port).await.expect("metrics");
     let requests = |verb: &str, resource: &str| {
         ops_support::sample(
@@ -330,19 +334,17 @@ async fn restore_from_a_snapshot_and_clone_a_claim_carry_the_data() {
         )
         .unwrap_or(0.0)
     };
+    let updates = requests("update", "volumesnapshots");
+    assert!(updates >= 2.0, "our finalizer was added and removed");
     assert_eq!(
         requests("get", "volumesnapshots"),
-        0.0,
-        "GETs of the snapshot"
+        updates - 2.0,
+        "GETs of the snapshot other than re-reads after a conflict"
     );
     assert_eq!(
         requests("get", "volumesnapshotcontents"),
         0.0,
         "GETs of the content"
-    );
-    assert!(
-        requests("update", "volumesnapshots") >= 2.0,
-        "our finalizer was added and removed"
     );
     // Events are sent in the background: wait for it.
     w.s.wait_event("restored", "ProvisioningSucceeded", "")

@@ -455,7 +455,13 @@ async fn a_deleted_nodes_capacity_objects_are_removed_by_a_survivor() {
     .await;
     s.class("wffc", "WaitForFirstConsumer", json!({})).await;
     s.class("other", "WaitForFirstConsumer", json!({})).await;
-    published_per_instance(&s, 3).await;
+    // Each instance creates its two objects one after the other: wait for all six (two
+    // classes on three nodes).
+    let objects = eventually("both classes' objects on every node", || async {
+        let objects = capacity_objects(&s).await;
+        (objects.len() == 6).then_some(objects)
+    })
+    .await;
     let names_of = |objects: Vec<CSIStorageCapacity>, node: &str| -> BTreeSet<String> {
         objects
             .into_iter()
@@ -463,8 +469,6 @@ async fn a_deleted_nodes_capacity_objects_are_removed_by_a_survivor() {
             .map(|o| o.name_any())
             .collect()
     };
-    let objects = capacity_objects(&s).await;
-    assert_eq!(objects.len(), 6, "two classes on three nodes");
     let kept: BTreeSet<String> = names_of(objects.clone(), &nodes[1].node)
         .union(&names_of(objects, &nodes[2].node))
         .cloned()

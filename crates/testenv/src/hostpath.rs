@@ -97,13 +97,26 @@ impl HostpathPlugin {
     /// The volumes in the plugin's state file now (none before the first one is created).
     ///
     /// # Panics
-    /// When the file exists but cannot be read or parsed.
+    /// When the file exists but cannot be read, or stays unparsable for two seconds.
     pub fn volumes(&self) -> Vec<HostpathVolume> {
         let path = self.state_dir.join("state.json");
-        match fs::read_to_string(&path) {
-            Ok(text) => parse_state(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => panic!("reading {}: {e}", path.display()),
+        // The plugin rewrites the file in place (truncate, then write), so a read can land
+        // between the two and see it empty or cut short: read again until it parses.
+        let mut attempts = 0;
+        loop {
+            let text = match fs::read_to_string(&path) {
+                Ok(text) => text,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+                Err(e) => panic!("reading {}: {e}", path.display()),
+            };
+            match parse_state(&text) {
+                Ok(volumes) => return volumes,
+                Err(_) if attempts < 100 => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("{}: {e}", path.display()),
+            }
         }
     }
 
