@@ -124,8 +124,8 @@ pub fn bound_elsewhere(
     pv_exists: bool,
     unanswered: bool,
 ) -> Step {
-    let settled = is_bound(claim) || claim.metadata.deletion_timestamp.is_some();
-    if unanswered && !pv_exists && should == ShouldProvision::AlreadyBound && settled {
+    let binding_done = is_bound(claim) || claim.metadata.deletion_timestamp.is_some();
+    if unanswered && !pv_exists && should == ShouldProvision::AlreadyBound && binding_done {
         Step::CleanUp
     } else {
         step

@@ -182,6 +182,12 @@ impl Memory {
             .unwrap_or_else(|| VolumeState::initial(earlier_attempt))
     }
 
+    /// Whether this process's last CreateVolume for the claim ended without an answer: a
+    /// volume may exist that no PV owns yet.
+    pub fn call_unanswered(&self, uid: &str) -> bool {
+        self.volume_state(uid, false) == VolumeState::MayExist
+    }
+
     /// Records the state after an attempt, with the request it sent while a volume may exist.
     pub fn set_volume_state(
         &self,
@@ -439,5 +445,16 @@ mod tests {
         assert_eq!(m.last_request("u"), Some(request.clone()));
         m.set_volume_state("u", VolumeState::None, Some(request));
         assert_eq!(m.last_request("u"), None);
+    }
+
+    #[test]
+    fn only_a_call_without_an_answer_is_unanswered() {
+        let m = Memory::default();
+        // Never tried in this process: an earlier one's call is not ours to clean up here.
+        assert!(!m.call_unanswered("u"));
+        m.set_volume_state("u", VolumeState::MayExist, None);
+        assert!(m.call_unanswered("u"));
+        m.set_volume_state("u", VolumeState::None, None);
+        assert!(!m.call_unanswered("u"));
     }
 }

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::reflector::ObjectRef;
-use provisioning::attempt::VolumeState;
 use provisioning::claim::{ShouldProvision, should_provision};
 use provisioning::lifecycle::{Step, bound_elsewhere, decide, has_finalizer};
 
@@ -80,7 +79,7 @@ impl ClaimsController {
         let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
         // Our own save counts too: the PV cache may not show a just-created PV yet.
         let pv_exists = self.pv_exists(&claim) || self.memory.pv_saved(&uid);
-        let unanswered = ours && self.memory.volume_state(&uid, false) == VolumeState::MayExist;
+        let unanswered = ours && self.memory.call_unanswered(&uid);
         let step = bound_elsewhere(
             decide(&claim, should, ours, ours && pv_exists),
             &claim,
@@ -147,7 +146,7 @@ impl ClaimsController {
         // finalizer with the binder's first write.
         if has_finalizer(claim)
             || self.memory.unsaved_pv(uid).is_some()
-            || self.memory.volume_state(uid, false) == VolumeState::MayExist
+            || self.memory.call_unanswered(uid)
         {
             return false;
         }
