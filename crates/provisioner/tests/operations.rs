@@ -204,6 +204,60 @@ async fn metrics_count_what_happened() {
     drop(provisioner);
 }
 
+/// The provision duration times the successful attempt alone, as upstream's: two failed
+/// attempts and the backoff waits after them (six seconds) stay out of it.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn the_provision_duration_times_the_successful_attempt_alone() {
+    let ops = Ops::start("ops-duration").await;
+    // Two final errors, then a call that takes 1.5s and succeeds.
+    ops.mock.set_faults(json!({"CreateVolume": [
+        {"code": "Internal", "message": "test: not yet", "times": 2},
+        {"delay_ms": 1500, "times": 1},
+    ]}));
+    let port = free_port();
+    let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
+    let _provisioner = ops.provisioner(
+        "csi-provisioner",
+        &[&endpoint, "--retry-interval-start=2s", "-v=3"],
+    );
+    let class = ops.class("slow", json!({})).await;
+    let began = Instant::now();
+    ops.claim("data", &class).await;
+    ops.wait_bound("data").await;
+    let whole = began.elapsed().as_secs_f64();
+    let creates = ops.mock.calls_of("CreateVolume");
+    assert_eq!(creates.len(), 3, "two failures, one success: {creates:?}");
+    assert_eq!(ops.mock.succeeded("CreateVolume"), 1);
+    let labels = [("class", class.as_str()), ("source", "")];
+    let class_ref = class.as_str();
+    let (count, sum) = eventually("the success to be timed", 30, move || async move {
+        let m = scrape(port).await?;
+        let labels = [("class", class_ref), ("source", "")];
+        let count = sample(
+            &m,
+            "controller_persistentvolumeclaim_provision_duration_seconds_count",
+            &labels,
+        )?;
+        let sum = sample(
+            &m,
+            "controller_persistentvolumeclaim_provision_duration_seconds_sum",
+            &labels,
+        )?;
+        Some((count, sum))
+    })
+    .await;
+    assert_eq!(count, 1.0, "one successful attempt timed ({labels:?})");
+    assert!(sum >= 1.5, "the successful call alone took 1.5s: {sum}s");
+    // Timed from the first attempt it would be nearly all of the time to Bound, which holds
+    // 2s and 4s of backoff.
+    assert!(whole >= 7.5, "the backoff ran: {whole}s to Bound");
+    assert!(
+        sum < whole - 5.0,
+        "failed attempts and waits counted: {sum}s of {whole}s"
+    );
+}
+
 struct Replica {
     host: String,
     port: u16,
