@@ -330,9 +330,24 @@ async fn an_infeasible_claim_is_tried_once_per_slow_interval() {
     s.delete_class(&class).await;
     s.class("imm", "Immediate", json!({})).await;
     // Class changes do not queue claims (nor upstream's): the next update of the claim does.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    touch(&s, "data", "after-new-class").await;
-    s.wait_bound("data").await;
+    // An update the provisioner handles before its class cache has the new class waits out
+    // the old hold, so the claim is touched again each second until it is Bound.
+    let polls = std::sync::atomic::AtomicUsize::new(0);
+    support::eventually(
+        "the claim to be Bound after the class came back",
+        || async {
+            let n = polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let claim = s.claims().get("data").await.unwrap();
+            if claim.status.and_then(|st| st.phase).as_deref() == Some("Bound") {
+                return Some(());
+            }
+            if n % 5 == 0 {
+                touch(&s, "data", &format!("after-new-class-{n}")).await;
+            }
+            None
+        },
+    )
+    .await;
     assert_eq!(s.mock().calls_of("CreateVolume").len(), 2);
 }
 
