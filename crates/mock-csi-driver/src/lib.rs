@@ -62,6 +62,9 @@
 //!   volume was cloned from. `--omit-content-source` (needs `--clone-volume`) is a broken
 //!   driver: clones are made but CreateVolume answers without `content_source`; ListVolumes
 //!   still has it.
+//! - One call per volume at a time, as the CSI spec asks of a plugin: a CreateVolume (by
+//!   name) or DeleteVolume (by the volume's name, else its id) while another is pending for
+//!   the same volume answers ABORTED at once, without using up a fault.
 //! - ListVolumes tokens are creation numbers: deleting volumes between pages is harmless and
 //!   a token the driver never issued gives ABORTED. `--max-volume-size` is not enforced by
 //!   CreateVolume; it is only reported.

@@ -2,7 +2,7 @@
 //! plain handlers.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status};
 
 use crate::calllog::{CallLog, CallRecord};
 use crate::codes::code_name;
-use crate::faults::{FaultFile, Reply};
+use crate::faults::{FaultAction, FaultFile, Reply};
 use crate::handlers::{self, DriverConfig};
 use crate::pools::Pools;
 
@@ -34,6 +34,8 @@ struct Inner {
     faults: Mutex<FaultFile>,
     log: Option<CallLog>,
     in_flight: AtomicUsize,
+    /// The volumes (by name) a CreateVolume or DeleteVolume is working on.
+    busy: Mutex<HashSet<String>>,
 }
 
 /// Counts a call as in flight until dropped (also when the client cancels it).
@@ -66,6 +68,7 @@ impl MockDriver {
                 faults: Mutex::new(FaultFile::new(faults)),
                 log,
                 in_flight: AtomicUsize::new(0),
+                busy: Mutex::new(HashSet::new()),
             }),
         }
     }
@@ -127,23 +130,26 @@ where
     let _in_flight = InFlight::enter(&inner.in_flight);
     let time = Timestamp::now();
     let started = Instant::now();
-    let fault = inner.faults.lock().next(method, parameters(&req));
-    let result = match fault {
-        Some(action) => {
-            if !action.delay.is_zero() {
-                tokio::time::sleep(action.delay).await;
+    let result = match Busy::enter(inner, &req) {
+        // Refused before it reaches the "backend": no fault is used up.
+        Err(aborted) => Err(aborted),
+        Ok(_busy) => match next_fault(inner, method, &req) {
+            Some(action) => {
+                if !action.delay.is_zero() {
+                    tokio::time::sleep(action.delay).await;
+                }
+                match action.error {
+                    Some((code, message)) => Err(Status::new(code, message)),
+                    None => handle(inner, &req).map(|mut resp| {
+                        if let Some(reply) = &action.reply {
+                            rewrite(&mut resp, reply);
+                        }
+                        resp
+                    }),
+                }
             }
-            match action.error {
-                Some((code, message)) => Err(Status::new(code, message)),
-                None => handle(inner, &req).map(|mut resp| {
-                    if let Some(reply) = &action.reply {
-                        rewrite(&mut resp, reply);
-                    }
-                    resp
-                }),
-            }
-        }
-        None => handle(inner, &req),
+            None => handle(inner, &req),
+        },
     };
     let duration = started.elapsed();
     // Only the method and outcome reach stderr: requests may carry secrets.
@@ -171,6 +177,52 @@ where
         });
     }
     result
+}
+
+/// A volume a call works on until dropped. As the CSI spec asks of a plugin, a second
+/// CreateVolume or DeleteVolume for a volume with a call pending is refused with ABORTED
+/// rather than run alongside it: otherwise a call the client gave up on (a timeout, a killed
+/// provisioner) could make its volume again after a later call deleted it.
+struct Busy<'a> {
+    set: &'a Mutex<HashSet<String>>,
+    name: String,
+}
+
+impl<'a> Busy<'a> {
+    /// `Ok(None)`: the call works on no volume.
+    fn enter(inner: &'a Inner, req: &dyn Any) -> Result<Option<Self>, Status> {
+        let name = if let Some(r) = req.downcast_ref::<CreateVolumeRequest>() {
+            r.name.clone()
+        } else if let Some(r) = req.downcast_ref::<DeleteVolumeRequest>() {
+            // By name, so that a delete waits for a create of the same volume.
+            let pools = inner.pools.lock();
+            pools
+                .get(&r.volume_id)
+                .map_or_else(|| r.volume_id.clone(), |v| v.name.clone())
+        } else {
+            return Ok(None);
+        };
+        if !inner.busy.lock().insert(name.clone()) {
+            return Err(Status::aborted(format!(
+                "an operation for volume {name} is already in progress"
+            )));
+        }
+        Ok(Some(Busy {
+            set: &inner.busy,
+            name,
+        }))
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.set.lock().remove(&self.name);
+    }
+}
+
+/// The fault for this call, if any (the lock is let go at once: the call may wait).
+fn next_fault(inner: &Inner, method: &str, req: &dyn Any) -> Option<FaultAction> {
+    inner.faults.lock().next(method, parameters(req))
 }
 
 /// The `parameters` of the requests that have them, for faults with `match_parameters`.

@@ -310,6 +310,62 @@ async fn a_call_whose_caller_gave_up_still_makes_its_volume() {
     );
 }
 
+/// While a call works on a volume, a second CreateVolume or DeleteVolume for it answers
+/// ABORTED at once (and uses up no fault); other volumes go on, and so does the same volume
+/// once the first call is done.
+#[tokio::test]
+async fn a_second_call_for_a_busy_volume_is_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = dir.path().join("faults.json");
+    let driver = Driver::start(dir.path(), &[format!("--faults={}", faults.display())]);
+    set_faults(
+        &faults,
+        json!({"CreateVolume": {"delay_ms": 1000, "times": 1}}),
+    );
+    let no_topology = |name: &str| CreateVolumeRequest {
+        accessibility_requirements: None,
+        ..create_request(name, GI, "")
+    };
+    let mut first = ControllerClient::new(driver.channel().await);
+    let mut second = ControllerClient::new(driver.channel().await);
+    let mut controller = ControllerClient::new(driver.channel().await);
+    // Whichever reaches the driver first takes the one-second delay; the other comes while
+    // it waits.
+    let one = tokio::spawn(async move { first.create_volume(no_topology("busy")).await });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let two = tokio::spawn(async move { second.create_volume(no_topology("busy")).await });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    // Another volume is not held up.
+    let other = controller
+        .create_volume(no_topology("other"))
+        .await
+        .unwrap()
+        .into_inner();
+    let (one, two) = (one.await.unwrap(), two.await.unwrap());
+    let (made, aborted) = match (one, two) {
+        (Ok(made), Err(aborted)) | (Err(aborted), Ok(made)) => (made, aborted),
+        other => panic!("one answer and one ABORTED expected: {other:?}"),
+    };
+    assert_eq!(aborted.code(), Code::Aborted, "{aborted:?}");
+    assert!(aborted.message().contains("busy"), "{aborted:?}");
+    let made = made.into_inner().volume.unwrap();
+    // Done: the same name answers with the same volume, and it can be deleted.
+    let same = controller
+        .create_volume(no_topology("busy"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(same.volume.unwrap().volume_id, made.volume_id);
+    controller
+        .delete_volume(DeleteVolumeRequest {
+            volume_id: made.volume_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(other.volume.is_some());
+}
+
 /// `reply` faults: the volume really exists, the answer (and the call log) lies, only for
 /// requests whose parameters match.
 #[tokio::test]
