@@ -341,7 +341,7 @@ async fn an_infeasible_claim_is_tried_once_per_slow_interval() {
             if claim.status.and_then(|st| st.phase).as_deref() == Some("Bound") {
                 return Some(());
             }
-            if n % 5 == 0 {
+            if n.is_multiple_of(5) {
                 touch(&s, "data", &format!("after-new-class-{n}")).await;
             }
             None
