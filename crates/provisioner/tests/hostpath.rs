@@ -479,14 +479,18 @@ async fn distributed_plugins_one_per_node() {
         ..Default::default()
     };
     pods.delete("app", &force).await.unwrap();
-    eventually("every plugin to be empty", || async {
-        plugins.iter().all(|p| p.volumes().is_empty()).then_some(())
+    // The plugin logs a call once it has answered, after its state file changed: wait for
+    // the log too.
+    let deletes = eventually("every plugin to be empty", || async {
+        let deletes: Vec<usize> = plugins
+            .iter()
+            .map(|p| p.calls_of("DeleteVolume").len())
+            .collect();
+        (plugins.iter().all(|p| p.volumes().is_empty())
+            && deletes.iter().sum::<usize>() >= created.iter().sum::<usize>())
+        .then_some(deletes)
     })
     .await;
-    let deletes: Vec<usize> = plugins
-        .iter()
-        .map(|p| p.calls_of("DeleteVolume").len())
-        .collect();
     assert_eq!(
         deletes, created,
         "each volume deleted by its own node's instance only"
