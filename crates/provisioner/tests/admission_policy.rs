@@ -271,14 +271,28 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
         (gauge().await? == 0.0).then_some(())
     })
     .await;
-    let log = s.provisioner().log();
-    let kept = log
-        .matches("kept by the API server (MutatingAdmissionPolicy in force)")
-        .count();
-    let own = log
-        .matches("the provisioner adds and removes it itself")
-        .count();
-    assert_eq!((kept, own), (1, 2), "one line per change:\n{log}");
+    // The gauge changes as the line is written: wait for the line too.
+    let log_path = s.provisioner().log_path().to_path_buf();
+    let lines = || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let kept = log
+            .matches("kept by the API server (MutatingAdmissionPolicy in force)")
+            .count();
+        let own = log
+            .matches("the provisioner adds and removes it itself")
+            .count();
+        (kept, own)
+    };
+    eventually("the third line", || async {
+        (lines().1 >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        lines(),
+        (1, 2),
+        "one line per change in {}",
+        log_path.display()
+    );
     let policies: Api<DynamicObject> = Api::all_with(s.client.clone(), &api_resource(false));
     policies
         .delete(&name, &DeleteParams::default())
