@@ -163,6 +163,20 @@ async fn immediate_claim_creates_and_deletes_a_hostpath_volume() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn without_the_snapshot_api_the_orphan_sweep_is_off_and_provisioning_goes_on() {
     let w = World::start("hp-nosnap", &[], &["--snapshot-orphan-sweep-interval=1s"]).await;
+    // `cargo xtask test` gives this binary its own control plane; a shared one
+    // (TESTENV_CLUSTER) may have the CRDs from data_sources.rs.
+    let snapshots: Api<kube::api::DynamicObject> =
+        Api::all_with(w.s.client.clone(), &testenv::volume_snapshot_resource());
+    match snapshots
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        other => panic!(
+            "this test needs a control plane without the VolumeSnapshot CRDs (not a shared \
+             TESTENV_CLUSTER where data_sources.rs installed them): {other:?}"
+        ),
+    }
     let class = w.s.class("imm", "Immediate", json!({})).await;
     w.s.claim("data", &class, "1Gi", json!({})).await;
     bound_pv(&w, "data").await;
