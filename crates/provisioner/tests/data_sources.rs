@@ -19,17 +19,32 @@ use serde_json::json;
 use support::{Scenario, eventually, eventually_within, wait_gone};
 use testenv::{ControlPlane, HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, Provisioner};
 
-/// One hostpathplugin with csi-snapshotter beside it, the snapshot controller, and our
-/// provisioner, for one namespace.
+/// One hostpathplugin with csi-snapshotter beside it and our provisioner, for one namespace
+/// (the snapshot controller is shared: [`snapshot_controller`]).
 struct World {
     s: Scenario,
     plugin: HostpathPlugin,
     snapshotter: Option<testenv::Snapshotter>,
-    _controller: testenv::SnapshotController,
     _prov: Provisioner,
     class: String,
     /// The provisioner's HTTP endpoint (metrics).
     port: u16,
+}
+
+/// Starts the one snapshot-controller of this test binary, once the CRDs are there. It runs
+/// without leader election, so one per test would all act on every snapshot, and their writes
+/// would conflict with each other's and with ours. It dies with the test binary.
+fn snapshot_controller() {
+    static CONTROLLER: std::sync::Mutex<Option<testenv::SnapshotController>> =
+        std::sync::Mutex::new(None);
+    let mut controller = CONTROLLER.lock().unwrap_or_else(|e| e.into_inner());
+    if controller.is_none() {
+        let cp = ControlPlane::shared();
+        *controller = Some(testenv::SnapshotController::start(
+            &cp.dir().join("snapshot-controller"),
+            cp.kubeconfig(),
+        ));
+    }
 }
 
 /// How the provisioner talks to the API server.
@@ -55,8 +70,7 @@ impl World {
         testenv::create_csi_driver(&s.client, &s.driver, true).await;
         testenv::create_fake_nodes(&s.client, &s.driver, HOSTPATH_TOPOLOGY_KEY, &[&node]).await;
         let plugin = HostpathPlugin::start(&s.dir.join("hp"), &s.driver, &node, &[]);
-        let controller =
-            testenv::SnapshotController::start(&s.dir.join("snapshot-controller"), kubeconfig);
+        snapshot_controller();
         let snapshotter =
             testenv::Snapshotter::start(&s.dir.join("snapshotter"), kubeconfig, &plugin.socket);
         let port = ops_support::free_port();
@@ -100,7 +114,6 @@ impl World {
             s,
             plugin,
             snapshotter: Some(snapshotter),
-            _controller: controller,
             _prov: prov,
             class,
             port,
