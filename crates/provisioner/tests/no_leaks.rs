@@ -11,14 +11,26 @@ use support::{Scenario, holds_finalizer, no_pv_of_class, wait_gone};
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
-    let mut s = Scenario::start("prov-crash", &[], &[]).await;
+    // At -v=5 each CSI call is logged as it is sent.
+    let mut s = Scenario::start("prov-crash", &[], &["-v=5"]).await;
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
     let class = s.class("imm", "Immediate", json!({})).await;
-    s.claim("data", &class, "1Gi", json!({})).await;
-    // The finalizer goes on before the call is made.
-    s.wait_finalizer("data").await;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let uid = s
+        .claim("data", &class, "1Gi", json!({}))
+        .await
+        .metadata
+        .uid
+        .unwrap();
+    // Killed while the driver works on the call (for 4 s).
+    let log_path = s.provisioner().log_path().to_path_buf();
+    support::eventually("CreateVolume to be sent", || async {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        log.lines()
+            .any(|l| l.contains("\"GRPC call\"") && l.contains("/CreateVolume"))
+            .then_some(())
+    })
+    .await;
     s.provisioner().kill9();
     s.delete_claim("data").await;
     let held = s.claims().get("data").await.unwrap();
@@ -36,6 +48,28 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
         "no volume left behind: {:?}",
         s.driver_volumes().await
     );
+    // The interrupted call made one volume, and that one was deleted, once.
+    let made: Vec<String> = s
+        .create_calls(&format!("pvc-{uid}"))
+        .iter()
+        .filter_map(|c| {
+            c["response"]["volume"]["volume_id"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert!(
+        !made.is_empty() && made.iter().all(|id| id == &made[0]),
+        "{made:?}"
+    );
+    let deleted: Vec<serde_json::Value> = s
+        .mock()
+        .calls_of("DeleteVolume")
+        .into_iter()
+        .filter(|c| c.get("error").is_none())
+        .collect();
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    assert_eq!(deleted[0]["request"]["volume_id"], made[0].as_str());
     let pvs = s.volumes().list(&Default::default()).await.unwrap();
     assert!(pvs.items.iter().all(|pv| {
         pv.spec
