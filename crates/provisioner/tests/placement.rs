@@ -175,9 +175,10 @@ async fn a_claim_that_no_longer_fits_goes_back_without_a_driver_call() {
         o.get(&key(&class, &node)).and_then(bytes) == Some(100 * GI)
     })
     .await;
-    // The driver holds each call 3 s, so all three are in flight together.
+    // The driver holds each call 6 s, so all three are in flight together (with room for a
+    // slow machine: the third is checked while the first two still run).
     w.mock
-        .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
+        .set_faults(json!({"CreateVolume": {"delay_ms": 6000}}));
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(w.client.clone(), &w.ns);
     let names = ["r1", "r2", "r3"];
     let create = |name: &'static str| {
