@@ -49,27 +49,7 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
         s.driver_volumes().await
     );
     // The interrupted call made one volume, and that one was deleted, once.
-    let made: Vec<String> = s
-        .create_calls(&format!("pvc-{uid}"))
-        .iter()
-        .filter_map(|c| {
-            c["response"]["volume"]["volume_id"]
-                .as_str()
-                .map(String::from)
-        })
-        .collect();
-    assert!(
-        !made.is_empty() && made.iter().all(|id| id == &made[0]),
-        "{made:?}"
-    );
-    let deleted: Vec<serde_json::Value> = s
-        .mock()
-        .calls_of("DeleteVolume")
-        .into_iter()
-        .filter(|c| c.get("error").is_none())
-        .collect();
-    assert_eq!(deleted.len(), 1, "{deleted:?}");
-    assert_eq!(deleted[0]["request"]["volume_id"], made[0].as_str());
+    assert_one_volume_made_and_deleted(&s, &format!("pvc-{uid}"));
     let pvs = s.volumes().list(&Default::default()).await.unwrap();
     assert!(pvs.items.iter().all(|pv| {
         pv.spec
@@ -127,16 +107,7 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
         Some(static_pv.as_str())
     );
     let ours = format!("pvc-{}", claim.metadata.uid.clone().unwrap());
-    let made = || -> Vec<String> {
-        s.create_calls(&ours)
-            .iter()
-            .filter_map(|c| {
-                c["response"]["volume"]["volume_id"]
-                    .as_str()
-                    .map(String::from)
-            })
-            .collect()
-    };
+    let made = || volume_ids_made(&s, &ours);
     // The driver finishes the call nobody waits for any more.
     support::eventually("the driver to make the volume", || async {
         (!made().is_empty()).then_some(())
@@ -148,8 +119,36 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
         s.driver_volumes().await.is_empty().then_some(())
     })
     .await;
-    let made = made();
-    assert!(made.iter().all(|id| id == &made[0]), "one volume: {made:?}");
+    assert_one_volume_made_and_deleted(&s, &ours);
+    support::eventually("the claim to be let go", || async {
+        let c = s.claims().get("data").await.ok()?;
+        (!holds_finalizer(&c)).then_some(())
+    })
+    .await;
+    assert!(s.volumes().get_opt(&ours).await.unwrap().is_none());
+    assert!(s.volumes().get_opt(&static_pv).await.unwrap().is_some());
+}
+
+/// The volume ids the driver answered CreateVolume of `volume_name` with.
+fn volume_ids_made(s: &Scenario, volume_name: &str) -> Vec<String> {
+    s.create_calls(volume_name)
+        .iter()
+        .filter_map(|c| {
+            c["response"]["volume"]["volume_id"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect()
+}
+
+/// The driver made one volume for `volume_name` (however often it was asked), and exactly that
+/// one was deleted, once.
+fn assert_one_volume_made_and_deleted(s: &Scenario, volume_name: &str) {
+    let made = volume_ids_made(s, volume_name);
+    assert!(
+        !made.is_empty() && made.iter().all(|id| id == &made[0]),
+        "one volume: {made:?}"
+    );
     let deleted: Vec<serde_json::Value> = s
         .mock()
         .calls_of("DeleteVolume")
@@ -158,13 +157,6 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
         .collect();
     assert_eq!(deleted.len(), 1, "{deleted:?}");
     assert_eq!(deleted[0]["request"]["volume_id"], made[0].as_str());
-    support::eventually("the claim to be let go", || async {
-        let c = s.claims().get("data").await.ok()?;
-        (!holds_finalizer(&c)).then_some(())
-    })
-    .await;
-    assert!(s.volumes().get_opt(&ours).await.unwrap().is_none());
-    assert!(s.volumes().get_opt(&static_pv).await.unwrap().is_some());
 }
 
 /// A claim deleted while its CreateVolume is in flight (the provisioner stays up).
