@@ -272,26 +272,17 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
     })
     .await;
     // The gauge changes as the line is written: wait for the line too.
-    let log_path = s.provisioner().log_path().to_path_buf();
-    let lines = || {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let kept = log
-            .matches("kept by the API server (MutatingAdmissionPolicy in force)")
-            .count();
-        let own = log
-            .matches("the provisioner adds and removes it itself")
-            .count();
-        (kept, own)
-    };
-    eventually("the third line", || async {
-        (lines().1 >= 2).then_some(())
-    })
-    .await;
+    let own = "the provisioner adds and removes it itself";
+    s.provisioner()
+        .wait_for_log_count(own, 2, std::time::Duration::from_secs(60));
+    let log = s.provisioner().log();
+    let kept = log
+        .matches("kept by the API server (MutatingAdmissionPolicy in force)")
+        .count();
     assert_eq!(
-        lines(),
+        (kept, log.matches(own).count()),
         (1, 2),
-        "one line per change in {}",
-        log_path.display()
+        "one line per change:\n{log}"
     );
     let policies: Api<DynamicObject> = Api::all_with(s.client.clone(), &api_resource(false));
     policies

@@ -23,14 +23,10 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
         .uid
         .unwrap();
     // Killed while the driver works on the call (for 4 s).
-    let log_path = s.provisioner().log_path().to_path_buf();
-    support::eventually("CreateVolume to be sent", || async {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        log.lines()
-            .any(|l| l.contains("\"GRPC call\"") && l.contains("/CreateVolume"))
-            .then_some(())
-    })
-    .await;
+    s.provisioner().wait_for_log(
+        "\"GRPC call\" method=\"/csi.v1.Controller/CreateVolume\"",
+        std::time::Duration::from_secs(60),
+    );
     s.provisioner().kill9();
     s.delete_claim("data").await;
     let held = s.claims().get("data").await.unwrap();

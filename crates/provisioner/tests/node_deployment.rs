@@ -418,11 +418,9 @@ async fn a_restarted_instance_adopts_its_object_instead_of_duplicating_it() {
     let synced = "Caches synced";
     let runs_before = nodes[0].prov.log().matches(synced).count();
     nodes[0].prov.restart();
-    let restarted = &nodes[0].prov;
-    eventually("the restarted instance's caches", || async {
-        (restarted.log().matches(synced).count() > runs_before).then_some(())
-    })
-    .await;
+    nodes[0]
+        .prov
+        .wait_for_log_count(synced, runs_before + 1, Duration::from_secs(60));
     // A few polls after the restart: the same objects, none added or replaced.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after: BTreeSet<String> = capacity_objects(&s)

@@ -405,12 +405,9 @@ async fn under_a_tight_budget_the_oldest_claim_is_finished_first() {
     }
     // Logged right after the PV create returns.
     let saved = "\"Provisioned volume\"";
-    let log_path = s.provisioner().log_path().to_path_buf();
-    let log = support::eventually("the first PV", || async {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        log.contains(saved).then_some(log)
-    })
-    .await;
+    s.provisioner()
+        .wait_for_log(saved, std::time::Duration::from_secs(60));
+    let log = s.provisioner().log();
     let calls_at_first_pv = log
         .lines()
         .take_while(|l| !l.contains(saved))

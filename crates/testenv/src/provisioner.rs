@@ -87,11 +87,18 @@ impl Provisioner {
 
     /// Waits until the log contains `needle`; panics with the log tail after `timeout`.
     pub fn wait_for_log(&self, needle: &str, timeout: Duration) {
+        self.wait_for_log_count(needle, 1, timeout);
+    }
+
+    /// Waits until the log contains `needle` at least `count` times (the log goes on across
+    /// restarts: a restarted process's line is one more); panics with the log tail after
+    /// `timeout`.
+    pub fn wait_for_log_count(&self, needle: &str, count: usize, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        while !self.log().contains(needle) {
+        while self.log().matches(needle).count() < count {
             assert!(
                 Instant::now() < deadline && self.process.is_running(),
-                "csi-provisioner did not log {needle:?} within {timeout:?} (running: {}); log tail:\n{}",
+                "csi-provisioner did not log {needle:?} {count} time(s) within {timeout:?} (running: {}); log tail:\n{}",
                 self.process.is_running(),
                 self.process.log_tail(40)
             );
