@@ -445,13 +445,21 @@ fn explain(r: &ScenarioResult) -> String {
         4 => {
             return format!(
                 "{counts}{settle} Both retry failed and timed-out calls under the same name, \
-                 which the driver answers idempotently. Ours spaces each volume's retries by its \
-                 backoff (DeleteVolume calls {} vs {}), which leaves a longer tail when calls keep \
-                 failing; upstream's time until every volume was deleted varied more ({} vs {} s). \
-                 Restarts after the socket went away (a provisioner that exits was started \
-                 again): ours {}, upstream {}.",
+                 which the driver answers idempotently; a retry that comes while the driver still \
+                 runs the timed-out call for that volume is answered Aborted (one call per volume \
+                 at a time), for both alike. Ours spaces each volume's retries by its backoff, \
+                 1, 2, 4, 8, 16, 32 s … after each failure (DeleteVolume calls {} vs {}): one \
+                 volume whose calls fail five or six times in a row sets the end of a run. {} \
+                 ({} vs {} s). Restarts after the socket went away (a provisioner that exits was \
+                 started again): ours {}, upstream {}.",
                 range(Impl::Ours, "delete_calls"),
                 range(Impl::Upstream, "delete_calls"),
+                match (summary(Impl::Ours, "gone_s"), summary(Impl::Upstream, "gone_s")) {
+                    (Some(o), Some(u)) if o.max > u.max => {
+                        "Ours' time until every volume was deleted has the longer tail"
+                    }
+                    _ => "Upstream's time until every volume was deleted has the longer tail",
+                },
                 range(Impl::Ours, "gone_s"),
                 range(Impl::Upstream, "gone_s"),
                 range(Impl::Ours, "outage_restarts"),
