@@ -405,8 +405,10 @@ fn explain(r: &ScenarioResult) -> String {
         }
         2 => {
             "What keeps a volume whose claim is deleted mid-call: ours holds the claim with \
-             its finalizer until the call has returned, then deletes the volume itself and \
-             writes no PV; upstream finds the claim gone when the call returns and deletes the \
+             its finalizer until the call has returned and the volume's PV is saved, so the \
+             claim's deletion releases a PV whose reclaim policy deletes the volume (a call \
+             whose answer was lost to a timeout is asked again under the same name, and that \
+             volume deleted by ours directly); upstream finds the claim gone when the call returns and deletes the \
              volume too (external-provisioner #1469's leak needs a CreateVolume replayed after \
              that DeleteVolume). Both settle about two minutes after the last deletion: \
              kube-controller-manager's pvc-protection releases the deleted claims at its own pace"
