@@ -155,30 +155,64 @@ async fn a_clean_up_that_cannot_build_its_probe_says_what_to_do() {
 }
 
 /// A claim deleted while its CreateVolume runs keeps the finalizer the policy added until the
-/// volume is deleted: nothing leaks.
+/// call has answered: its volume gets a PV and is deleted with it; nothing leaks.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_during_create_volume_leaves_no_volume_under_the_policy() {
-    let (s, class) = with_policy("adm-race", &[], 3000).await;
-    s.claim("data", &class, "1Gi", json!({})).await;
-    s.wait_finalizer("data").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // At -v=5 each CSI call is logged as it is sent.
+    let (mut s, class) = with_policy("adm-race", &["-v=5"], 3000).await;
+    let uid = s
+        .claim("data", &class, "1Gi", json!({}))
+        .await
+        .metadata
+        .uid
+        .unwrap();
+    let volume = format!("pvc-{uid}");
+    s.provisioner().wait_for_log(
+        "\"GRPC call\" method=\"/csi.v1.Controller/CreateVolume\"",
+        Duration::from_secs(60),
+    );
+    // The driver answers only after 3 s (and logs the call then): it is still at work.
+    assert!(s.create_calls(&volume).is_empty(), "answered already");
     s.delete_claim("data").await;
     wait_gone(&s.claims(), "data").await;
+    // The finalizer held the claim until the call answered (its PV then went with the claim,
+    // and the PV's reclaim policy deletes the volume).
+    let made: Vec<_> = s
+        .create_calls(&volume)
+        .iter()
+        .filter_map(|c| {
+            c["response"]["volume"]["volume_id"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert!(
+        !made.is_empty() && made.iter().all(|id| id == &made[0]),
+        "one volume made before the claim went: {made:?}"
+    );
+    support::eventually("the volume to be deleted", || async {
+        s.driver_volumes().await.is_empty().then_some(())
+    })
+    .await;
+    let deleted: Vec<_> = s
+        .mock()
+        .calls_of("DeleteVolume")
+        .into_iter()
+        .filter(|c| c.get("error").is_none())
+        .collect();
+    assert_eq!(
+        deleted.len(),
+        1,
+        "the one volume deleted once: {deleted:#?}"
+    );
+    assert_eq!(deleted[0]["request"]["volume_id"], made[0].as_str());
     no_pv_of_class(&s, &class).await;
     assert!(
         s.driver_volumes().await.is_empty(),
         "leaked: {:?}",
         s.driver_volumes().await
     );
-    let creates = s.mock().calls_of("CreateVolume");
-    let created = creates
-        .iter()
-        .filter(|c| c.get("response").is_some())
-        .count();
-    let deleted = s.mock().succeeded("DeleteVolume");
-    assert!(created >= 1, "{creates:#?}");
-    assert_eq!(deleted, 1, "the one volume deleted once");
 }
 
 /// Claims of another driver, and late-binding claims no pod has asked for (kube-controller-manager
@@ -198,8 +232,8 @@ async fn other_drivers_and_unscheduled_claims_get_no_finalizer() {
     );
     let late = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
     s.claim("waiting", &late, "1Gi", json!({})).await;
-    // Long enough for kube-controller-manager's first sync of the claim.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // kube-controller-manager has synced the claim (and named no provisioner on it).
+    s.wait_event("waiting", "WaitForFirstConsumer", "").await;
     let waiting = s.claims().get("waiting").await.unwrap();
     assert!(
         !holds_finalizer(&waiting),

@@ -1,8 +1,10 @@
 //! No leaked volumes, beyond upstream: crashes, deletion races, bursts, and several drivers
 //! side by side (the creating-volume finalizer is shared by all of them).
 
+mod ops_support;
 mod support;
 
+use ops_support::{free_port, sample, scrape};
 use serde_json::json;
 use support::{Scenario, holds_finalizer, no_pv_of_class, wait_gone};
 
@@ -333,24 +335,50 @@ async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn another_drivers_provisioner_never_touches_our_claims() {
+    let port = free_port();
+    let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
     let ours = Scenario::start("prov-ours", &[], &[]).await;
-    let theirs = Scenario::start("prov-theirs", &[], &[]).await;
+    let theirs = Scenario::start("prov-theirs", &[], &[&endpoint]).await;
+    // Theirs is live and done with its own claim (finalizer added and released) before ours
+    // starts: an idle or unsynced provisioner would pass what follows too.
+    let their_class = theirs.class("imm", "Immediate", json!({})).await;
+    theirs.claim("mine", &their_class, "1Gi", json!({})).await;
+    theirs.wait_bound("mine").await;
+    support::eventually("their claim to be let go", || async {
+        let c = theirs.claims().get("mine").await.ok()?;
+        (!holds_finalizer(&c)).then_some(())
+    })
+    .await;
+    let their_claim_writes = || async {
+        let m = scrape(port).await.expect("their metrics");
+        ["update", "patch"]
+            .map(|verb| {
+                sample(
+                    &m,
+                    "csi_provisioner_api_requests_total",
+                    &[("verb", verb), ("resource", "persistentvolumeclaims")],
+                )
+                .unwrap_or(0.0)
+            })
+            .iter()
+            .sum::<f64>()
+    };
+    let before = their_claim_writes().await;
+    assert!(before >= 2.0, "their finalizer went on and off: {before}");
+
     ours.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 2000}}));
     let class = ours.class("imm", "Immediate", json!({})).await;
-    let claim = ours.claim("data", &class, "1Gi", json!({})).await;
-    let pv_name = format!("pvc-{}", claim.metadata.uid.unwrap());
+    ours.claim("data", &class, "1Gi", json!({})).await;
     delete_while_creating(&ours, "data").await;
-    let touched: Vec<_> = theirs
-        .mock()
-        .calls()
-        .into_iter()
-        .filter(|c| c["request"]["name"] == pv_name.as_str())
-        .collect();
-    assert!(
-        touched.is_empty(),
-        "the other driver was called for our claim: {touched:#?}"
+    assert_eq!(
+        their_claim_writes().await,
+        before,
+        "their provisioner wrote a claim while ours was created and deleted"
     );
+    let their_creates = theirs.mock().calls_of("CreateVolume");
+    assert_eq!(their_creates.len(), 1, "only their own: {their_creates:#?}");
+    assert!(theirs.mock().calls_of("DeleteVolume").is_empty());
 }
 
 /// As upstream: when the driver goes away the sidecar exits (status 1), even when idle, so
@@ -457,13 +485,27 @@ async fn wait_exit(s: &mut Scenario, seconds: u64, when: &str) -> std::process::
 }
 
 /// Deletes claim `name` once it holds the creating-volume finalizer (CreateVolume is under
-/// way), then waits until the claim is gone and the driver holds no volume.
+/// way, not answered yet). The finalizer must hold the claim until that call has answered:
+/// the answer is saved as a PV, which the claim's deletion releases, and its reclaim policy
+/// deletes the volume. In the end the driver made that one volume and deleted it, once. (The
+/// mock makes a volume only at the end of its delay, so "the driver is empty" alone would also
+/// hold for a provisioner that let the claim go at once and left the volume to appear later.)
 async fn delete_while_creating(s: &Scenario, name: &str) {
-    s.wait_finalizer(name).await;
+    let claim = s.wait_finalizer(name).await;
+    let volume = format!("pvc-{}", claim.metadata.uid.unwrap());
+    assert!(
+        volume_ids_made(s, &volume).is_empty(),
+        "CreateVolume answered before the deletion: the test needs a slower driver"
+    );
     s.delete_claim(name).await;
     wait_gone(&s.claims(), name).await;
-    support::eventually("the driver to be empty", || async {
+    assert!(
+        !volume_ids_made(s, &volume).is_empty(),
+        "the claim went before its CreateVolume answered"
+    );
+    support::eventually("the volume to be deleted", || async {
         s.driver_volumes().await.is_empty().then_some(())
     })
     .await;
+    assert_one_volume_made_and_deleted(s, &volume);
 }
