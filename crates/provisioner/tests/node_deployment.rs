@@ -181,7 +181,7 @@ async fn our_pvs(s: &Scenario) -> Vec<PersistentVolume> {
 }
 
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn late_binding_lands_on_the_node_with_room_and_only_its_driver_creates() {
     let (s, nodes) = distributed(
         "nd-wffc",
@@ -269,7 +269,7 @@ async fn late_binding_lands_on_the_node_with_room_and_only_its_driver_creates() 
 }
 
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn immediate_claims_are_taken_once_each_by_nodes_with_room_and_deleted_there() {
     // Node c is too small for any claim: it must never take one.
     let (s, nodes) = distributed(
@@ -332,9 +332,9 @@ async fn immediate_claims_are_taken_once_each_by_nodes_with_room_and_deleted_the
 }
 
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn an_immediate_claim_no_node_can_hold_is_explained_once() {
-    let (s, _nodes) = distributed(
+    let (s, nodes) = distributed(
         "nd-full",
         &[("a", "10Gi"), ("b", "10Gi"), ("c", "10Gi")],
         &["--capacity-for-immediate-binding"],
@@ -368,10 +368,23 @@ async fn an_immediate_claim_no_node_can_hold_is_explained_once() {
             .contains_key("volume.kubernetes.io/selected-node"),
         "no node may take it"
     );
+    // Nor did one take it for a moment and give it back: no driver was asked, and nothing failed.
+    let calls: usize = nodes
+        .iter()
+        .map(|n| n.mock.calls_of("CreateVolume").len())
+        .sum();
+    assert_eq!(calls, 0, "CreateVolume calls on the nodes");
+    let failed = s
+        .events_for("huge")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ProvisioningFailed"))
+        .count();
+    assert_eq!(failed, 0, "ProvisioningFailed events");
 }
 
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn without_published_capacity_upstreams_random_delay_still_picks_one_node() {
     // No capacity tracking: nothing to rank by, so instances race after a random delay.
     let (s, nodes) = nodes_with(
@@ -404,7 +417,7 @@ async fn without_published_capacity_upstreams_random_delay_still_picks_one_node(
 }
 
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn a_restarted_instance_adopts_its_object_instead_of_duplicating_it() {
     let (s, mut nodes) = distributed("nd-restart", &[("a", "10Gi"), ("b", "20Gi")], &[]).await;
     s.class("wffc", "WaitForFirstConsumer", json!({})).await;
@@ -448,7 +461,7 @@ async fn a_restarted_instance_adopts_its_object_instead_of_duplicating_it() {
 }
 
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn a_deleted_nodes_capacity_objects_are_removed_by_a_survivor() {
     let (s, mut nodes) = distributed(
         "nd-gone",
@@ -526,7 +539,7 @@ fn release_node(args: &[&str]) -> (i32, String) {
 }
 
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
     let (s, mut nodes) = distributed(
         "nd-release",
@@ -589,7 +602,7 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
 }
 
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn with_the_admission_policy_an_unclaimed_deleted_claim_is_let_go_without_a_call() {
     // No node has room: nobody takes the claim, but the policy puts our finalizer on it.
     let (s, nodes) = distributed(
@@ -618,7 +631,7 @@ async fn with_the_admission_policy_an_unclaimed_deleted_claim_is_let_go_without_
 /// a late-binding claim its node gave back after a failure (rescheduled, no pod to pick again).
 /// Deleted, both go: no node will ever take them.
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn with_the_admission_policy_a_deleted_claim_waiting_for_a_node_is_let_go() {
     let (s, nodes) = nodes_with(
         "nd-wait",
@@ -660,7 +673,7 @@ async fn with_the_admission_policy_a_deleted_claim_waiting_for_a_node_is_let_go(
 /// A claim it cannot provision for another reason (here a reserved parameter nobody knows) is
 /// still taken, as upstream, so that the failure shows on the claim instead of nobody taking it.
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn allowed_topologies_pick_the_node_and_other_problems_are_reported_on_the_claim() {
     let (s, nodes) = distributed(
         "nd-allowed",
@@ -741,7 +754,7 @@ fn on(node: &str) -> serde_json::Value {
 /// took still waits, although a's instance does not cache b's claims (upstream's clone
 /// controller sees every claim). It goes once the clone is gone.
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn a_clone_waiting_on_another_node_holds_its_source() {
     let (s, nodes, class) = cloning_nodes("nd-clone").await;
     s.claim("src", &class, "1Gi", on(&nodes[0].node)).await;
@@ -782,7 +795,7 @@ async fn a_clone_waiting_on_another_node_holds_its_source() {
 /// the failing node does not take it again at once, as a fixed order alone would have it do
 /// for ever.
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_a_node_cannot_hold_goes_to_another_node() {
     let (s, nodes) = distributed(
         "nd-refuse",
@@ -833,7 +846,7 @@ async fn a_claim_a_node_cannot_hold_goes_to_another_node() {
 /// instance for itself; once a node's clone put our cloning-protection finalizer on it, the
 /// instances keep it, so its deletion is not stuck on that finalizer.
 #[tokio::test]
-#[ignore = "needs the control plane (cargo xtask test)"]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn a_clone_source_bound_without_a_node_is_released() {
     use kube::api::PostParams;
     let (s, nodes, class) = cloning_nodes("nd-static").await;

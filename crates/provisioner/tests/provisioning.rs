@@ -417,6 +417,12 @@ async fn under_a_tight_budget_the_oldest_claim_is_finished_first() {
         (1..=3).contains(&calls_at_first_pv),
         "CreateVolume calls when the first PV appeared: {calls_at_first_pv} of {CLAIMS}"
     );
+    // And that first PV is the oldest claim's (created first, so its attempt began first).
+    let first = log.lines().find(|l| l.contains(saved)).unwrap_or_default();
+    assert!(
+        first.contains(&format!("claim=\"{}/c0\"", s.ns)),
+        "the first PV saved is not c0's: {first}"
+    );
     for i in 0..CLAIMS {
         s.wait_bound(&format!("c{i}")).await;
     }
