@@ -42,6 +42,20 @@ pub fn with_grace(
     (effective, next)
 }
 
+/// Whether a change to node `name` (its segment from the caches now) calls for a resync: the
+/// segment differs from the published one, or the node's driver entry is back while the node is
+/// in its grace. The returning node shows the kept segment, so only `lost` tells: without the
+/// resync its grace would go on counting from the first loss, and a second loss soon after
+/// would drop the node's objects before that loss had had its own grace.
+pub fn node_changed(
+    name: &str,
+    now: Option<&Segment>,
+    published: Option<&Segment>,
+    lost: &Lost,
+) -> bool {
+    now != published || (now.is_some() && lost.contains_key(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +99,22 @@ mod tests {
         let (eff, next) = with_grace(moved.clone(), &eff, &mut lost, all, t0, GRACE);
         assert_eq!(eff, moved);
         assert_eq!((next, lost.len()), (None, 0));
+    }
+
+    #[test]
+    fn a_node_returning_within_its_grace_is_a_change() {
+        let t0 = Instant::now();
+        let mut lost = Lost::new();
+        let all = |_: &str| true;
+        let (kept, _) = with_grace(map(&[]), &map(&["b"]), &mut lost, all, t0, GRACE);
+        let b = seg("b");
+        // Back with the segment it had: the same as the kept one, yet its grace must end.
+        assert!(node_changed("b", Some(&b), kept.get("b"), &lost));
+        let (eff, _) = with_grace(map(&["b"]), &kept, &mut lost, all, t0, GRACE);
+        assert!(lost.is_empty());
+        // Nothing new once the resync has ended it; a loss is a change.
+        assert!(!node_changed("b", Some(&b), eff.get("b"), &lost));
+        assert!(node_changed("b", None, eff.get("b"), &lost));
     }
 
     #[test]

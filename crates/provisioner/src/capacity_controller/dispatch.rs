@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use capacity::published::Published;
 
 use super::{CapacityChanges, DEBOUNCE, Item, Shared};
+use capacity::grace::node_changed;
 use capacity::resync::{class_matters, node_segment};
 
 enum Event {
@@ -125,13 +126,24 @@ impl Shared {
                 let name = node.metadata.name.clone().unwrap_or_default();
                 let csi_node = self.caches.csi_nodes.get(&ObjectRef::new(&name));
                 let now = node_segment(csi_node.as_deref(), node.metadata.labels.as_ref(), driver);
-                now.as_ref() != state.node_segments.get(&name)
+                node_changed(
+                    &name,
+                    now.as_ref(),
+                    state.node_segments.get(&name),
+                    &state.lost,
+                )
             }
             Event::CsiNode(Change::Applied(cn)) => {
                 let name = cn.metadata.name.clone().unwrap_or_default();
                 let node = self.caches.nodes.get(&ObjectRef::new(&name));
                 let labels = node.as_ref().and_then(|n| n.metadata.labels.as_ref());
-                node_segment(Some(&cn), labels, driver).as_ref() != state.node_segments.get(&name)
+                let now = node_segment(Some(&cn), labels, driver);
+                node_changed(
+                    &name,
+                    now.as_ref(),
+                    state.node_segments.get(&name),
+                    &state.lost,
+                )
             }
             Event::Node(Change::Deleted(node)) => state
                 .node_segments
