@@ -7,15 +7,17 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::{
     NODE_KEY, Scenario, create_secret, eventually, eventually_within, holds_finalizer, wait_gone,
 };
 
 /// With `--volume-name-uuid-length=1` two claims soon get the same volume name. The second is
-/// refused with an event, and deleting it — with the provisioner up, and after a restart —
-/// never deletes the first claim's volume.
+/// refused with an event. It may still hold our creating-volume finalizer (the admission policy
+/// adds it without us), so its deletion waits for our clean-up, which — with the provisioner
+/// up, and after a restart that forgot the refusal — must let it go without deleting the
+/// first claim's volume.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_name_collision_never_deletes_the_other_claims_volume() {
@@ -34,11 +36,23 @@ async fn a_name_collision_never_deletes_the_other_claims_volume() {
         )
         .await;
         if restart {
+            s.provisioner().kill9();
+        }
+        s.claims()
+            .patch(
+                &loser,
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"metadata": {"finalizers": [support::CREATING]}})),
+            )
+            .await
+            .unwrap();
+        s.delete_claim(&loser).await;
+        if restart {
             s.provisioner().restart();
         }
-        s.delete_claim(&loser).await;
+        // Only our clean-up lets the claim go, and it deletes a volume before that.
         wait_gone(&s.claims(), &loser).await;
-        // Give a wrong clean-up every chance to happen.
+        // Give a wrong clean-up left running in the background a chance to show too.
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(
             s.mock().calls_of("DeleteVolume").is_empty(),
@@ -302,53 +316,95 @@ async fn retries_reuse_the_first_topology_after_the_node_is_gone() {
     assert!(pv.spec.unwrap().node_affinity.is_some());
 }
 
-/// InvalidArgument: one attempt and one warning, then nothing until `--retry-interval-max`,
-/// even though our own finalizer writes update the claim. A re-created StorageClass (new UID)
-/// lifts the wait at once.
+/// InvalidArgument: one attempt and one warning, then nothing until `--retry-interval-max`
+/// (20 s here), even though the claim is updated meanwhile. A re-created StorageClass (new UID)
+/// lifts the wait at once: claim `a` waits out the interval, claim `b`, whose class comes
+/// back, does not.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn an_infeasible_claim_is_tried_once_per_slow_interval() {
-    let s = Scenario::start("prov-slow", &[], &[]).await;
+    const SLOW: f64 = 20.0;
+    let s = Scenario::start("prov-slow", &[], &["--retry-interval-max=20s"]).await;
     s.mock().set_faults(
-        json!({"CreateVolume": {"code": "InvalidArgument", "message": "no such tier", "times": 1}}),
+        json!({"CreateVolume": {"code": "InvalidArgument", "message": "no such tier", "times": 2}}),
     );
-    let class = s.class("imm", "Immediate", json!({})).await;
-    s.claim("data", &class, "1Gi", json!({})).await;
-    s.wait_event("data", "ProvisioningFailed", "no such tier")
-        .await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    assert_eq!(s.mock().calls_of("CreateVolume").len(), 1, "one attempt");
-    let warnings: Vec<_> = s
-        .events_for("data")
-        .await
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("ProvisioningFailed"))
-        .collect();
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert_eq!(warnings[0].count.unwrap_or(1), 1, "{warnings:?}");
-    // The class is fixed by re-creating it: provisioning goes on now, not in five minutes.
-    s.delete_class(&class).await;
-    s.class("imm", "Immediate", json!({})).await;
+    let class_a = s.class("a", "Immediate", json!({})).await;
+    let class_b = s.class("b", "Immediate", json!({})).await;
+    for (claim, class) in [("a", &class_a), ("b", &class_b)] {
+        s.claim(claim, class, "1Gi", json!({})).await;
+        s.wait_event(claim, "ProvisioningFailed", "no such tier")
+            .await;
+    }
+    // Updates during the hold do not bring the next attempt forward.
+    for i in 0..6 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        touch(&s, "a", &format!("held-{i}")).await;
+        touch(&s, "b", &format!("held-{i}")).await;
+    }
+    assert_eq!(
+        s.mock().calls_of("CreateVolume").len(),
+        2,
+        "one attempt each"
+    );
+    for claim in ["a", "b"] {
+        let warnings: Vec<_> = s
+            .events_for(claim)
+            .await
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("ProvisioningFailed"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(warnings[0].count.unwrap_or(1), 1, "{warnings:?}");
+    }
+    // b's class is fixed by re-creating it: provisioning goes on now, not after the interval.
+    s.delete_class(&class_b).await;
+    s.class("b", "Immediate", json!({})).await;
     // Class changes do not queue claims (nor upstream's): the next update of the claim does.
     // An update the provisioner handles before its class cache has the new class waits out
     // the old hold, so the claim is touched again each second until it is Bound.
     let polls = std::sync::atomic::AtomicUsize::new(0);
-    support::eventually(
-        "the claim to be Bound after the class came back",
-        || async {
-            let n = polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let claim = s.claims().get("data").await.unwrap();
-            if claim.status.and_then(|st| st.phase).as_deref() == Some("Bound") {
-                return Some(());
-            }
-            if n.is_multiple_of(5) {
-                touch(&s, "data", &format!("after-new-class-{n}")).await;
-            }
-            None
-        },
-    )
+    support::eventually("claim b to be Bound after its class came back", || async {
+        let n = polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let claim = s.claims().get("b").await.unwrap();
+        if claim.status.and_then(|st| st.phase).as_deref() == Some("Bound") {
+            return Some(());
+        }
+        if n.is_multiple_of(5) {
+            touch(&s, "b", &format!("after-new-class-{n}")).await;
+        }
+        None
+    })
     .await;
-    assert_eq!(s.mock().calls_of("CreateVolume").len(), 2);
+    let b = call_starts(&s, "b").await;
+    assert_eq!(b.len(), 2, "{b:?}");
+    assert!(
+        b[1] - b[0] < SLOW - 5.0,
+        "b's class came back {:.1} s after its failure, but it waited out the interval",
+        b[1] - b[0]
+    );
+    s.wait_bound("a").await;
+    let a = call_starts(&s, "a").await;
+    assert_eq!(a.len(), 2, "{a:?}");
+    let gap = a[1] - a[0];
+    assert!(
+        (SLOW - 0.1..SLOW + 3.0).contains(&gap),
+        "a was tried again {gap:.1} s after its InvalidArgument, not after the {SLOW} s interval"
+    );
+}
+
+/// When each CreateVolume call for claim `name` started (seconds), in order.
+async fn call_starts(s: &Scenario, name: &str) -> Vec<f64> {
+    let uid = s.claims().get(name).await.unwrap().metadata.uid.unwrap();
+    s.create_calls(&format!("pvc-{uid}"))
+        .iter()
+        .map(call_start)
+        .collect()
+}
+
+/// When a call in the mock's log started, in seconds.
+fn call_start(call: &serde_json::Value) -> f64 {
+    let t: k8s_openapi::jiff::Timestamp = call["time"].as_str().unwrap().parse().unwrap();
+    t.as_millisecond() as f64 / 1000.0
 }
 
 /// Writes a label on the claim: an update event, as any user or controller makes.
@@ -388,16 +444,7 @@ async fn transient_errors_are_retried_once_per_backoff_step() {
         touch(&s, "data", &i.to_string()).await;
     }
     s.wait_bound("data").await;
-    let times: Vec<f64> = s
-        .mock()
-        .calls_of("CreateVolume")
-        .iter()
-        .map(|c| {
-            // When the call started.
-            let t: k8s_openapi::jiff::Timestamp = c["time"].as_str().unwrap().parse().unwrap();
-            t.as_millisecond() as f64 / 1000.0
-        })
-        .collect();
+    let times = call_starts(&s, "data").await;
     assert_eq!(times.len(), 5, "four timeouts, then success: {times:?}");
     let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
     for (gap, step) in gaps.iter().zip([1.0, 2.0, 4.0, 8.0]) {
@@ -406,6 +453,14 @@ async fn transient_errors_are_retried_once_per_backoff_step() {
             "an attempt came {gap:.2} s after the last failure, before its {step} s backoff: {gaps:?}"
         );
     }
+    // Not later either: the faults answer at once and the rate limiter has no jitter, so the
+    // steps add up to 15 s plus the provisioner's own time (3 s allows for a loaded machine;
+    // a backoff starting at 2 s, or one stuck at its largest step, would take 30 s or more).
+    let total: f64 = gaps.iter().sum();
+    assert!(
+        total <= 18.0,
+        "the four backoffs took {total:.1} s: {gaps:?}"
+    );
 }
 
 /// Deprecated StorageClass parameters are warned about in the log, once per class.
@@ -413,20 +468,17 @@ async fn transient_errors_are_retried_once_per_backoff_step() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn deprecated_parameters_are_warned_once_per_class() {
     let mut s = Scenario::start("prov-depr", &[], &[]).await;
-    let class = s
-        .class(
-            "old",
-            "Immediate",
-            json!({"parameters": {"fstype": "ext4"}}),
-        )
-        .await;
-    for name in ["a", "b"] {
-        s.claim(name, &class, "1Gi", json!({})).await;
-        s.wait_bound(name).await;
+    // Two claims of one class, one of another: one warning per class, not one per process.
+    let deprecated = json!({"parameters": {"fstype": "ext4"}});
+    let old = s.class("old", "Immediate", deprecated.clone()).await;
+    let older = s.class("older", "Immediate", deprecated).await;
+    for (claim, class) in [("a", &old), ("b", &old), ("c", &older)] {
+        s.claim(claim, class, "1Gi", json!({})).await;
+        s.wait_bound(claim).await;
     }
     let log = s.provisioner().log();
     let warning = "\\\"fstype\\\" is deprecated";
     let plain = "\"fstype\" is deprecated";
     let n = log.matches(warning).count() + log.matches(plain).count();
-    assert_eq!(n, 1, "one warning for the class:\n{log}");
+    assert_eq!(n, 2, "one warning for each class:\n{log}");
 }
