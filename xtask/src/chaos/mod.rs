@@ -456,7 +456,10 @@ fn explain(r: &ScenarioResult) -> String {
                  started again): ours {}, upstream {}.",
                 range(Impl::Ours, "delete_calls"),
                 range(Impl::Upstream, "delete_calls"),
-                match (summary(Impl::Ours, "gone_s"), summary(Impl::Upstream, "gone_s")) {
+                match (
+                    summary(Impl::Ours, "gone_s"),
+                    summary(Impl::Upstream, "gone_s")
+                ) {
                     (Some(o), Some(u)) if o.max > u.max => {
                         "Ours' time until every volume was deleted has the longer tail"
                     }
