@@ -331,12 +331,20 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_the_policy() {
-    let (mut s, class) = with_policy("adm-crash", &[], 4000).await;
-    s.claim("data", &class, "1Gi", json!({})).await;
+    // At -v=5 each CSI call is logged as it is sent.
+    let (mut s, class) = with_policy("adm-crash", &["-v=5"], 4000).await;
+    let uid = s
+        .claim("data", &class, "1Gi", json!({}))
+        .await
+        .metadata
+        .uid
+        .unwrap();
+    let volume = format!("pvc-{uid}");
     s.wait_finalizer("data").await;
-    // The Provisioning event comes right before the call: then it is in flight.
-    s.wait_event("data", "Provisioning", "").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    s.provisioner().wait_for_log(
+        "\"GRPC call\" method=\"/csi.v1.Controller/CreateVolume\"",
+        Duration::from_secs(60),
+    );
     s.provisioner().kill9();
     s.delete_claim("data").await;
     let held = s.claims().get("data").await.unwrap();
@@ -344,8 +352,11 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_th
         holds_finalizer(&held),
         "the policy's finalizer keeps the deleted claim"
     );
-    // Let the interrupted call finish in the driver.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Let the interrupted call finish in the driver: it made the volume nobody was told of.
+    support::eventually("the dead process's call to end in the driver", || async {
+        (s.create_calls(&volume).len() == 1).then_some(())
+    })
+    .await;
     s.mock().clear_faults();
     s.provisioner().restart();
     wait_gone(&s.claims(), "data").await;
@@ -355,9 +366,30 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_th
         s.driver_volumes().await
     );
     no_pv_of_class(&s, &class).await;
-    let deleted = s.mock().succeeded("DeleteVolume");
-    assert_eq!(
-        deleted, 1,
-        "the volume the dead process created, deleted once"
+    // The restarted process asked again under the same name and got that volume back.
+    let made: Vec<_> = s
+        .create_calls(&volume)
+        .iter()
+        .filter_map(|c| {
+            c["response"]["volume"]["volume_id"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert!(
+        made.len() == 2 && made[0] == made[1],
+        "the dead process's call and the probe, one volume: {made:?}"
     );
+    let deleted: Vec<_> = s
+        .mock()
+        .calls_of("DeleteVolume")
+        .into_iter()
+        .filter(|c| c.get("error").is_none())
+        .collect();
+    assert_eq!(
+        deleted.len(),
+        1,
+        "the volume the dead process created, deleted once: {deleted:#?}"
+    );
+    assert_eq!(deleted[0]["request"]["volume_id"], made[0].as_str());
 }

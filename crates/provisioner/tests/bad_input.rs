@@ -867,8 +867,9 @@ async fn access_modes() {
     let capability = &calls[0]["request"]["volume_capabilities"][0];
     assert!(capability.get("block").is_some(), "{capability}");
     assert!(capability.get("mount").is_none(), "{capability}");
-    let pv = pv_of(&s, block).await;
-    assert_eq!(pv.spec.unwrap().volume_mode.as_deref(), Some("Block"));
+    let pv = pv_of(&s, block).await.spec.unwrap();
+    assert_eq!(pv.volume_mode.as_deref(), Some("Block"));
+    assert_eq!(pv.mount_options, Some(vec!["noatime".to_string()]));
 }
 
 /// Data sources that are wrong, missing or someone else's.

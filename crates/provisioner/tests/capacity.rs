@@ -513,10 +513,14 @@ async fn thin_pool_maximum_above_capacity_is_published_and_admits_volumes() {
         "{:#?}",
         w.mock.calls_of("CreateVolume")
     );
+    // The refresh after the volume: the over-committed pool reads 0 free ...
     let objects = w
-        .wait_objects("the object of a", |o| o.contains_key(&a))
+        .wait_objects("a's object to show the full pool", |o| {
+            o.get(&a).is_some_and(|obj| bytes(obj) == Some(0))
+        })
         .await;
     assert_eq!(objects.len(), 1, "still one object: {objects:#?}");
+    // ... and its maximum volume size is still published from that same answer.
     assert_eq!(
         objects[&a]
             .maximum_volume_size

@@ -387,10 +387,11 @@ async fn an_immediate_claim_no_node_can_hold_is_explained_once() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn without_published_capacity_upstreams_random_delay_still_picks_one_node() {
     // No capacity tracking: nothing to rank by, so instances race after a random delay.
+    // At -v=2 each take is logged with how long the instance waited for it.
     let (s, nodes) = nodes_with(
         "nd-lottery",
         &[("a", "100Gi"), ("b", "100Gi")],
-        &["--node-deployment-base-delay=2s"],
+        &["--node-deployment-base-delay=2s", "-v=2"],
     )
     .await;
     let class = s.class("imm", "Immediate", json!({})).await;
@@ -405,6 +406,24 @@ async fn without_published_capacity_upstreams_random_delay_still_picks_one_node(
         .map(|i| i.mock.succeeded("CreateVolume"))
         .collect();
     assert_eq!(created.iter().sum::<usize>(), 4, "{created:?}");
+    // Each claim taken once, after a drawn delay below the 2 s base (the default base, 20 s,
+    // would show; so would no delay at all, since four draws near 0 are not credible).
+    let waits: Vec<f64> = nodes
+        .iter()
+        .flat_map(|i| {
+            i.prov
+                .log()
+                .lines()
+                .filter(|l| l.contains("\"Took claim for this node\""))
+                .map(|l| waited_seconds(l).unwrap_or_else(|| panic!("no waited= in {l}")))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(waits.len(), 4, "one take per claim: {waits:?}");
+    assert!(
+        waits.iter().all(|w| *w < 3.0) && waits.iter().any(|w| *w > 0.1),
+        "waits before taking: {waits:?}"
+    );
     let pvs = our_pvs(&s).await;
     for (i, inst) in nodes.iter().enumerate() {
         let here = pvs.iter().filter(|pv| pv_node(pv) == inst.node).count();
@@ -900,4 +919,25 @@ async fn a_clone_source_bound_without_a_node_is_released() {
     );
     s.delete_claim("src").await;
     support::wait_gone(&s.claims(), "src").await;
+}
+
+/// The `waited=` duration of a "Took claim" log line (Rust's `Debug` of a `Duration`), in
+/// seconds.
+fn waited_seconds(line: &str) -> Option<f64> {
+    let rest = &line[line.find("waited=")? + "waited=".len()..];
+    let value: String = rest
+        .trim_start_matches('"')
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != '"')
+        .collect();
+    let split = value.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = value.split_at(split);
+    let scale = match unit {
+        "s" => 1.0,
+        "ms" => 1e-3,
+        "µs" => 1e-6,
+        "ns" => 1e-9,
+        _ => return None,
+    };
+    Some(number.parse::<f64>().ok()? * scale)
 }
