@@ -38,6 +38,12 @@ async fn objects_have_upstream_shape() {
             o.len() == 3 && o.values().all(|c| bytes(c) == Some(10 * GI))
         })
         .await;
+    // Without the flag the Immediate class is not wanted at all (not merely not published yet).
+    let text = w.metrics().await.unwrap();
+    assert!(
+        text.lines().any(|l| l == "csistoragecapacities_desired_goal 3"),
+        "{text}"
+    );
     for node in ["a", "b", "c"] {
         let o = &objects[&key(&wffc, &w.node(node))];
         let meta = &o.metadata;
