@@ -41,7 +41,8 @@ async fn objects_have_upstream_shape() {
     // Without the flag the Immediate class is not wanted at all (not merely not published yet).
     let text = w.metrics().await.unwrap();
     assert!(
-        text.lines().any(|l| l == "csistoragecapacities_desired_goal 3"),
+        text.lines()
+            .any(|l| l == "csistoragecapacities_desired_goal 3"),
         "{text}"
     );
     for node in ["a", "b", "c"] {

@@ -482,3 +482,85 @@ async fn deprecated_parameters_are_warned_once_per_class() {
     let n = log.matches(warning).count() + log.matches(plain).count();
     assert_eq!(n, 2, "one warning for each class:\n{log}");
 }
+
+/// A finalizer release the API server refuses is tried again on a backoff of its own. Once
+/// kube-controller-manager has dropped pvc-protection nothing else writes a deleted claim, so
+/// a release tried only once would hold `kubectl delete pvc` until the 15-minute resync.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_refused_finalizer_release_is_tried_again() {
+    const KEEP: &str = "test.example/keep";
+    let mut s = Scenario::start("prov-release", &[], &["--retry-interval-max=4s"]).await;
+    // Refuses any claim update in the namespace that drops our finalizer (or the test's own,
+    // which shows when the policy is in force).
+    let policy = format!("{}-keep-finalizers", s.ns);
+    let kept = |f: &str| {
+        format!(
+            "(!(has(oldObject.metadata.finalizers) && '{f}' in oldObject.metadata.finalizers) \
+             || (has(object.metadata.finalizers) && '{f}' in object.metadata.finalizers))"
+        )
+    };
+    support::create_validating_policy(
+        &s,
+        &policy,
+        json!({
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["persistentvolumeclaims"]}]},
+            "validations": [{"expression": format!("{} && {}", kept(support::CREATING), kept(KEEP)),
+                "message": "test: the finalizer stays"}],
+        }),
+    )
+    .await;
+    let probe = s
+        .claim(
+            "probe",
+            "",
+            "1Gi",
+            json!({"metadata": {"finalizers": [KEEP]}}),
+        )
+        .await;
+    let mut dropped = probe.clone();
+    dropped.metadata.finalizers = None;
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually("the policy to refuse dropping a finalizer", || async {
+        s.claims()
+            .replace("probe", &dry, &dropped)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    s.wait_bound("data").await;
+    s.delete_claim("data").await;
+    // kube-controller-manager drops pvc-protection: the last write anyone else makes.
+    testenv::wait_for(&s.claims(), "data", "keep only our finalizer", |c| {
+        c.metadata.finalizers.as_deref() == Some(&[support::CREATING.to_string()][..])
+    })
+    .await;
+    s.provisioner().wait_for_log(
+        "Cannot remove the creating-volume finalizer; will retry",
+        Duration::from_secs(30),
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    support::drop_validating_policy(&s, &policy).await;
+    wait_gone(&s.claims(), "data").await;
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 1);
+
+    s.claims()
+        .patch(
+            "probe",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+}

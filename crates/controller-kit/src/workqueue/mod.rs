@@ -34,7 +34,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use metrics::{DURATION_BUCKETS, ErrorLabels, QueueLabel, WorkQueueMetrics};
-pub use rate_limiter::RateLimiter;
+pub use rate_limiter::{RateLimiter, exponential};
 pub use workers::{Failure, Outcome, WorkerPanic, panic_message, run_workers};
 
 use metrics::InFlight;

@@ -76,7 +76,7 @@ impl<K: Eq + Hash + Clone> RateLimiter<K> {
 
 /// `base * 2^exp`, capped at `max`. Computed in floating point like client-go, so huge
 /// exponents saturate at `max` instead of overflowing.
-fn exponential(base: Duration, max: Duration, exp: u32) -> Duration {
+pub fn exponential(base: Duration, max: Duration, exp: u32) -> Duration {
     let nanos = base.as_nanos() as f64 * 2f64.powi(exp.min(i32::MAX as u32) as i32);
     if !nanos.is_finite() || nanos >= max.as_nanos() as f64 {
         return max;

@@ -63,6 +63,9 @@ struct ClaimMemory {
     /// When this process saved the claim's PV: until the PV cache shows it, this is what says
     /// the PV exists (see [`Memory::pv_saved`]).
     saved_pv: Option<Instant>,
+    /// Finalizer releases that failed in a row: the backoff of the next (a release runs on its
+    /// own task, after the sync that started it was counted a success).
+    release_failures: u32,
 }
 
 impl ClaimMemory {
@@ -129,6 +132,16 @@ impl Memory {
             }
             releasing.remove(uid);
         }
+    }
+
+    /// A release of the claim's finalizer failed: returns how many failed in a row before this
+    /// one (the exponent of its backoff). A success forgets the claim, and the count with it.
+    pub fn release_failed(&self, uid: &str) -> u32 {
+        self.with(uid, |m| {
+            let before = m.release_failures;
+            m.release_failures = before.saturating_add(1);
+            before
+        })
     }
 
     /// A release on `lane` ended (a later one on a faster lane keeps its entry).
@@ -335,6 +348,25 @@ mod tests {
         assert!(m.explain_once("u", "a"));
         assert!(!m.explain_once("u", "a"));
         assert!(m.explain_once("u", "b"));
+    }
+
+    #[test]
+    fn failed_releases_count_up_until_the_claim_is_forgotten() {
+        let m = Memory::default();
+        assert_eq!(
+            [
+                m.release_failed("u"),
+                m.release_failed("u"),
+                m.release_failed("v")
+            ],
+            [0, 1, 0]
+        );
+        m.forget("u");
+        assert_eq!(
+            m.release_failed("u"),
+            0,
+            "a success starts again at the first step"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Step 5, release: drop our finalizer once the PV owns the volume.
 
+use controller_kit::workqueue::exponential;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
 use super::memory::Lane;
@@ -8,8 +9,9 @@ use super::{ClaimKey, ClaimsController, update};
 impl ClaimsController {
     /// Drops our finalizer once the PV owns the volume, on its own task. For a bound claim
     /// nothing waits for it: it spends only tokens the hot path leaves free (background lane).
-    /// A deleted claim's deletion waits for it: main budget. If it fails, the claim's next sync
-    /// decides to release again.
+    /// A deleted claim's deletion waits for it: main budget. If it fails, the claim is queued
+    /// again after a backoff of its own (the sync that started the task counted as a success,
+    /// so the queue's backoff was reset; and nothing else may ever write the claim again).
     pub(super) fn release_later(&self, claim: &PersistentVolumeClaim) {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let (lane, client) = if claim.metadata.deletion_timestamp.is_some() {
@@ -22,12 +24,21 @@ impl ClaimsController {
         }
         let (memory, claim, task_uid) = (self.memory.clone(), claim.clone(), uid.clone());
         let claims = self.ctx.caches.claims.clone();
+        let queue = self.queue.clone();
+        let (start, max) = (
+            self.ctx.opts.retry_interval_start,
+            self.ctx.opts.retry_interval_max,
+        );
         let task = tokio::spawn(async move {
             match update::remove_finalizer(&client, &claims, &claim).await {
                 // The PV owns the volume now; later syncs read the claim through our write.
                 Ok(_) => memory.forget(&task_uid),
                 Err(e) => {
-                    tracing::warn!(claim = %ClaimKey::of(&claim).to_string(), err = %e, "Cannot remove the creating-volume finalizer; will retry");
+                    let delay = exponential(start, max, memory.release_failed(&task_uid));
+                    let key = ClaimKey::of(&claim);
+                    tracing::warn!(claim = %key.to_string(), err = %e, retry_in = ?delay, "Cannot remove the creating-volume finalizer; will retry");
+                    queue.count_error("claim_write");
+                    queue.add_after(key, delay);
                 }
             }
             memory.end_release(&task_uid, lane);
