@@ -743,6 +743,50 @@ async fn a_stale_object_is_reported_once_and_shows_zero() {
     );
 }
 
+/// A failing key is tried again when it turns stale at the latest, so the zero comes on time:
+/// here its backoff (20 s) and the poll (10 minutes) would both come much later.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_failing_object_turns_zero_when_it_turns_stale_not_at_its_next_retry() {
+    let w = World::start(
+        "cap-due",
+        &[("a", "10Gi")],
+        &[],
+        &[
+            "--capacity-poll-interval=10m",
+            "--retry-interval-start=20s",
+            "--capacity-stale-after=6s",
+            "--capacity-stale-action=zero",
+        ],
+    )
+    .await;
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    let a = key(&class, &w.node("a"));
+    w.wait_objects("10Gi on a", |o| o.get(&a).and_then(bytes) == Some(10 * GI))
+        .await;
+    let published = std::time::Instant::now();
+    w.mock
+        .set_faults(json!({"GetCapacity": {"code": "Unavailable", "message": "backend down"}}));
+    // A volume made on a: the refresh after it is the first GetCapacity to fail.
+    w.claim_and_pod("data", &class, "1Gi").await;
+    assert_eq!(w.wait_scheduled("data").await, w.node("a"));
+    eventually("a failed GetCapacity", || async {
+        w.mock
+            .calls_of("GetCapacity")
+            .iter()
+            .any(|c| c.get("error").is_some())
+            .then_some(())
+    })
+    .await;
+    w.wait_objects("0 on a", |o| o.get(&a).and_then(bytes) == Some(0))
+        .await;
+    let took = published.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(16),
+        "0 published {took:?} after the last good value, with --capacity-stale-after=6s"
+    );
+}
+
 /// A driver without GetCapacity is a warning once, not a log line per poll.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]

@@ -64,6 +64,20 @@ impl Staleness {
         })
     }
 
+    /// How long until `key` turns stale (`None`: it is already, or not desired). A failing key
+    /// is retried no later than that, so that it is reported (and zeroed) on time rather than
+    /// at its next backoff or poll.
+    pub fn stale_in(
+        &self,
+        key: &Key,
+        now: Instant,
+        after: std::time::Duration,
+    ) -> Option<std::time::Duration> {
+        let e = self.entries.get(key)?;
+        let age = now.saturating_duration_since(e.last_success.unwrap_or(e.since));
+        after.checked_sub(age).filter(|left| !left.is_zero())
+    }
+
     /// [`Staleness::is_stale`], true only the first time in each stale spell (a success ends
     /// the spell): when to say so once.
     pub fn newly_stale(&mut self, key: &Key, now: Instant, after: std::time::Duration) -> bool {
@@ -150,6 +164,27 @@ mod tests {
         assert!(!s.is_stale(&a, at(40), after));
         assert!(s.newly_stale(&a, at(41), after), "a new spell");
         assert!(!s.newly_stale(&key("unknown"), at(99), after));
+    }
+
+    #[test]
+    fn time_left_until_stale() {
+        let after = std::time::Duration::from_secs(10);
+        let mut s = Staleness::default();
+        let t0 = Instant::now();
+        let a = key("a");
+        s.retain(&[a.clone()].into(), t0);
+        let at = |secs: u64| t0 + std::time::Duration::from_secs(secs);
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(s.stale_in(&a, at(3), after), Some(secs(7)), "since desired");
+        s.success(&a, at(5));
+        assert_eq!(
+            s.stale_in(&a, at(6), after),
+            Some(secs(9)),
+            "since the success"
+        );
+        assert_eq!(s.stale_in(&a, at(15), after), None, "stale now");
+        assert_eq!(s.stale_in(&a, at(20), after), None);
+        assert_eq!(s.stale_in(&key("unknown"), at(1), after), None);
     }
 
     #[test]

@@ -207,11 +207,16 @@ impl Shared {
             return Outcome::Done;
         }
         let cfg = &self.config;
-        Outcome::RetryAfter(backoff(
-            cfg.retry_interval_start,
-            cfg.retry_interval_max,
-            failures,
-        ))
+        let retry = backoff(cfg.retry_interval_start, cfg.retry_interval_max, failures);
+        // With `--capacity-stale-after`, come back when the key turns stale at the latest: the
+        // report and the zero are due then, not at the next backoff or poll.
+        let stale_in = cfg.stale_after.and_then(|after| {
+            self.state
+                .lock()
+                .staleness
+                .stale_in(key, Instant::now(), after)
+        });
+        Outcome::RetryAfter(stale_in.map_or(retry, |left| retry.min(left)))
     }
 
     /// `--capacity-stale-after` (ours): once the key has had no successful GetCapacity for
