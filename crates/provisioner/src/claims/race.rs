@@ -72,6 +72,13 @@ impl Races {
         self.waited(uid, now)
     }
 
+    /// No node has room for the claim now: no place in the order. The time waited meanwhile
+    /// (which times the explanation) does not count towards a turn once room appears, or this
+    /// instance, ranked behind another, would take the claim at once and collide with it.
+    fn no_turn(&mut self, uid: &str) {
+        self.turns.insert(uid.to_string(), Duration::MAX);
+    }
+
     /// Upstream's delay for a claim nobody ranks: drawn once per wait.
     fn draw(&mut self, uid: &str, node: &NodeDeployment) -> Duration {
         let lottery = self
@@ -234,6 +241,7 @@ impl ClaimsController {
             Turn::After(d) => d,
             Turn::Unranked => self.races.lock().draw(&uid, &node),
             Turn::NoRoom { report } => {
+                self.races.lock().no_turn(&uid);
                 return if report {
                     self.report_no_room(claim, class)
                 } else {
@@ -532,6 +540,24 @@ mod tests {
             !races.failed.contains_key("u"),
             "pruned on the next failure"
         );
+    }
+
+    #[test]
+    fn a_wait_without_room_does_not_count_towards_a_turn() {
+        let mut races = Races::default();
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        races.no_turn("u");
+        assert_eq!(
+            races.waited("u", t0),
+            s(0),
+            "the explanation's timer starts"
+        );
+        races.no_turn("u");
+        assert_eq!(races.waited("u", t0 + s(60)), s(60));
+        // Room appears, this instance second in the order: its wait starts now.
+        assert_eq!(races.waited_for_turn("u", s(2), t0 + s(60)), s(0));
+        assert_eq!(races.waited_for_turn("u", s(2), t0 + s(62)), s(2));
     }
 
     #[test]
