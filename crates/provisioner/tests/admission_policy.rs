@@ -168,45 +168,22 @@ async fn a_claim_deleted_during_create_volume_leaves_no_volume_under_the_policy(
         .uid
         .unwrap();
     let volume = format!("pvc-{uid}");
-    s.provisioner().wait_for_log(
-        "\"GRPC call\" method=\"/csi.v1.Controller/CreateVolume\"",
-        Duration::from_secs(60),
-    );
+    s.wait_create_volume_sent();
     // The driver answers only after 3 s (and logs the call then): it is still at work.
     assert!(s.create_calls(&volume).is_empty(), "answered already");
     s.delete_claim("data").await;
     wait_gone(&s.claims(), "data").await;
     // The finalizer held the claim until the call answered (its PV then went with the claim,
     // and the PV's reclaim policy deletes the volume).
-    let made: Vec<_> = s
-        .create_calls(&volume)
-        .iter()
-        .filter_map(|c| {
-            c["response"]["volume"]["volume_id"]
-                .as_str()
-                .map(String::from)
-        })
-        .collect();
     assert!(
-        !made.is_empty() && made.iter().all(|id| id == &made[0]),
-        "one volume made before the claim went: {made:?}"
+        !s.volume_ids_made(&volume).is_empty(),
+        "the claim went before its CreateVolume answered"
     );
     support::eventually("the volume to be deleted", || async {
         s.driver_volumes().await.is_empty().then_some(())
     })
     .await;
-    let deleted: Vec<_> = s
-        .mock()
-        .calls_of("DeleteVolume")
-        .into_iter()
-        .filter(|c| c.get("error").is_none())
-        .collect();
-    assert_eq!(
-        deleted.len(),
-        1,
-        "the one volume deleted once: {deleted:#?}"
-    );
-    assert_eq!(deleted[0]["request"]["volume_id"], made[0].as_str());
+    s.assert_one_volume_made_and_deleted(&volume);
     no_pv_of_class(&s, &class).await;
     assert!(
         s.driver_volumes().await.is_empty(),
@@ -341,10 +318,7 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_th
         .unwrap();
     let volume = format!("pvc-{uid}");
     s.wait_finalizer("data").await;
-    s.provisioner().wait_for_log(
-        "\"GRPC call\" method=\"/csi.v1.Controller/CreateVolume\"",
-        Duration::from_secs(60),
-    );
+    s.wait_create_volume_sent();
     s.provisioner().kill9();
     s.delete_claim("data").await;
     let held = s.claims().get("data").await.unwrap();
@@ -366,30 +340,13 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_th
         s.driver_volumes().await
     );
     no_pv_of_class(&s, &class).await;
-    // The restarted process asked again under the same name and got that volume back.
-    let made: Vec<_> = s
-        .create_calls(&volume)
-        .iter()
-        .filter_map(|c| {
-            c["response"]["volume"]["volume_id"]
-                .as_str()
-                .map(String::from)
-        })
-        .collect();
-    assert!(
-        made.len() == 2 && made[0] == made[1],
-        "the dead process's call and the probe, one volume: {made:?}"
-    );
-    let deleted: Vec<_> = s
-        .mock()
-        .calls_of("DeleteVolume")
-        .into_iter()
-        .filter(|c| c.get("error").is_none())
-        .collect();
+    // The restarted process asked again under the same name, got that volume back and
+    // deleted it once.
+    let made = s.volume_ids_made(&volume);
     assert_eq!(
-        deleted.len(),
-        1,
-        "the volume the dead process created, deleted once: {deleted:#?}"
+        made.len(),
+        2,
+        "the dead process's call and the probe: {made:?}"
     );
-    assert_eq!(deleted[0]["request"]["volume_id"], made[0].as_str());
+    s.assert_one_volume_made_and_deleted(&volume);
 }

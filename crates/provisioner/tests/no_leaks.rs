@@ -25,10 +25,7 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
         .uid
         .unwrap();
     // Killed while the driver works on the call (for 4 s).
-    s.provisioner().wait_for_log(
-        "\"GRPC call\" method=\"/csi.v1.Controller/CreateVolume\"",
-        std::time::Duration::from_secs(60),
-    );
+    s.wait_create_volume_sent();
     s.provisioner().kill9();
     s.delete_claim("data").await;
     let held = s.claims().get("data").await.unwrap();
@@ -47,7 +44,7 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
         s.driver_volumes().await
     );
     // The interrupted call made one volume, and that one was deleted, once.
-    assert_one_volume_made_and_deleted(&s, &format!("pvc-{uid}"));
+    s.assert_one_volume_made_and_deleted(&format!("pvc-{uid}"));
     let pvs = s.volumes().list(&Default::default()).await.unwrap();
     assert!(pvs.items.iter().all(|pv| {
         pv.spec
@@ -105,7 +102,7 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
         Some(static_pv.as_str())
     );
     let ours = format!("pvc-{}", claim.metadata.uid.clone().unwrap());
-    let made = || volume_ids_made(&s, &ours);
+    let made = || s.volume_ids_made(&ours);
     // The driver finishes the call nobody waits for any more.
     support::eventually("the driver to make the volume", || async {
         (!made().is_empty()).then_some(())
@@ -117,7 +114,7 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
         s.driver_volumes().await.is_empty().then_some(())
     })
     .await;
-    assert_one_volume_made_and_deleted(&s, &ours);
+    s.assert_one_volume_made_and_deleted(&ours);
     support::eventually("the claim to be let go", || async {
         let c = s.claims().get("data").await.ok()?;
         (!holds_finalizer(&c)).then_some(())
@@ -125,36 +122,6 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
     .await;
     assert!(s.volumes().get_opt(&ours).await.unwrap().is_none());
     assert!(s.volumes().get_opt(&static_pv).await.unwrap().is_some());
-}
-
-/// The volume ids the driver answered CreateVolume of `volume_name` with.
-fn volume_ids_made(s: &Scenario, volume_name: &str) -> Vec<String> {
-    s.create_calls(volume_name)
-        .iter()
-        .filter_map(|c| {
-            c["response"]["volume"]["volume_id"]
-                .as_str()
-                .map(String::from)
-        })
-        .collect()
-}
-
-/// The driver made one volume for `volume_name` (however often it was asked), and exactly that
-/// one was deleted, once.
-fn assert_one_volume_made_and_deleted(s: &Scenario, volume_name: &str) {
-    let made = volume_ids_made(s, volume_name);
-    assert!(
-        !made.is_empty() && made.iter().all(|id| id == &made[0]),
-        "one volume: {made:?}"
-    );
-    let deleted: Vec<serde_json::Value> = s
-        .mock()
-        .calls_of("DeleteVolume")
-        .into_iter()
-        .filter(|c| c.get("error").is_none())
-        .collect();
-    assert_eq!(deleted.len(), 1, "{deleted:?}");
-    assert_eq!(deleted[0]["request"]["volume_id"], made[0].as_str());
 }
 
 /// A claim deleted while its CreateVolume is in flight (the provisioner stays up).
@@ -494,18 +461,18 @@ async fn delete_while_creating(s: &Scenario, name: &str) {
     let claim = s.wait_finalizer(name).await;
     let volume = format!("pvc-{}", claim.metadata.uid.unwrap());
     assert!(
-        volume_ids_made(s, &volume).is_empty(),
+        s.volume_ids_made(&volume).is_empty(),
         "CreateVolume answered before the deletion: the test needs a slower driver"
     );
     s.delete_claim(name).await;
     wait_gone(&s.claims(), name).await;
     assert!(
-        !volume_ids_made(s, &volume).is_empty(),
+        !s.volume_ids_made(&volume).is_empty(),
         "the claim went before its CreateVolume answered"
     );
     support::eventually("the volume to be deleted", || async {
         s.driver_volumes().await.is_empty().then_some(())
     })
     .await;
-    assert_one_volume_made_and_deleted(s, &volume);
+    s.assert_one_volume_made_and_deleted(&volume);
 }

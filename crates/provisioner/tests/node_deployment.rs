@@ -439,7 +439,7 @@ async fn without_published_capacity_upstreams_random_delay_still_picks_one_node(
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_restarted_instance_adopts_its_object_instead_of_duplicating_it() {
     let (s, mut nodes) = distributed("nd-restart", &[("a", "10Gi"), ("b", "20Gi")], &[]).await;
-    s.class("wffc", "WaitForFirstConsumer", json!({})).await;
+    let class = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
     let before = published_per_instance(&s, 2).await;
     let names_before: BTreeSet<String> = capacity_objects(&s)
         .await
@@ -462,6 +462,28 @@ async fn a_restarted_instance_adopts_its_object_instead_of_duplicating_it() {
         .collect();
     assert_eq!(after, names_before);
     assert_eq!(published_per_instance(&s, 2).await, before);
+    // And keeps it up to date: a volume made on a lowers a's value, in that same object.
+    let node_a = nodes[0].node.clone();
+    let a_object = || async {
+        capacity_objects(&s)
+            .await
+            .into_iter()
+            .find(|o| o.labels()["csi.storage.k8s.io/managed-by"].ends_with(node_a.as_str()))
+    };
+    let adopted = a_object().await.expect("a's object");
+    s.claim("vol", &class, "4Gi", on(&node_a)).await;
+    s.wait_bound("vol").await;
+    let lowered = eventually("a's object to show the volume", || async {
+        let o = a_object().await?;
+        (o.capacity.as_ref().map(|q| q.0.as_str()) == Some("6Gi")).then_some(o)
+    })
+    .await;
+    assert_eq!(
+        (lowered.name_any(), lowered.uid()),
+        (adopted.name_any(), adopted.uid()),
+        "the same object"
+    );
+    let before = published_per_instance(&s, 2).await;
     // Deleting another node's object is not ours to repair: only its own instance does.
     let api: Api<CSIStorageCapacity> = Api::namespaced(s.client.clone(), &s.ns);
     let b_object = capacity_objects(&s)

@@ -265,6 +265,44 @@ impl Scenario {
             .collect()
     }
 
+    /// The volume ids the driver answered CreateVolume of `volume_name` with.
+    pub fn volume_ids_made(&self, volume_name: &str) -> Vec<String> {
+        self.create_calls(volume_name)
+            .iter()
+            .filter_map(|c| {
+                c["response"]["volume"]["volume_id"]
+                    .as_str()
+                    .map(String::from)
+            })
+            .collect()
+    }
+
+    /// The driver made one volume for `volume_name` (however often it was asked), and exactly
+    /// that one was deleted, once.
+    pub fn assert_one_volume_made_and_deleted(&self, volume_name: &str) {
+        let made = self.volume_ids_made(volume_name);
+        assert!(
+            !made.is_empty() && made.iter().all(|id| id == &made[0]),
+            "one volume: {made:?}"
+        );
+        let deleted: Vec<serde_json::Value> = self
+            .mock()
+            .calls_of("DeleteVolume")
+            .into_iter()
+            .filter(|c| c.get("error").is_none())
+            .collect();
+        assert_eq!(deleted.len(), 1, "{deleted:?}");
+        assert_eq!(deleted[0]["request"]["volume_id"], made[0].as_str());
+    }
+
+    /// Waits until the provisioner has sent a CreateVolume (logged as sent at `-v=5`).
+    pub fn wait_create_volume_sent(&mut self) {
+        self.provisioner().wait_for_log(
+            "\"GRPC call\" method=\"/csi.v1.Controller/CreateVolume\"",
+            Duration::from_secs(60),
+        );
+    }
+
     /// Names of the volumes the driver holds now (ListVolumes through our own CSI client).
     pub async fn driver_volumes(&self) -> Vec<String> {
         let client = csi::Client::connect(
