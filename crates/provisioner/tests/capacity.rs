@@ -16,6 +16,9 @@ use serde_json::json;
 use testenv::ControlPlane;
 use world::{GI, KEY, Objects, World, bytes, eventually, key, kubectl, owner_chain};
 
+/// kube-scheduler's VolumeBinding verdict when no published capacity fits the claim.
+const NO_ROOM: &str = "did not have enough free storage";
+
 /// Test 1: one object per (node segment, WFFC class), upstream's shape and owner; Immediate
 /// classes only with the flag, and existing objects adopted when the flag is added.
 #[tokio::test]
@@ -474,11 +477,7 @@ async fn scheduler_places_by_capacity() {
         (Some(100 * GI), Some("20Gi"))
     );
     m.claim_and_pod("big", &class, "50Gi").await;
-    let message = m.wait_unschedulable("big").await;
-    assert!(
-        message.contains("did not have enough free storage"),
-        "{message}"
-    );
+    m.wait_unschedulable("big", NO_ROOM).await;
     assert_eq!(m.create_calls(), 0);
 }
 
@@ -562,7 +561,7 @@ async fn volumes_refresh_capacity_at_once() {
     .await;
 
     w.claim_and_pod("second", &class, "6Gi").await;
-    w.wait_unschedulable("second").await;
+    w.wait_unschedulable("second", NO_ROOM).await;
     w.delete_claim_and_pod("first").await;
     // With a 10 minute poll only the refresh after DeleteVolume can show 10Gi again, and only
     // that lets the scheduler place the waiting pod. The 10Gi value itself may be visible for
@@ -826,7 +825,7 @@ async fn unimplemented_is_logged_once() {
 async fn nothing_fits_is_explained() {
     let (w, class) = World::two_published_pools("cap-full", &[]).await;
     w.claim_and_pod("huge", &class, "50Gi").await;
-    w.wait_unschedulable("huge").await;
+    w.wait_unschedulable("huge", NO_ROOM).await;
     let event = w.wait_event("huge", "NotEnoughCapacity", "").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(

@@ -154,9 +154,12 @@ impl World {
         .await
     }
 
-    /// Waits for the scheduler to report the pod unschedulable; returns its message.
-    pub async fn wait_unschedulable(&self, pod: &str) -> String {
-        eventually(&format!("pod {pod} unschedulable"), || async {
+    /// Waits for the scheduler to report the pod unschedulable for a reason containing
+    /// `because`; returns the message. Earlier verdicts with other reasons are passed over: a
+    /// scheduler whose cache has not seen the claim yet first says "persistentvolumeclaim not
+    /// found", then tries again when the claim arrives.
+    pub async fn wait_unschedulable(&self, pod: &str, because: &str) -> String {
+        eventually(&format!("pod {pod} unschedulable: {because}"), || async {
             let p = self.pods().get(pod).await.ok()?;
             assert_eq!(p.spec.as_ref()?.node_name, None, "pod {pod} was scheduled");
             let c = p
@@ -164,8 +167,11 @@ impl World {
                 .conditions?
                 .into_iter()
                 .find(|c| c.type_ == "PodScheduled")?;
-            (c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
-                .then(|| c.message.unwrap_or_default())
+            let message = c.message.unwrap_or_default();
+            (c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+                && message.contains(because))
+            .then_some(message)
         })
         .await
     }
