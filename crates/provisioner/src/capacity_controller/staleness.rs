@@ -18,6 +18,13 @@ struct Entry {
     reported: bool,
 }
 
+impl Entry {
+    /// Since the last success, or since the key is desired if none succeeded.
+    fn age(&self, now: Instant) -> std::time::Duration {
+        now.saturating_duration_since(self.last_success.unwrap_or(self.since))
+    }
+}
+
 /// One key's freshness at one moment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Freshness {
@@ -59,9 +66,7 @@ impl Staleness {
     /// Whether `key` has had no successful GetCapacity for `after` or longer (since it became
     /// desired, if it never had one).
     pub fn is_stale(&self, key: &Key, now: Instant, after: std::time::Duration) -> bool {
-        self.entries.get(key).is_some_and(|e| {
-            now.saturating_duration_since(e.last_success.unwrap_or(e.since)) >= after
-        })
+        self.entries.get(key).is_some_and(|e| e.age(now) >= after)
     }
 
     /// How long until `key` turns stale (`None`: it is already, or not desired). A failing key
@@ -73,8 +78,7 @@ impl Staleness {
         now: Instant,
         after: std::time::Duration,
     ) -> Option<std::time::Duration> {
-        let e = self.entries.get(key)?;
-        let age = now.saturating_duration_since(e.last_success.unwrap_or(e.since));
+        let age = self.entries.get(key)?.age(now);
         after.checked_sub(age).filter(|left| !left.is_zero())
     }
 
@@ -112,9 +116,7 @@ impl Staleness {
             .iter()
             .map(|(key, e)| Freshness {
                 key: key.clone(),
-                seconds_since_success: now
-                    .saturating_duration_since(e.last_success.unwrap_or(e.since))
-                    .as_secs_f64(),
+                seconds_since_success: e.age(now).as_secs_f64(),
                 consecutive_failures: e.failures,
             })
             .collect();
