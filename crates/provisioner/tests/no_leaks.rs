@@ -128,12 +128,13 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_during_create_volume_leaves_no_volume() {
-    let s = Scenario::start("prov-race", &[], &[]).await;
+    // At -v=5 each CSI call is logged as it is sent.
+    let mut s = Scenario::start("prov-race", &[], &["-v=5"]).await;
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
     let class = s.class("imm", "Immediate", json!({})).await;
     s.claim("data", &class, "1Gi", json!({})).await;
-    delete_while_creating(&s, "data").await;
+    s.delete_while_creating("data").await;
     no_pv_of_class(&s, &class).await;
 }
 
@@ -304,7 +305,8 @@ async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
 async fn another_drivers_provisioner_never_touches_our_claims() {
     let port = free_port();
     let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
-    let ours = Scenario::start("prov-ours", &[], &[]).await;
+    // At -v=5 each CSI call is logged as it is sent.
+    let mut ours = Scenario::start("prov-ours", &[], &["-v=5"]).await;
     let theirs = Scenario::start("prov-theirs", &[], &[&endpoint]).await;
     // Theirs is live and done with its own claim (finalizer added and released) before ours
     // starts: an idle or unsynced provisioner would pass what follows too.
@@ -337,7 +339,7 @@ async fn another_drivers_provisioner_never_touches_our_claims() {
         .set_faults(json!({"CreateVolume": {"delay_ms": 2000}}));
     let class = ours.class("imm", "Immediate", json!({})).await;
     ours.claim("data", &class, "1Gi", json!({})).await;
-    delete_while_creating(&ours, "data").await;
+    ours.delete_while_creating("data").await;
     assert_eq!(
         their_claim_writes().await,
         before,
@@ -449,30 +451,4 @@ async fn wait_exit(s: &mut Scenario, seconds: u64, when: &str) -> std::process::
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-}
-
-/// Deletes claim `name` once it holds the creating-volume finalizer (CreateVolume is under
-/// way, not answered yet). The finalizer must hold the claim until that call has answered:
-/// the answer is saved as a PV, which the claim's deletion releases, and its reclaim policy
-/// deletes the volume. In the end the driver made that one volume and deleted it, once. (The
-/// mock makes a volume only at the end of its delay, so "the driver is empty" alone would also
-/// hold for a provisioner that let the claim go at once and left the volume to appear later.)
-async fn delete_while_creating(s: &Scenario, name: &str) {
-    let claim = s.wait_finalizer(name).await;
-    let volume = format!("pvc-{}", claim.metadata.uid.unwrap());
-    assert!(
-        s.volume_ids_made(&volume).is_empty(),
-        "CreateVolume answered before the deletion: the test needs a slower driver"
-    );
-    s.delete_claim(name).await;
-    wait_gone(&s.claims(), name).await;
-    assert!(
-        !s.volume_ids_made(&volume).is_empty(),
-        "the claim went before its CreateVolume answered"
-    );
-    support::eventually("the volume to be deleted", || async {
-        s.driver_volumes().await.is_empty().then_some(())
-    })
-    .await;
-    s.assert_one_volume_made_and_deleted(&volume);
 }

@@ -303,6 +303,34 @@ impl Scenario {
         );
     }
 
+    /// Deletes claim `name` while its CreateVolume is under way (sent, not answered: the scenario
+    /// runs at `-v=5` and the driver is slow). The finalizer must hold the claim until that call
+    /// has answered: the answer is saved as a PV, which the claim's deletion releases, and its
+    /// reclaim policy deletes the volume. In the end the driver made that one volume and deleted
+    /// it, once. (The mock makes a volume only at the end of its delay, so "the driver is empty"
+    /// alone would also hold for a provisioner that let the claim go at once and left the volume
+    /// to appear later.)
+    pub async fn delete_while_creating(&mut self, name: &str) {
+        let claim = self.wait_finalizer(name).await;
+        let volume = format!("pvc-{}", claim.metadata.uid.unwrap());
+        self.wait_create_volume_sent();
+        assert!(
+            self.volume_ids_made(&volume).is_empty(),
+            "CreateVolume answered before the deletion: the test needs a slower driver"
+        );
+        self.delete_claim(name).await;
+        wait_gone(&self.claims(), name).await;
+        assert!(
+            !self.volume_ids_made(&volume).is_empty(),
+            "the claim went before its CreateVolume answered"
+        );
+        eventually("the volume to be deleted", || async {
+            self.driver_volumes().await.is_empty().then_some(())
+        })
+        .await;
+        self.assert_one_volume_made_and_deleted(&volume);
+    }
+
     /// Names of the volumes the driver holds now (ListVolumes through our own CSI client).
     pub async fn driver_volumes(&self) -> Vec<String> {
         let client = csi::Client::connect(
