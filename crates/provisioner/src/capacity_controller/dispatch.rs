@@ -79,7 +79,14 @@ pub(super) async fn run(
                         let _ = tx.send(());
                     }
                 }
-                if shared.react(event) && due.is_none() {
+                let ours = matches!(event, Event::Capacity(_));
+                let resync = shared.react(event);
+                // The index explanations read changed: recheck waiting claims once it shows
+                // the value (the bump after our own write can come before its echo).
+                if ours {
+                    shared.bump();
+                }
+                if resync && due.is_none() {
                     due = Some(Instant::now() + DEBOUNCE);
                 }
             }
