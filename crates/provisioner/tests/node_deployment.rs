@@ -383,6 +383,70 @@ async fn an_immediate_claim_no_node_can_hold_is_explained_once() {
     assert_eq!(failed, 0, "ProvisioningFailed events");
 }
 
+/// A claim that waited while no node had room is taken once room appears, at once (the
+/// instances recheck waiting claims when a peer's object changes, not at their next poll) and
+/// by one node only (the node ranked second finds it taken when its turn comes).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn when_room_appears_a_claim_that_waited_is_taken_by_one_node() {
+    // Objects are published once (a 10 min poll): the test sets what both show, so room
+    // appears on both at the same moment. The drivers' pools have room all along, so each
+    // instance's own GetCapacity pre-check passes.
+    let (s, nodes) = nodes_with(
+        "nd-room",
+        &[("a", "100Gi"), ("b", "100Gi")],
+        &[
+            "--enable-capacity",
+            "--capacity-ownerref-level=-1",
+            "--capacity-poll-interval=10m",
+            "--capacity-for-immediate-binding",
+        ],
+    )
+    .await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    published_per_instance(&s, 2).await;
+    let show = |capacity: &'static str| {
+        let s = &s;
+        async move {
+            let api: Api<CSIStorageCapacity> = Api::namespaced(s.client.clone(), &s.ns);
+            for o in capacity_objects(s).await {
+                let patch = json!({"capacity": capacity});
+                api.patch(
+                    &o.name_any(),
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .unwrap();
+            }
+        }
+    };
+    show("1Gi").await;
+    s.claim("c", &class, "5Gi", json!({})).await;
+    s.wait_event("c", "NotEnoughCapacity", "needs 5Gi").await;
+    show("100Gi").await;
+    s.wait_bound("c").await;
+    // The second node's turn (a quarter of the 20 s base delay after room appeared) finds
+    // the claim taken.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let tries: Vec<usize> = nodes
+        .iter()
+        .map(|n| {
+            n.prov
+                .log()
+                .matches("Checking capacity before taking claim")
+                .count()
+        })
+        .collect();
+    assert_eq!(
+        tries.iter().sum::<usize>(),
+        1,
+        "nodes that tried to take the claim: {tries:?}"
+    );
+    let created: usize = nodes.iter().map(|n| n.mock.succeeded("CreateVolume")).sum();
+    assert_eq!(created, 1);
+}
+
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn without_published_capacity_upstreams_random_delay_still_picks_one_node() {
