@@ -138,6 +138,52 @@ async fn a_claim_deleted_during_create_volume_leaves_no_volume() {
     no_pv_of_class(&s, &class).await;
 }
 
+/// A deleted claim whose CreateVolume ended without an answer is probed with the same request.
+/// An answer that does not say whether the volume exists (a backend error) keeps the claim and
+/// says why on it; the probe is tried again, and once the driver answers, the volume it names is
+/// deleted and the claim goes.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn an_unclear_probe_answer_keeps_the_claim_until_the_driver_answers() {
+    let s = Scenario::start("prov-probe", &[], &[]).await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"code": "DeadlineExceeded"}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    let uid = s
+        .claim("data", &class, "1Gi", json!({}))
+        .await
+        .metadata
+        .uid
+        .unwrap();
+    let volume = format!("pvc-{uid}");
+    s.wait_event("data", "ProvisioningFailed", "DeadlineExceeded")
+        .await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"code": "Internal", "message": "backend hiccup"}}));
+    s.delete_claim("data").await;
+    let event = s
+        .wait_event("data", "ProvisioningCleanupFailed", "backend hiccup")
+        .await;
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.contains(&volume) && message.contains("does not say whether the volume exists"),
+        "{message}"
+    );
+    let held = s.claims().get("data").await.unwrap();
+    assert!(
+        holds_finalizer(&held),
+        "the claim went on an unclear answer"
+    );
+    s.mock().clear_faults();
+    wait_gone(&s.claims(), "data").await;
+    s.assert_one_volume_made_and_deleted(&volume);
+    assert!(
+        s.driver_volumes().await.is_empty(),
+        "leaked: {:?}",
+        s.driver_volumes().await
+    );
+}
+
 /// 200 claims created and deleted in a burst: every claim's CreateVolume runs once, many
 /// deletions land while that CreateVolume is still running, every created volume is deleted
 /// exactly once, and nothing is left behind.

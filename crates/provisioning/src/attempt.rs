@@ -177,6 +177,36 @@ pub fn after_probe(volume_id: Option<&str>, used_elsewhere: bool) -> Cleanup {
     }
 }
 
+/// What a clean-up probe that failed with `code` tells about the volume under the claim's name.
+pub fn after_probe_error(code: tonic::Code) -> ProbeFailure {
+    use tonic::Code as C;
+    match code {
+        C::Cancelled | C::DeadlineExceeded | C::Unavailable | C::Aborted => ProbeFailure::Retry,
+        // The driver judged the request: CSI has it answer OK for a volume that exists under
+        // the name, so a refusal shows none does (a pool full by now included).
+        C::InvalidArgument
+        | C::OutOfRange
+        | C::Unimplemented
+        | C::ResourceExhausted
+        | C::NotFound
+        | C::FailedPrecondition => ProbeFailure::NothingMade,
+        // It could not look (a backend error, refused credentials).
+        _ => ProbeFailure::Unknown,
+    }
+}
+
+/// The verdicts of [`after_probe_error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeFailure {
+    /// No answer (or a call on the name still runs in the driver): ask again later.
+    Retry,
+    /// The request is refused, so no volume exists under the name.
+    NothingMade,
+    /// An answer that does not say whether a volume exists (a backend error, refused
+    /// credentials). The claim stays and says so; the probe is tried again.
+    Unknown,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,6 +342,31 @@ mod tests {
         ];
         for ((state, taken), want) in cases {
             assert_eq!(cleanup(&state, taken), want, "{state:?} {taken}");
+        }
+    }
+
+    #[test]
+    fn only_a_judged_request_proves_the_probe_found_nothing() {
+        use tonic::Code as C;
+        let cases = [
+            (C::DeadlineExceeded, ProbeFailure::Retry),
+            (C::Unavailable, ProbeFailure::Retry),
+            (C::Aborted, ProbeFailure::Retry),
+            (C::Cancelled, ProbeFailure::Retry),
+            (C::InvalidArgument, ProbeFailure::NothingMade),
+            (C::OutOfRange, ProbeFailure::NothingMade),
+            (C::Unimplemented, ProbeFailure::NothingMade),
+            (C::ResourceExhausted, ProbeFailure::NothingMade),
+            (C::NotFound, ProbeFailure::NothingMade),
+            (C::FailedPrecondition, ProbeFailure::NothingMade),
+            (C::Internal, ProbeFailure::Unknown),
+            (C::Unknown, ProbeFailure::Unknown),
+            (C::PermissionDenied, ProbeFailure::Unknown),
+            (C::Unauthenticated, ProbeFailure::Unknown),
+            (C::DataLoss, ProbeFailure::Unknown),
+        ];
+        for (code, want) in cases {
+            assert_eq!(after_probe_error(code), want, "{code:?}");
         }
     }
 

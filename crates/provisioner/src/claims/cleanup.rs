@@ -8,8 +8,10 @@
 use controller_kit::events::EventType;
 use csi::v1::CreateVolumeRequest;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use provisioning::attempt::{Cleanup, after_probe, cleanup, unless_saved};
-use provisioning::errors::{ProvisioningState, classify_create_volume_error};
+use provisioning::attempt::{
+    Cleanup, ProbeFailure, after_probe, after_probe_error, cleanup, unless_saved,
+};
+use provisioning::errors::ProvisioningState;
 use provisioning::prepare::Prepared;
 
 use crate::capacity_controller::Refresh;
@@ -125,7 +127,8 @@ impl ClaimsController {
     }
 
     /// Repeats a CreateVolume that may have created a volume. CSI promises the same volume for
-    /// the same request; a final error means nothing exists under that name.
+    /// the same request, so a refused request shows nothing exists under that name; a backend
+    /// error does not ([`after_probe_error`]).
     async fn probe(
         &self,
         claim: &PersistentVolumeClaim,
@@ -150,13 +153,23 @@ impl ClaimsController {
                     provisioning::names::CREATING_VOLUME_FINALIZER
                 ),
             )),
-            Err(status) => match classify_create_volume_error(status.code(), false) {
-                ProvisioningState::Background => Err(ClaimError::Probe {
+            Err(status) => match after_probe_error(status.code()) {
+                ProbeFailure::Retry => Err(ClaimError::Probe {
                     claim: claim_name(claim),
                     message: csi::status::go_error_string(&status),
                 }
                 .into()),
-                _ => Ok(Cleanup::Release),
+                ProbeFailure::NothingMade => Ok(Cleanup::Release),
+                ProbeFailure::Unknown => Err(self.cleanup_failed(
+                    claim,
+                    format!(
+                        "asked again for volume {name}, the driver answered {}, which does not say \
+                         whether the volume exists; this is tried again. If it persists, delete that \
+                         volume in the storage system if it exists, then remove the finalizer {}",
+                        csi::status::go_error_string(&status),
+                        provisioning::names::CREATING_VOLUME_FINALIZER
+                    ),
+                )),
             },
         }
     }
