@@ -16,6 +16,13 @@ pub fn invalid_object(e: &kube::core::Status) -> bool {
     e.code == 422 && e.message.contains("\" is invalid: ")
 }
 
+/// Whether the API server refused a write on the caller's account (RBAC, an admission webhook
+/// or policy) rather than for a moment (a conflict, a timeout): only someone changing that
+/// lets it through.
+pub fn refused(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403 || (s.code == 422 && !invalid_object(s)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,5 +48,38 @@ mod tests {
         assert!(invalid_object(&invalid));
         assert!(!invalid_object(&denied));
         assert!(!invalid_object(&conflict));
+    }
+
+    #[test]
+    fn refusals_are_told_from_passing_failures() {
+        let api = |code, message| kube::Error::Api(Box::new(response(code, message)));
+        let cases = [
+            (
+                api(
+                    403,
+                    "persistentvolumeclaims \"c\" is forbidden: User cannot update",
+                ),
+                true,
+            ),
+            (
+                api(
+                    422,
+                    "persistentvolumeclaims \"c\" is forbidden: ValidatingAdmissionPolicy",
+                ),
+                true,
+            ),
+            (
+                api(
+                    422,
+                    "PersistentVolumeClaim \"c\" is invalid: metadata.finalizers",
+                ),
+                false,
+            ),
+            (api(409, "the object has been modified"), false),
+            (api(500, "etcdserver: request timed out"), false),
+        ];
+        for (e, want) in cases {
+            assert_eq!(refused(&e), want, "{e}");
+        }
     }
 }

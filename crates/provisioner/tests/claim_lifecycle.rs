@@ -564,3 +564,64 @@ async fn a_refused_finalizer_release_is_tried_again() {
         .await
         .unwrap();
 }
+
+/// The API server refuses to let the provisioner put its creating-volume finalizer on a claim
+/// (here a ValidatingAdmissionPolicy; a webhook or missing RBAC alike): no CreateVolume is sent,
+/// the claim says why and what to allow, and provisioning goes on once the refusal is lifted.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_refused_finalizer_is_explained_on_the_claim() {
+    let s = Scenario::start("prov-nofin", &[], &["--retry-interval-max=4s"]).await;
+    let policy = format!("{}-no-finalizer", s.ns);
+    let has = |o: &str| {
+        format!(
+            "(has({o}.metadata.finalizers) && '{}' in {o}.metadata.finalizers)",
+            support::CREATING
+        )
+    };
+    support::create_validating_policy(
+        &s,
+        &policy,
+        json!({
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["persistentvolumeclaims"]}]},
+            "validations": [{"expression": format!("!{} || {}", has("object"), has("oldObject")),
+                "message": "test: no creating-volume finalizer here"}],
+        }),
+    )
+    .await;
+    let probe = s.claim("probe", "", "1Gi", json!({})).await;
+    let mut marked = probe.clone();
+    marked.metadata.finalizers = Some(vec![support::CREATING.to_string()]);
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually("the policy to refuse the finalizer", || async {
+        s.claims()
+            .replace("probe", &dry, &marked)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    let event = s
+        .wait_event("data", "ProvisioningFailed", "cannot add the finalizer")
+        .await;
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.contains("test: no creating-volume finalizer here")
+            && message.contains("admission webhook or policy"),
+        "{message}"
+    );
+    assert!(s.mock().calls_of("CreateVolume").is_empty());
+    support::drop_validating_policy(&s, &policy).await;
+    s.wait_bound("data").await;
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 1);
+}

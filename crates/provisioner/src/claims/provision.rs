@@ -132,6 +132,17 @@ impl ClaimsController {
         let claim = match update::add_finalizer(&ctx.client, &ctx.caches.claims, claim).await {
             Ok(Some(c)) => c,
             Ok(None) => return Ok(()),
+            // Nothing else writes the claim for it: say on the claim what stops provisioning.
+            Err(source) if crate::api_error::refused(&source) => {
+                let err = ProvisionError::no_change(format!(
+                    "cannot add the finalizer {} before creating the volume: {}; let this \
+                     provisioner update the claim's finalizers (its RBAC, an admission webhook or \
+                     policy)",
+                    provisioning::names::CREATING_VOLUME_FINALIZER,
+                    crate::api_error::message(&source)
+                ));
+                return self.fail(claim, class, err, false).await;
+            }
             Err(source) => {
                 return Err(ClaimError::ClaimWrite {
                     claim: format!("{namespace}/{name}"),
