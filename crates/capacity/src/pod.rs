@@ -53,7 +53,9 @@ pub fn check(node: &str, claims: &[Sibling], reading: Capacity, reserved: i64) -
     if open.iter().any(|c| c.node.as_deref() != Some(node)) {
         return PodCheck::Alone;
     }
-    let total = open.iter().map(|c| c.bytes).sum();
+    let total = open
+        .iter()
+        .fold(0_i64, |sum, c| sum.saturating_add(c.bytes));
     if fits(reading, reserved, total) {
         return PodCheck::Fits;
     }
@@ -140,6 +142,26 @@ mod tests {
                 vec![c(60, None, true), c(30, Some("a"), false)],
                 0,
                 PodCheck::Alone,
+            ),
+            // Requests of exabytes (parsed to i64::MAX) add up without wrapping.
+            (
+                vec![
+                    Sibling {
+                        bytes: i64::MAX,
+                        node: Some("a".into()),
+                        counted: false,
+                    },
+                    Sibling {
+                        bytes: i64::MAX,
+                        node: Some("a".into()),
+                        counted: false,
+                    },
+                ],
+                0,
+                PodCheck::TooBig {
+                    total: i64::MAX,
+                    largest: i64::MAX,
+                },
             ),
         ];
         for (claims, reserved, want) in cases {

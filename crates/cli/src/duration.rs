@@ -114,10 +114,11 @@ pub fn parse_go_duration(input: &str) -> Result<i64, DurationError> {
                 return Err(invalid());
             }
         }
-        total += v;
-        if total > LIMIT {
-            return Err(invalid());
-        }
+        // Two terms of 2^63 would wrap to 0 (Go's parser accepts that as 0).
+        total = match total.checked_add(v) {
+            Some(t) if t <= LIMIT => t,
+            _ => return Err(invalid()),
+        };
     }
     if neg {
         // total <= 2^63, so this is at least i64::MIN.
@@ -314,6 +315,11 @@ mod tests {
     #[case(
         "9223372036854775808ns",
         r#"time: invalid duration "9223372036854775808ns""#
+    )]
+    // Go wraps this sum to 0 and accepts it.
+    #[case(
+        "9223372036854775808ns9223372036854775808ns",
+        r#"time: invalid duration "9223372036854775808ns9223372036854775808ns""#
     )]
     #[case(
         "-9223372036854775809ns",

@@ -130,7 +130,10 @@ impl Races {
     ) -> i64 {
         self.taken
             .retain(|uid, t| !t.written || still_ours(uid, &t.claim));
-        self.taken.values().map(|t| t.bytes).sum()
+        // Saturating: a request of exabytes parses to i64::MAX, and two of them would wrap.
+        self.taken
+            .values()
+            .fold(0_i64, |sum, t| sum.saturating_add(t.bytes))
     }
 }
 
@@ -400,7 +403,9 @@ impl ClaimsController {
         }
         for request in provisioning::distributed::capacity_requests(plan) {
             match self.ctx.driver.client.get_capacity(request).await {
-                Ok(r) if r.available_capacity - in_flight >= plan.requested_bytes => return true,
+                Ok(r) if r.available_capacity.saturating_sub(in_flight) >= plan.requested_bytes => {
+                    return true;
+                }
                 Ok(_) => {}
                 Err(status) => {
                     klog::v!(3, error = %csi::status::go_error_string(&status), "GetCapacity before taking a claim failed; taking it anyway");
@@ -594,6 +599,10 @@ mod tests {
         assert!(races.taken.contains_key("sent"), "a take on its way stays");
         races.forget("sent");
         assert_eq!(races.in_flight(|_, _| false), 0);
+        // Requests of exabytes (each parsed to i64::MAX) saturate instead of wrapping.
+        races.taken.insert("x".into(), take("x", i64::MAX, false));
+        races.taken.insert("y".into(), take("y", i64::MAX, false));
+        assert_eq!(races.in_flight(|_, _| false), i64::MAX);
     }
 
     #[test]
