@@ -14,8 +14,9 @@ use crate::claim;
 use crate::errors::ProvisionError;
 use gofmt::quote;
 
-/// Everything a CreateVolumeRequest is made of, already decided by the other modules.
-#[derive(Debug, Clone)]
+/// Everything a CreateVolumeRequest is made of, already decided by the other modules. Its
+/// `Debug` names the secret keys only, so no log line can print their values.
+#[derive(Clone)]
 pub struct CreateVolumeInputs<'a> {
     /// The generated volume name (also the PV name and the idempotency key).
     pub volume_name: &'a str,
@@ -34,6 +35,24 @@ pub struct CreateVolumeInputs<'a> {
     pub mutable_parameters: BTreeMap<String, String>,
     /// The snapshot or volume to fill the new volume from (see [`crate::data_source`]).
     pub content_source: Option<VolumeContentSource>,
+}
+
+impl std::fmt::Debug for CreateVolumeInputs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateVolumeInputs")
+            .field("volume_name", &self.volume_name)
+            .field("claim", &self.claim.metadata.name)
+            .field("capabilities", &self.capabilities)
+            .field("parameters", &self.parameters)
+            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .field(
+                "accessibility_requirements",
+                &self.accessibility_requirements,
+            )
+            .field("mutable_parameters", &self.mutable_parameters)
+            .field("content_source", &self.content_source)
+            .finish()
+    }
 }
 
 /// Builds the request. `limit_bytes` is never set: claim limits are ignored, as upstream.
@@ -155,6 +174,14 @@ mod tests {
             mutable_parameters: [("iops".to_string(), "3000".to_string())].into(),
         };
         assert_eq!(build_create_volume_request(input), Ok(want));
+    }
+
+    #[test]
+    fn debug_names_secret_keys_not_values() {
+        let c = claim();
+        let printed = format!("{:?}", inputs(&c));
+        assert!(printed.contains("password"), "{printed}");
+        assert!(!printed.contains("hunter2"), "{printed}");
     }
 
     #[test]
