@@ -240,7 +240,7 @@ async fn a_driver_restart_on_a_node_keeps_its_objects() {
         "cap-grace",
         &[("a", "10Gi"), ("b", "20Gi")],
         &[],
-        &["--capacity-driver-grace=8s"],
+        &["--capacity-driver-grace=12s"],
     )
     .await;
     let class = w.class("fast", "WaitForFirstConsumer").await;
@@ -278,14 +278,15 @@ async fn a_driver_restart_on_a_node_keeps_its_objects() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     testenv::create_fake_nodes(&w.client, &w.driver, KEY, &[&w.node("a")]).await;
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // Time for the return to reach the controller and end the grace.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
 
-    // Gone for good, 5 s after the first loss: the return ended the first grace, so this loss
-    // gets its own 8 s (kept past the first grace's end), and the object is deleted once it is
+    // Gone for good, 7 s after the first loss: the return ended the first grace, so this loss
+    // gets its own 12 s (kept past the first grace's end), and the object is deleted once it is
     // over, not much later (the default grace is 30 s: an unwired flag would show here).
     deregister().await;
     let left = std::time::Instant::now();
-    while left.elapsed() < std::time::Duration::from_secs(7) {
+    while left.elapsed() < std::time::Duration::from_secs(10) {
         assert!(
             same_object().await,
             "kept within the grace of the second loss ({:.1} s after the first, {:.1} s after \
@@ -302,8 +303,8 @@ async fn a_driver_restart_on_a_node_keeps_its_objects() {
         .await;
     let took = left.elapsed();
     assert!(
-        took <= std::time::Duration::from_secs(14),
-        "deleted {took:?} after the driver left, with an 8 s grace"
+        took <= std::time::Duration::from_secs(18),
+        "deleted {took:?} after the driver left, with a 12 s grace"
     );
     assert_eq!(after.len(), 1, "b's object stays");
 }
@@ -763,7 +764,6 @@ async fn a_failing_object_turns_zero_when_it_turns_stale_not_at_its_next_retry()
     let a = key(&class, &w.node("a"));
     w.wait_objects("10Gi on a", |o| o.get(&a).and_then(bytes) == Some(10 * GI))
         .await;
-    let published = std::time::Instant::now();
     w.mock
         .set_faults(json!({"GetCapacity": {"code": "Unavailable", "message": "backend down"}}));
     // A volume made on a: the refresh after it is the first GetCapacity to fail.
@@ -777,12 +777,16 @@ async fn a_failing_object_turns_zero_when_it_turns_stale_not_at_its_next_retry()
             .then_some(())
     })
     .await;
+    // Measured from the first failure, not from the last good value: scheduling and
+    // provisioning come in between and take long on a loaded machine. At most 6 s after the
+    // last good value, so at most 6 s after this failure; the next retry would come at 20 s.
+    let failed = std::time::Instant::now();
     w.wait_objects("0 on a", |o| o.get(&a).and_then(bytes) == Some(0))
         .await;
-    let took = published.elapsed();
+    let took = failed.elapsed();
     assert!(
-        took < std::time::Duration::from_secs(16),
-        "0 published {took:?} after the last good value, with --capacity-stale-after=6s"
+        took < std::time::Duration::from_secs(14),
+        "0 published {took:?} after the first failure, with --capacity-stale-after=6s"
     );
 }
 

@@ -99,7 +99,8 @@ async fn colliding_claim(
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_whose_create_volume_failed_finally_is_released_without_a_probe() {
-    let s = Scenario::start("prov-final", &[], &[]).await;
+    // No retry within the test: one would add the finalizer again and call the driver.
+    let s = Scenario::start("prov-final", &[], &["--retry-interval-start=1m"]).await;
     s.mock().set_faults(
         json!({"CreateVolume": {"code": "PermissionDenied", "message": "quota says no"}}),
     );
@@ -377,8 +378,10 @@ async fn an_infeasible_claim_is_tried_once_per_slow_interval() {
     .await;
     let b = call_starts(&s, "b").await;
     assert_eq!(b.len(), 2, "{b:?}");
+    // Waiting out the interval would take SLOW or more; the updates and the class's return
+    // before it take several seconds on a loaded machine.
     assert!(
-        b[1] - b[0] < SLOW - 5.0,
+        b[1] - b[0] < SLOW - 3.0,
         "b's class came back {:.1} s after its failure, but it waited out the interval",
         b[1] - b[0]
     );
@@ -454,11 +457,11 @@ async fn transient_errors_are_retried_once_per_backoff_step() {
         );
     }
     // Not later either: the faults answer at once and the rate limiter has no jitter, so the
-    // steps add up to 15 s plus the provisioner's own time (3 s allows for a loaded machine;
+    // steps add up to 15 s plus the provisioner's own time (7 s allows for a loaded machine;
     // a backoff starting at 2 s, or one stuck at its largest step, would take 30 s or more).
     let total: f64 = gaps.iter().sum();
     assert!(
-        total <= 18.0,
+        total <= 22.0,
         "the four backoffs took {total:.1} s: {gaps:?}"
     );
 }

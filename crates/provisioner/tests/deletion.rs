@@ -186,8 +186,15 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
     use kube::api::{DeleteParams, PostParams};
     let s = Scenario::start("prov-va", &["--publish-unpublish"], &[]).await;
     let class = s.class("imm", "Immediate", json!({})).await;
-    s.claim("data", &class, "1Gi", json!({})).await;
-    let pv_name = s.bound_pv("data").await;
+    let uid = s
+        .claim("data", &class, "1Gi", json!({}))
+        .await
+        .metadata
+        .uid
+        .unwrap();
+    // In a cluster the attachment exists long before the claim is deleted: made now, under the
+    // name the PV will have, it reaches the provisioner's cache while the volume is created.
+    let pv_name = format!("pvc-{uid}");
     let va_name = format!("{}-va", s.ns);
     let va: k8s_openapi::api::storage::v1::VolumeAttachment = serde_json::from_value(json!({
         "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
@@ -198,9 +205,7 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
     let vas: kube::Api<k8s_openapi::api::storage::v1::VolumeAttachment> =
         kube::Api::all(s.client.clone());
     vas.create(&PostParams::default(), &va).await.unwrap();
-    // In a cluster the attachment exists long before the claim is deleted; give the
-    // provisioner's VolumeAttachment cache a moment to see this one.
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(s.bound_pv("data").await, pv_name);
     s.delete_claim("data").await;
 
     let events = support::eventually("VolumeFailedDelete on the PV", || async {

@@ -199,17 +199,17 @@ async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
     use std::time::Duration;
     const CLAIMS: usize = 200;
     /// How long the driver takes for each CreateVolume.
-    const CREATE_MS: i64 = 1000;
+    const CREATE_MS: i64 = 2000;
     /// Even claims are deleted this long after the test sees the creating-volume finalizer,
     /// which the provisioner writes right before it calls CreateVolume: mid-call.
-    const EARLY_MS: u64 = 300;
+    const EARLY_MS: u64 = 500;
     /// Odd claims are deleted this long after it, when their CreateVolume has finished.
-    const LATE_MS: u64 = 1500;
+    const LATE_MS: u64 = 3000;
     // A deletion counts as overlapping only when its DELETE was sent after the call started and
     // answered before it ended (the driver logs each call's start and duration). Measured on the
     // loaded 2-core machine, the finalizer shows in the test's watch within -14..+144 ms of the
-    // call's start and a DELETE takes 2..111 ms, so an early deletion lands 150..600 ms into the
-    // 1000 ms call: every one of the 100 should overlap. 80 leaves room for scheduling stalls
+    // call's start and a DELETE takes 2..111 ms, so an early deletion lands 350..800 ms into the
+    // 2000 ms call: every one of the 100 should overlap. 80 leaves room for scheduling stalls
     // under load without letting the race go untested.
     const MIN_OVERLAPS: usize = 80;
     let s = Scenario::start(

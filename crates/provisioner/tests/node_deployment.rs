@@ -422,6 +422,9 @@ async fn when_room_appears_a_claim_that_waited_is_taken_by_one_node() {
         }
     };
     show("1Gi").await;
+    // The claim and the objects reach each instance through different watches: let the
+    // objects arrive first, or an instance may take the claim on the 100Gi it still shows.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     s.claim("c", &class, "5Gi", json!({})).await;
     s.wait_event("c", "NotEnoughCapacity", "needs 5Gi").await;
     show("100Gi").await;

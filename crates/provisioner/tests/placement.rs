@@ -338,7 +338,9 @@ async fn the_capacity_view_shows_nodes_values_and_reservations() {
         "cap-view",
         &[("a", "10Gi"), ("b", "20Gi")],
         &[],
-        &["--capacity-poll-interval=10m"],
+        // The call below must outlast the CLI and browser checks: with the default 10 s
+        // timeout it would end (and its reservation with it) while a slow machine still reads.
+        &["--capacity-poll-interval=10m", "--timeout=2m"],
     )
     .await;
     let class = w.class("fast", "WaitForFirstConsumer").await;
