@@ -177,8 +177,9 @@ impl ClaimsController {
     }
 
     /// A deleted claim that no node holds. Either no node ever took it, or the last one gave it
-    /// up with nothing of it left on its node (`provisioning::attempt::after_failure`): no volume
-    /// can exist, and a finalizer (the admission policy's) only has to go.
+    /// up on the driver's final answer (`provisioning::attempt::after_failure`), which CSI makes
+    /// the existing volume's id if there was one: no volume can exist, and a finalizer (the
+    /// admission policy's) only has to go.
     pub(super) async fn let_go_unclaimed(
         &self,
         claim: &PersistentVolumeClaim,
