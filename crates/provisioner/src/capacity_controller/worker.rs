@@ -200,7 +200,8 @@ impl Shared {
         } else if status.code() == Code::Unimplemented {
             klog::v!(5, class = %key.class, segment = %segment, err = %err, "GetCapacity failed");
         } else {
-            klog::v!(2, class = %key.class, segment = %segment, failures, err = %err,
+            // At every verbosity, as upstream's: a bad class parameter shows here first.
+            tracing::warn!(class = %key.class, segment = %segment, failures, err = %err,
                 "GetCapacity failed; keeping the published value");
         }
         if failures == 0 {
