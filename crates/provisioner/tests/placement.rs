@@ -40,6 +40,7 @@ async fn in_flight_volumes_lower_capacity_and_a_burst_never_overcommits() {
     })
     .await;
 
+    let (shown, recorder) = record_values(&w).await;
     // One claim, its CreateVolume held for 6 s by the driver.
     w.mock
         .set_faults(json!({"CreateVolume": {"delay_ms": 6000}}));
@@ -78,6 +79,17 @@ async fn in_flight_volumes_lower_capacity_and_a_burst_never_overcommits() {
         o.get(&mine).and_then(bytes) == Some(55 * GI)
     })
     .await;
+    // Not even for a moment did it show the 100Gi that are no longer free: the reservation
+    // ends only with the reading that includes the volume.
+    recorder.abort();
+    let mut values = shown
+        .lock()
+        .unwrap()
+        .get(&mine)
+        .cloned()
+        .unwrap_or_default();
+    values.dedup();
+    assert_eq!(values, [Some(100 * GI), Some(55 * GI)], "every value shown");
 
     // Five more at once (each 45Gi: two fit per node), the driver taking 2 s per volume.
     w.mock
@@ -119,6 +131,41 @@ async fn in_flight_volumes_lower_capacity_and_a_burst_never_overcommits() {
         "claims sent back by the reservation check: {}",
         sent_back.len()
     );
+}
+
+type Shown = std::sync::Arc<std::sync::Mutex<BTreeMap<(String, String), Vec<Option<i64>>>>>;
+
+/// Every capacity value each of our objects shows from now on, in order: a watch delivers each
+/// version, so a value shown for a moment is recorded too. Returns once the initial list is in.
+async fn record_values(w: &World) -> (Shown, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let shown = Shown::default();
+    let (ready, listed) = tokio::sync::oneshot::channel();
+    let api = w.capacities();
+    let record = shown.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+        let mut ready = Some(ready);
+        while let Some(event) = stream.next().await {
+            match event.unwrap() {
+                Event::InitDone => {
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
+                }
+                Event::Apply(o) | Event::InitApply(o) => {
+                    let value = bytes(&o);
+                    for (key, _) in world::by_key(vec![o]) {
+                        record.lock().unwrap().entry(key).or_default().push(value);
+                    }
+                }
+                Event::Delete(_) | Event::Init => {}
+            }
+        }
+    });
+    listed.await.unwrap();
+    (shown, task)
 }
 
 async fn wait_bound(w: &World, names: &[&str]) {
