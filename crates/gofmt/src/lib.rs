@@ -52,6 +52,16 @@ pub fn list<S: AsRef<str>>(items: &[S]) -> String {
     format!("[{}]", plain.join(" "))
 }
 
+/// `%v` of a `map[string]string`: `map[a:1 b:2]`, keys sorted as Go's fmt sorts them.
+pub fn map<'a>(entries: impl IntoIterator<Item = (&'a String, &'a String)>) -> String {
+    let mut pairs: Vec<String> = entries
+        .into_iter()
+        .map(|(k, v)| format!("{k}:{v}"))
+        .collect();
+    pairs.sort();
+    format!("map[{}]", pairs.join(" "))
+}
+
 fn is_printable(c: char) -> bool {
     if c == ' ' {
         return true;

@@ -762,7 +762,8 @@ async fn volume_attributes_classes() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn topology() {
     let (mut s, names) = Scenario::with_nodes("bad-topo", &["a", "b"], "100Gi", &[]).await;
-    let [ghost, bare, other] = ["ghost", "bare", "other"].map(|n| format!("{}-{n}", s.ns));
+    let [ghost, bare, other, unlabelled] =
+        ["ghost", "bare", "other", "unlabelled"].map(|n| format!("{}-{n}", s.ns));
     // A node without any CSINode, and one whose CSINode lists only another driver.
     testenv::try_create_bare_nodes(&s.client, NODE_KEY, &[&bare])
         .await
@@ -774,6 +775,16 @@ async fn topology() {
         &[&other],
     )
     .await;
+    // A node whose CSINode names our driver's key, but which lacks that label.
+    testenv::create_fake_nodes(&s.client, &s.driver, NODE_KEY, &[&unlabelled]).await;
+    kube::Api::<k8s_openapi::api::core::v1::Node>::all(s.client.clone())
+        .patch(
+            &unlabelled,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {NODE_KEY: null}}})),
+        )
+        .await
+        .unwrap();
     let wffc = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
     let allowed = |key: &str, value: &str| json!({"allowedTopologies": [{"matchLabelExpressions": [{"key": key, "values": [value]}]}]});
     let selected = |node: &str| json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": node}}});
@@ -814,6 +825,17 @@ async fn topology() {
         )
         .class_name(&wffc)
         .claim(selected(&other)),
+        // Upstream prints the Node's labels: the missing one shows by its absence.
+        case(
+            "selected-node-without-the-label",
+            fails_before_driver(format!(
+                "error generating accessibility requirements: topology labels from selected node \
+                 map[kubernetes.io/hostname:{unlabelled}] does not match topology keys from CSINode \
+                 [{NODE_KEY}]"
+            )),
+        )
+        .class_name(&wffc)
+        .claim(selected(&unlabelled)),
     ];
     run(&mut s, &cases).await;
 }

@@ -79,13 +79,15 @@ pub enum TopologyError {
         /// The selected node.
         node: String,
     },
-    /// The selected Node is missing or lacks one of the keys. (Upstream always prints the labels
-    /// as an empty map here.)
+    /// The selected Node is missing (its labels print as `map[]`) or lacks one of the keys.
     #[error(
-        "topology labels from selected node map[] does not match topology keys from CSINode {}",
+        "topology labels from selected node {} does not match topology keys from CSINode {}",
+        gofmt::map(labels),
         list(keys)
     )]
     SelectedNodeLabelsMismatch {
+        /// The selected Node's labels (empty when the Node is missing).
+        labels: BTreeMap<String, String>,
         /// The CSINode's topology keys.
         keys: Vec<String>,
     },
@@ -158,6 +160,7 @@ pub fn accessibility_requirements(
             .selected_node_labels
             .and_then(|labels| term_from_labels(labels, keys))
             .ok_or_else(|| TopologyError::SelectedNodeLabelsMismatch {
+                labels: input.selected_node_labels.cloned().unwrap_or_default(),
                 keys: keys.to_vec(),
             })?;
         if input.strict_topology {

@@ -297,9 +297,20 @@ fn error_texts_and_states() {
         ),
         (
             TopologyError::SelectedNodeLabelsMismatch {
+                labels: BTreeMap::new(),
                 keys: strings(&[ZONE, RACK]),
             },
             "topology labels from selected node map[] does not match topology keys from CSINode [com.example.csi/zone com.example.csi/rack]",
+        ),
+        (
+            TopologyError::SelectedNodeLabelsMismatch {
+                labels: BTreeMap::from([
+                    (ZONE.to_string(), "zone1".to_string()),
+                    ("kubernetes.io/hostname".to_string(), "n1".to_string()),
+                ]),
+                keys: strings(&[ZONE, RACK]),
+            },
+            "topology labels from selected node map[com.example.csi/zone:zone1 kubernetes.io/hostname:n1] does not match topology keys from CSINode [com.example.csi/zone com.example.csi/rack]",
         ),
         (
             TopologyError::NotInAllowedTopologies {
