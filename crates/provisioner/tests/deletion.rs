@@ -323,3 +323,44 @@ async fn a_deleted_claim_is_released_after_pvc_protection_with_one_write() {
         "one claim update and no re-read for the release"
     );
 }
+
+/// A PV without the deletion-secret annotations (made before they existed) takes its deletion
+/// secret from its StorageClass again; as upstream, the legacy
+/// `volume.beta.kubernetes.io/storage-class` annotation names that class before
+/// `spec.storageClassName` does.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn an_old_pv_takes_its_deletion_secret_from_the_class_its_beta_annotation_names() {
+    let s = Scenario::start("prov-beta", &[], &[]).await;
+    create_secret(&s, "creds", &[("token", "from-the-beta-class")]).await;
+    let beta = s
+        .class(
+            "beta",
+            "Immediate",
+            json!({"parameters": {
+                "csi.storage.k8s.io/provisioner-secret-name": "creds",
+                "csi.storage.k8s.io/provisioner-secret-namespace": s.ns,
+            }}),
+        )
+        .await;
+    let plain = s.class("plain", "Immediate", json!({})).await;
+    s.claim("data", &plain, "1Gi", json!({})).await;
+    let pv_name = s.bound_pv("data").await;
+    let old = json!({"metadata": {"annotations": {
+        "volume.kubernetes.io/provisioner-deletion-secret-name": null,
+        "volume.kubernetes.io/provisioner-deletion-secret-namespace": null,
+        "volume.beta.kubernetes.io/storage-class": beta,
+    }}});
+    s.volumes()
+        .patch(&pv_name, &PatchParams::default(), &Patch::Merge(&old))
+        .await
+        .unwrap();
+    s.delete_claim("data").await;
+    wait_gone(&s.volumes(), &pv_name).await;
+    let deletes = s.mock().calls_of("DeleteVolume");
+    assert_eq!(deletes.len(), 1, "{deletes:#?}");
+    assert_eq!(
+        deletes[0]["request"]["secrets"]["token"], "from-the-beta-class",
+        "{deletes:#?}"
+    );
+}

@@ -279,6 +279,12 @@ pub fn prepare(inputs: &PrepareInputs<'_>) -> Result<Prepared, ProvisionError> {
     })))
 }
 
+/// Upstream's capability check before DeleteVolume: a driver that cannot create volumes is not
+/// asked to delete one either (the `VolumeFailedDelete` event says why).
+pub fn can_delete_volumes(caps: DriverCapabilities) -> Result<(), String> {
+    check_driver_capabilities(caps, false).map_err(|e| e.message)
+}
+
 fn check_driver_capabilities(
     caps: DriverCapabilities,
     needs_modify: bool,

@@ -138,7 +138,7 @@ impl VolumesController {
             pv.metadata.deletion_timestamp.is_some(),
         );
         if steps.delete_volume {
-            if let Err(e) = self.delete_volume(pv, class).await {
+            if let Err(e) = self.delete_volume(pv).await {
                 let reference = object_reference(pv);
                 self.ctx.recorder.event(
                     &reference,
@@ -188,7 +188,7 @@ impl VolumesController {
         Ok(())
     }
 
-    async fn delete_volume(&self, pv: &PersistentVolume, class: &str) -> Result<(), VolumeError> {
+    async fn delete_volume(&self, pv: &PersistentVolume) -> Result<(), VolumeError> {
         let name = pv.name_any();
         // CSI migration: an in-tree PV is deleted through the driver in its CSI form.
         let translated;
@@ -207,18 +207,38 @@ impl VolumesController {
         let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
             return Err(VolumeError::NoCsiSource { pv: name });
         };
-        if let Some(node) = self.attached_node(&name) {
-            return Err(VolumeError::StillAttached { pv: name, node });
+        // Upstream's order of checks (so the same problem is reported first): capabilities,
+        // the secret's reference, attachments; the secret is read last, once nothing stops
+        // the call, so a PV waiting for its detach costs no read per retry.
+        if let Err(message) =
+            provisioning::prepare::can_delete_volumes(self.ctx.driver.capabilities)
+        {
+            return Err(VolumeError::DeleteVolume { pv: name, message });
         }
-        let class_obj = self.ctx.caches.classes.get(&ObjectRef::new(class));
+        // Not the metrics' `class` (spec.storageClassName): as upstream, the legacy
+        // annotation first.
+        let class_obj = self
+            .ctx
+            .caches
+            .classes
+            .get(&ObjectRef::new(provisioning::volume::class_name(pv)));
         let class_obj = class_obj
             .as_deref()
             .map(|c| provisioning::migration::deletion_class(c, migrated));
-        let secret_data = match decide::deletion_secret(pv, class_obj.as_deref()) {
-            Ok(DeletionSecret::None) => BTreeMap::new(),
+        let secret = decide::deletion_secret(pv, class_obj.as_deref()).map_err(|e| {
+            VolumeError::SecretReference {
+                pv: name.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        if let Some(node) = self.attached_node(&name) {
+            return Err(VolumeError::StillAttached { pv: name, node });
+        }
+        let secret_data = match secret {
+            DeletionSecret::None => BTreeMap::new(),
             // As upstream, a secret that cannot be read (it may be gone with its namespace)
             // does not block the deletion: the driver decides whether it needs it.
-            Ok(DeletionSecret::Annotated(r) | DeletionSecret::FromClass(r)) => {
+            DeletionSecret::Annotated(r) | DeletionSecret::FromClass(r) => {
                 match secrets::fetch(&self.ctx.client, &r).await {
                     Ok(data) => data,
                     Err(e) => {
@@ -226,12 +246,6 @@ impl VolumesController {
                         BTreeMap::new()
                     }
                 }
-            }
-            Err(e) => {
-                return Err(VolumeError::SecretReference {
-                    pv: name,
-                    message: e.to_string(),
-                });
             }
         };
         let request = csi::v1::DeleteVolumeRequest {

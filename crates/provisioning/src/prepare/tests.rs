@@ -351,3 +351,29 @@ fn in_tree_class_is_translated() {
         "{message}"
     );
 }
+
+#[test]
+fn deleting_needs_the_create_delete_capability() {
+    assert_eq!(can_delete_volumes(caps()), Ok(()));
+    let without = |f: fn(&mut DriverCapabilities)| {
+        let mut c = caps();
+        f(&mut c);
+        can_delete_volumes(c).unwrap_err()
+    };
+    assert_eq!(
+        without(|c| c.controller_service = false),
+        "CSI driver does not support dynamic provisioning: plugin CONTROLLER_SERVICE capability is not reported"
+    );
+    assert_eq!(
+        without(|c| c.create_delete_volume = false),
+        "CSI driver does not support dynamic provisioning: controller CREATE_DELETE_VOLUME capability is not reported"
+    );
+    // VolumeAttributesClass support matters for creating only.
+    assert_eq!(
+        can_delete_volumes(DriverCapabilities {
+            modify_volume: false,
+            ..caps()
+        }),
+        Ok(())
+    );
+}

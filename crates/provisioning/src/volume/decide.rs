@@ -320,10 +320,13 @@ pub fn deletion_secret(
     let Some(class) = class else {
         return Ok(DeletionSecret::None);
     };
-    let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
-    let claim = claim_ref.map(|r| TemplateClaim {
-        name: r.name.as_deref().unwrap_or_default(),
-        namespace: r.namespace.as_deref().unwrap_or_default(),
+    // As upstream: without a claim reference the volume is deleted without secrets.
+    let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return Ok(DeletionSecret::None);
+    };
+    let claim = Some(TemplateClaim {
+        name: claim_ref.name.as_deref().unwrap_or_default(),
+        namespace: claim_ref.namespace.as_deref().unwrap_or_default(),
         annotations: None,
     });
     let params = class.parameters.clone().unwrap_or_default();
@@ -427,5 +430,18 @@ mod secret_tests {
             deletion_secret(&pv(None), Some(&by_annotation)).is_err(),
             "annotation templates cannot be resolved at deletion"
         );
+        // No claim reference: no secrets, whatever the class says (even a fixed name).
+        let mut unclaimed = pv(None);
+        unclaimed.spec.as_mut().unwrap().claim_ref = None;
+        let fixed = class(&[
+            ("csi.storage.k8s.io/provisioner-secret-name", "s"),
+            ("csi.storage.k8s.io/provisioner-secret-namespace", "ns"),
+        ]);
+        for c in [&templated, &fixed] {
+            assert_eq!(
+                deletion_secret(&unclaimed, Some(c)).unwrap(),
+                DeletionSecret::None
+            );
+        }
     }
 }
