@@ -73,7 +73,9 @@ impl ClaimsController {
             err.state,
             &self.memory.volume_state(&uid, true),
             has_finalizer(claim),
-            provisioning::claim::selected_node(claim).is_some(),
+            // Only the GA annotation can be removed to reschedule (the library's rule): with
+            // the alpha one alone the failure is final and retried, not sent back.
+            provisioning::claim::annotation(claim, names::ANN_SELECTED_NODE).is_some(),
             ctx.metrics.admission_policy_active(),
         );
         if writes.reschedule || writes.release {
