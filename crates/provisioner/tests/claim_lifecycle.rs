@@ -628,3 +628,36 @@ async fn a_refused_finalizer_is_explained_on_the_claim() {
     s.wait_bound("data").await;
     assert_eq!(s.mock().calls_of("CreateVolume").len(), 1);
 }
+
+/// A claim with only the alpha `volume.alpha.kubernetes.io/selected-node` annotation that the
+/// driver refuses with ResourceExhausted is retried, not "sent back to the scheduler": only the
+/// GA annotation can be removed for that (the library's rule). With the admission policy in
+/// force the failure writes nothing to the claim, so only the retry brings it back.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_claim_with_the_alpha_selected_node_is_retried_after_resource_exhausted() {
+    let (mut s, names) = Scenario::with_nodes("prov-alpha", &["a"], "100Gi", &[]).await;
+    support::install_policy(&s).await;
+    let provisioner = s.provisioner();
+    eventually("the provisioner to see the policy", || async {
+        provisioner
+            .log()
+            .contains("kept by the API server (MutatingAdmissionPolicy in force)")
+            .then_some(())
+    })
+    .await;
+    s.mock().set_faults(json!({"CreateVolume": {
+        "code": "ResourceExhausted", "message": "test: full for now", "times": 1}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim(
+        "data",
+        &class,
+        "1Gi",
+        json!({"metadata": {"annotations": {"volume.alpha.kubernetes.io/selected-node": names[0]}}}),
+    )
+    .await;
+    s.wait_event("data", "ProvisioningFailed", "test: full for now")
+        .await;
+    s.wait_bound("data").await;
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 2);
+}
