@@ -202,6 +202,8 @@ async fn resource_exhausted_on_the_selected_node_reschedules_elsewhere() {
     set_unschedulable(&s, &big, true).await;
     let class = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
     s.claim("data", &class, "10Gi", json!({})).await;
+    // The scheduler must see the cordon before the pod, or it may pick the big node first.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     create_pod(&s, "app", "data", on_nodes(&names)).await;
 
     let failed = s
