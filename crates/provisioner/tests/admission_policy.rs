@@ -83,14 +83,7 @@ async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim(
 async fn failed_attempts_write_no_claim_under_the_policy() {
     let mut s = Scenario::start("adm-fail", &[], &[]).await;
     support::install_policy(&s).await;
-    let provisioner = s.provisioner();
-    eventually("the provisioner to see the policy", || async {
-        provisioner
-            .log()
-            .contains("kept by the API server (MutatingAdmissionPolicy in force)")
-            .then_some(())
-    })
-    .await;
+    support::wait_policy_seen(&mut s);
     s.mock().set_faults(json!({"CreateVolume": {
         "code": "Internal", "message": "the storage system said no"}}));
     let class = s.class("imm", "Immediate", json!({})).await;
@@ -284,13 +277,7 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
 async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_the_policy() {
     // At -v=5 each CSI call is logged as it is sent.
     let (mut s, class) = with_policy("adm-crash", &["-v=5"], 4000).await;
-    let uid = s
-        .claim("data", &class, "1Gi", json!({}))
-        .await
-        .metadata
-        .uid
-        .unwrap();
-    let volume = format!("pvc-{uid}");
+    let volume = s.claim_volume_name("data", &class, "1Gi").await;
     s.wait_finalizer("data").await;
     s.wait_create_volume_sent();
     s.provisioner().kill9();

@@ -527,18 +527,7 @@ async fn a_refused_finalizer_release_is_tried_again() {
         .await;
     let mut dropped = probe.clone();
     dropped.metadata.finalizers = None;
-    let dry = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    eventually("the policy to refuse dropping a finalizer", || async {
-        s.claims()
-            .replace("probe", &dry, &dropped)
-            .await
-            .is_err()
-            .then_some(())
-    })
-    .await;
+    support::wait_update_refused(&s, &dropped, "the policy to refuse dropping a finalizer").await;
 
     let class = s.class("imm", "Immediate", json!({})).await;
     s.claim("data", &class, "1Gi", json!({})).await;
@@ -599,18 +588,7 @@ async fn a_refused_finalizer_is_explained_on_the_claim() {
     let probe = s.claim("probe", "", "1Gi", json!({})).await;
     let mut marked = probe.clone();
     marked.metadata.finalizers = Some(vec![support::CREATING.to_string()]);
-    let dry = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    eventually("the policy to refuse the finalizer", || async {
-        s.claims()
-            .replace("probe", &dry, &marked)
-            .await
-            .is_err()
-            .then_some(())
-    })
-    .await;
+    support::wait_update_refused(&s, &marked, "the policy to refuse the finalizer").await;
 
     let class = s.class("imm", "Immediate", json!({})).await;
     s.claim("data", &class, "1Gi", json!({})).await;
@@ -638,14 +616,7 @@ async fn a_refused_finalizer_is_explained_on_the_claim() {
 async fn a_claim_with_the_alpha_selected_node_is_retried_after_resource_exhausted() {
     let (mut s, names) = Scenario::with_nodes("prov-alpha", &["a"], "100Gi", &[]).await;
     support::install_policy(&s).await;
-    let provisioner = s.provisioner();
-    eventually("the provisioner to see the policy", || async {
-        provisioner
-            .log()
-            .contains("kept by the API server (MutatingAdmissionPolicy in force)")
-            .then_some(())
-    })
-    .await;
+    support::wait_policy_seen(&mut s);
     s.mock().set_faults(json!({"CreateVolume": {
         "code": "ResourceExhausted", "message": "test: full for now", "times": 1}}));
     let class = s.class("imm", "Immediate", json!({})).await;

@@ -186,15 +186,9 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
     use kube::api::{DeleteParams, PostParams};
     let s = Scenario::start("prov-va", &["--publish-unpublish"], &[]).await;
     let class = s.class("imm", "Immediate", json!({})).await;
-    let uid = s
-        .claim("data", &class, "1Gi", json!({}))
-        .await
-        .metadata
-        .uid
-        .unwrap();
     // In a cluster the attachment exists long before the claim is deleted: made now, under the
     // name the PV will have, it reaches the provisioner's cache while the volume is created.
-    let pv_name = format!("pvc-{uid}");
+    let pv_name = s.claim_volume_name("data", &class, "1Gi").await;
     let va_name = format!("{}-va", s.ns);
     let va: k8s_openapi::api::storage::v1::VolumeAttachment = serde_json::from_value(json!({
         "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",

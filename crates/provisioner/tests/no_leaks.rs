@@ -18,12 +18,7 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
     let class = s.class("imm", "Immediate", json!({})).await;
-    let uid = s
-        .claim("data", &class, "1Gi", json!({}))
-        .await
-        .metadata
-        .uid
-        .unwrap();
+    let volume = s.claim_volume_name("data", &class, "1Gi").await;
     // Killed while the driver works on the call (for 4 s).
     s.wait_create_volume_sent();
     s.provisioner().kill9();
@@ -44,7 +39,7 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
         s.driver_volumes().await
     );
     // The interrupted call made one volume, and that one was deleted, once.
-    s.assert_one_volume_made_and_deleted(&format!("pvc-{uid}"));
+    s.assert_one_volume_made_and_deleted(&volume);
     let pvs = s.volumes().list(&Default::default()).await.unwrap();
     assert!(pvs.items.iter().all(|pv| {
         pv.spec
@@ -149,13 +144,7 @@ async fn an_unclear_probe_answer_keeps_the_claim_until_the_driver_answers() {
     s.mock()
         .set_faults(json!({"CreateVolume": {"code": "DeadlineExceeded"}}));
     let class = s.class("imm", "Immediate", json!({})).await;
-    let uid = s
-        .claim("data", &class, "1Gi", json!({}))
-        .await
-        .metadata
-        .uid
-        .unwrap();
-    let volume = format!("pvc-{uid}");
+    let volume = s.claim_volume_name("data", &class, "1Gi").await;
     s.wait_event("data", "ProvisioningFailed", "DeadlineExceeded")
         .await;
     s.mock()

@@ -164,6 +164,12 @@ impl Scenario {
             .unwrap()
     }
 
+    /// A plain claim (see [`Scenario::claim`]); the name of its volume, `pvc-<uid>`.
+    pub async fn claim_volume_name(&self, name: &str, class: &str, size: &str) -> String {
+        let claim = self.claim(name, class, size, json!({})).await;
+        format!("pvc-{}", claim.metadata.uid.unwrap())
+    }
+
     pub fn claims(&self) -> Api<PersistentVolumeClaim> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
@@ -512,6 +518,32 @@ pub async fn no_pv_of_class(s: &Scenario, class: &str) {
                 .then_some(())
         },
     )
+    .await;
+}
+
+/// Waits until the provisioner logs that the admission policy keeps its finalizer.
+pub fn wait_policy_seen(s: &mut Scenario) {
+    s.provisioner().wait_for_log(
+        "kept by the API server (MutatingAdmissionPolicy in force)",
+        Duration::from_secs(60),
+    );
+}
+
+/// Waits until a ValidatingAdmissionPolicy just created refuses replacing claim `name` with
+/// `changed` (a dry run: nothing is written).
+pub async fn wait_update_refused(s: &Scenario, changed: &PersistentVolumeClaim, what: &str) {
+    let name = changed.metadata.name.clone().unwrap_or_default();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    eventually(what, || async {
+        s.claims()
+            .replace(&name, &dry, changed)
+            .await
+            .is_err()
+            .then_some(())
+    })
     .await;
 }
 
