@@ -503,20 +503,8 @@ async fn a_refused_finalizer_release_is_tried_again() {
              || (has(object.metadata.finalizers) && '{f}' in object.metadata.finalizers))"
         )
     };
-    support::create_validating_policy(
-        &s,
-        &policy,
-        json!({
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
-                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                    "operations": ["UPDATE"], "resources": ["persistentvolumeclaims"]}]},
-            "validations": [{"expression": format!("{} && {}", kept(support::CREATING), kept(KEEP)),
-                "message": "test: the finalizer stays"}],
-        }),
-    )
-    .await;
+    let keeps_both = format!("{} && {}", kept(support::CREATING), kept(KEEP));
+    refuse_claim_updates(&s, &policy, &keeps_both, "test: the finalizer stays").await;
     let probe = s
         .claim(
             "probe",
@@ -571,18 +559,12 @@ async fn a_refused_finalizer_is_explained_on_the_claim() {
             support::CREATING
         )
     };
-    support::create_validating_policy(
+    let never_added = format!("!{} || {}", has("object"), has("oldObject"));
+    refuse_claim_updates(
         &s,
         &policy,
-        json!({
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
-                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                    "operations": ["UPDATE"], "resources": ["persistentvolumeclaims"]}]},
-            "validations": [{"expression": format!("!{} || {}", has("object"), has("oldObject")),
-                "message": "test: no creating-volume finalizer here"}],
-        }),
+        &never_added,
+        "test: no creating-volume finalizer here",
     )
     .await;
     let probe = s.claim("probe", "", "1Gi", json!({})).await;
@@ -631,4 +613,22 @@ async fn a_claim_with_the_alpha_selected_node_is_retried_after_resource_exhauste
         .await;
     s.wait_bound("data").await;
     assert_eq!(s.mock().calls_of("CreateVolume").len(), 2);
+}
+
+/// A ValidatingAdmissionPolicy `name` refusing, with `message`, every claim update in the
+/// scenario's namespace for which `allowed` (CEL) is false.
+async fn refuse_claim_updates(s: &Scenario, name: &str, allowed: &str, message: &str) {
+    support::create_validating_policy(
+        s,
+        name,
+        json!({
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["persistentvolumeclaims"]}]},
+            "validations": [{"expression": allowed, "message": message}],
+        }),
+    )
+    .await;
 }
