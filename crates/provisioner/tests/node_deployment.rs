@@ -450,6 +450,75 @@ async fn when_room_appears_a_claim_that_waited_is_taken_by_one_node() {
     assert_eq!(created, 1);
 }
 
+/// Without capacity tracking nothing brings back a claim that the driver's GetCapacity kept
+/// from this node: the instance asks again after `--node-deployment-max-delay`, so the claim is
+/// taken once room appears (it waited for the 15-minute resync).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_claim_get_capacity_kept_away_is_taken_once_room_appears() {
+    let (s, nodes) = nodes_with(
+        "nd-precheck",
+        &[("a", "10Gi")],
+        &[
+            "--node-deployment-max-delay=4s",
+            "--node-deployment-base-delay=1s",
+        ],
+    )
+    .await;
+    // 8Gi of the pool taken behind the provisioner's back.
+    let driver = csi::Client::connect(&nodes[0].mock.endpoint(), Default::default())
+        .await
+        .unwrap();
+    let here = csi::v1::Topology {
+        segments: [(NODE_KEY.to_string(), nodes[0].node.clone())].into(),
+    };
+    let filler = driver
+        .create_volume(csi::v1::CreateVolumeRequest {
+            name: "filler".into(),
+            capacity_range: Some(csi::v1::CapacityRange {
+                required_bytes: 8 << 30,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![csi::v1::VolumeCapability {
+                access_mode: Some(csi::v1::volume_capability::AccessMode {
+                    mode: csi::v1::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+                }),
+                access_type: Some(csi::v1::volume_capability::AccessType::Mount(
+                    Default::default(),
+                )),
+            }],
+            accessibility_requirements: Some(csi::v1::TopologyRequirement {
+                requisite: vec![here.clone()],
+                preferred: vec![here],
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .volume
+        .unwrap()
+        .volume_id;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("c", &class, "5Gi", json!({})).await;
+    nodes[0].prov.wait_for_log(
+        "GetCapacity says the volume does not fit on this node",
+        Duration::from_secs(60),
+    );
+    driver
+        .delete_volume(csi::v1::DeleteVolumeRequest {
+            volume_id: filler,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    s.wait_bound("c").await;
+    assert_eq!(
+        nodes[0].mock.succeeded("CreateVolume"),
+        2,
+        "the filler and the claim's"
+    );
+}
+
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn without_published_capacity_upstreams_random_delay_still_picks_one_node() {

@@ -272,7 +272,10 @@ impl ClaimsController {
                 && !self.capacity_allows(plan, in_flight).await
             {
                 klog::v!(3, claim = %claim_name(claim), node = %node.name, "GetCapacity says the volume does not fit on this node; not taking the claim");
-                return Ok(());
+                // Asked again later: room may come with nothing to bring the claim back (no
+                // capacity tracking to recheck waiting claims, or a take of ours that ended
+                // without a volume).
+                return Err(SyncError::Turn(node.max_delay));
             }
             let taking = Taken {
                 claim: ObjectRef::from_obj(claim),
