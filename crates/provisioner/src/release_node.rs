@@ -3,15 +3,16 @@
 //! hand. Lists the PVs pinned to the node ([`provisioning::lost_node::pinned_to`]); with
 //! `--dry-run=false` force-deletes each PV (finalizers removed: no instance on that node will
 //! ever delete its volume) and creates its claim again without the volume, so it is provisioned
-//! wherever it fits now. The Node object must be gone: that is the administrator's word that the
-//! node will not come back.
+//! wherever it fits now; claims sent to the node without a volume yet are let go of
+//! ([`provisioning::lost_node::claim_step`]). The Node object must be gone: that is the
+//! administrator's word that the node will not come back.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use provisioning::lost_node::{driver_of, pinned_to, recreated};
+use provisioning::lost_node::{ClaimStep, claim_step, driver_of, pinned_to, recreated};
 
 /// The subcommand's name, the first argument.
 pub const SUBCOMMAND: &str = "release-node";
@@ -141,16 +142,91 @@ pub async fn run(args: &Args) -> Result<usize, ReleaseError> {
             driver_of(pv).unwrap_or_default()
         );
     }
+    let claims: Api<PersistentVolumeClaim> = Api::all(client.clone());
+    let sent: Vec<(PersistentVolumeClaim, ClaimStep)> = claims
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err("listing PersistentVolumeClaims".into()))?
+        .items
+        .into_iter()
+        .map(|c| {
+            let step = claim_step(&c, &args.node, args.driver.as_deref());
+            (c, step)
+        })
+        .filter(|(_, step)| *step != ClaimStep::Keep)
+        .collect();
+    println!(
+        "node {}: {} claim(s) sent to it without a volume",
+        args.node,
+        sent.len()
+    );
+    for (claim, step) in &sent {
+        let what = match step {
+            ClaimStep::LetGo => "deleted, held by the creating-volume finalizer",
+            _ => "waiting for its volume",
+        };
+        println!(
+            "  claim {}/{} ({what})",
+            claim.namespace().unwrap_or_default(),
+            claim.name_any()
+        );
+    }
     if args.dry_run {
         println!(
-            "dry run: nothing changed. With --dry-run=false each PV is deleted with its finalizers removed (its data stays on the lost node's disks; scrub them before reuse) and its claim is created again without a volume, to be provisioned wherever it fits."
+            "dry run: nothing changed. With --dry-run=false each PV is deleted with its finalizers removed (its data stays on the lost node's disks; scrub them before reuse) and its claim is created again without a volume, to be provisioned wherever it fits; each waiting claim loses its selected node, so the scheduler picks another, and each deleted one loses the creating-volume finalizer."
         );
         return Ok(pinned.len());
     }
     for pv in &pinned {
         release(&client, pv).await?;
     }
+    for (claim, step) in &sent {
+        let_go_of(&client, claim, *step).await?;
+    }
     Ok(pinned.len())
+}
+
+/// Sends a waiting claim back to the scheduler, or drops our finalizer from a deleted one.
+async fn let_go_of(
+    client: &Client,
+    claim: &PersistentVolumeClaim,
+    step: ClaimStep,
+) -> Result<(), ReleaseError> {
+    use provisioning::names::{ANN_SELECTED_NODE, CREATING_VOLUME_FINALIZER};
+    let (ns, name) = (claim.namespace().unwrap_or_default(), claim.name_any());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let api_err = |what: &str| {
+        let what = format!("{what} claim {ns}/{name}");
+        move |source| ReleaseError::Api { what, source }
+    };
+    match step {
+        ClaimStep::Keep => {}
+        ClaimStep::Unselect => {
+            let unselect =
+                serde_json::json!({"metadata": {"annotations": {ANN_SELECTED_NODE: null}}});
+            claims
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&unselect))
+                .await
+                .map_err(api_err("removing selected-node from"))?;
+            println!("  claim {ns}/{name}: selected node removed; the scheduler picks again");
+        }
+        ClaimStep::LetGo => {
+            // Only our entry goes; the resourceVersion makes a concurrent change fail instead
+            // of being overwritten.
+            let mut kept = claim.clone();
+            kept.metadata.managed_fields = None;
+            kept.metadata
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .retain(|f| f != CREATING_VOLUME_FINALIZER);
+            claims
+                .replace(&name, &PostParams::default(), &kept)
+                .await
+                .map_err(api_err("removing the creating-volume finalizer from"))?;
+            println!("  claim {ns}/{name}: creating-volume finalizer removed");
+        }
+    }
+    Ok(())
 }
 
 /// The claim a PV is bound to, as (namespace, name).

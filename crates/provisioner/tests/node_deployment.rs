@@ -746,6 +746,23 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
         .delete(&nodes[0].node, &DeleteParams::default())
         .await
         .unwrap();
+    // Claims the scheduler had sent to node a, without volumes: one waiting, and one deleted
+    // while a's instance held it with our finalizer. Nobody else will ever act on them.
+    let sent_to_a = |finalizers: serde_json::Value| {
+        json!({"metadata": {"finalizers": finalizers, "annotations": {
+            "volume.kubernetes.io/selected-node": nodes[0].node,
+            "volume.kubernetes.io/storage-provisioner": s.driver}}})
+    };
+    s.claim("waiting", &class, "5Gi", sent_to_a(json!([])))
+        .await;
+    s.claim(
+        "doomed",
+        &class,
+        "5Gi",
+        sent_to_a(json!([support::CREATING])),
+    )
+    .await;
+    s.delete_claim("doomed").await;
 
     // A dry run (the default) lists the volume and its claim and changes nothing.
     let driver = format!("--driver-name={}", s.driver);
@@ -754,10 +771,23 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
     assert!(out.contains("1 PersistentVolume(s) pinned to it"), "{out}");
     assert!(out.contains(&old_pv), "{out}");
     assert!(out.contains(&format!("claim {}/data", s.ns)), "{out}");
+    assert!(
+        out.contains("2 claim(s) sent to it without a volume"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("claim {}/waiting (waiting", s.ns)),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("claim {}/doomed (deleted", s.ns)),
+        "{out}"
+    );
     assert!(out.contains("dry run: nothing changed"), "{out}");
     assert!(s.volumes().get_opt(&old_pv).await.unwrap().is_some());
     let same = s.claims().get("data").await.unwrap();
     assert_eq!(same.metadata.uid, before.metadata.uid);
+    assert!(s.claims().get_opt("doomed").await.unwrap().is_some());
 
     // For real: the PV goes, the claim comes back and gets a volume on node b.
     let (code, out) = release_node(&[&nodes[0].node, &driver, "--dry-run=false"]);
@@ -773,7 +803,15 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
         .await
         .unwrap();
     assert_eq!(pv_node(&new_pv), nodes[1].node);
-    assert_eq!(nodes[1].mock.succeeded("CreateVolume"), 1);
+    // The waiting claim is taken by node b; the deleted one goes.
+    assert!(out.contains("waiting: selected node removed"), "{out}");
+    assert!(
+        out.contains("doomed: creating-volume finalizer removed"),
+        "{out}"
+    );
+    s.wait_bound("waiting").await;
+    support::wait_gone(&s.claims(), "doomed").await;
+    assert_eq!(nodes[1].mock.succeeded("CreateVolume"), 2);
     // The lost node's driver was never asked to delete anything (it is gone).
     assert_eq!(nodes[0].mock.calls_of("DeleteVolume").len(), 0);
 }

@@ -73,6 +73,54 @@ pub fn recreated(claim: &PersistentVolumeClaim) -> PersistentVolumeClaim {
     }
 }
 
+/// What releasing a lost node does to a claim without a volume that the scheduler sent there:
+/// no instance on that node will ever provision it or let it go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimStep {
+    /// Not such a claim (another node's, bound, another driver's): left alone.
+    Keep,
+    /// Waiting: remove `selected-node`, so the scheduler picks a node again.
+    Unselect,
+    /// Deleted but held by our creating-volume finalizer: remove it. Any volume of it would be
+    /// on the lost node's disks, as the pinned PVs' are.
+    LetGo,
+}
+
+/// The step for `claim` when `node` is lost (`driver`: only claims of that driver).
+pub fn claim_step(claim: &PersistentVolumeClaim, node: &str, driver: Option<&str>) -> ClaimStep {
+    let annotation = |key: &str| {
+        claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    };
+    let bound = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty());
+    let provisioner = annotation(names::ANN_STORAGE_PROVISIONER)
+        .or_else(|| annotation(names::ANN_BETA_STORAGE_PROVISIONER));
+    if annotation(names::ANN_SELECTED_NODE) != Some(node)
+        || bound
+        || driver.is_some_and(|d| provisioner != Some(d))
+    {
+        return ClaimStep::Keep;
+    }
+    let held = claim
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == names::CREATING_VOLUME_FINALIZER));
+    match (claim.metadata.deletion_timestamp.is_some(), held) {
+        (false, _) => ClaimStep::Unselect,
+        (true, true) => ClaimStep::LetGo,
+        (true, false) => ClaimStep::Keep,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +181,71 @@ mod tests {
                     "resources": {"requests": {"storage": "5Gi"}}}
             })
         );
+    }
+
+    #[test]
+    fn claims_sent_to_the_lost_node() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let claim = |node: &str, provisioner: &str, bound: bool, deleted: bool, held: bool| {
+            let mut c = PersistentVolumeClaim::default();
+            c.metadata.annotations = Some(BTreeMap::from([
+                (names::ANN_SELECTED_NODE.to_string(), node.to_string()),
+                (
+                    names::ANN_STORAGE_PROVISIONER.to_string(),
+                    provisioner.to_string(),
+                ),
+            ]));
+            c.spec = Some(Default::default());
+            if bound {
+                c.spec.as_mut().unwrap().volume_name = Some("pv".into());
+            }
+            if deleted {
+                c.metadata.deletion_timestamp = Some(Time(Default::default()));
+            }
+            if held {
+                c.metadata.finalizers = Some(vec![names::CREATING_VOLUME_FINALIZER.into()]);
+            }
+            c
+        };
+        let cases = [
+            (
+                claim("lost", "d", false, false, false),
+                Some("d"),
+                ClaimStep::Unselect,
+            ),
+            (
+                claim("lost", "d", false, false, true),
+                None,
+                ClaimStep::Unselect,
+            ),
+            (
+                claim("lost", "d", false, true, true),
+                Some("d"),
+                ClaimStep::LetGo,
+            ),
+            (
+                claim("lost", "d", false, true, false),
+                Some("d"),
+                ClaimStep::Keep,
+            ),
+            (
+                claim("lost", "d", true, false, false),
+                Some("d"),
+                ClaimStep::Keep,
+            ),
+            (
+                claim("other", "d", false, false, false),
+                Some("d"),
+                ClaimStep::Keep,
+            ),
+            (
+                claim("lost", "e", false, false, false),
+                Some("d"),
+                ClaimStep::Keep,
+            ),
+        ];
+        for (c, driver, want) in cases {
+            assert_eq!(claim_step(&c, "lost", driver), want, "{c:?}");
+        }
     }
 }
