@@ -88,14 +88,7 @@ pub enum ClaimStep {
 
 /// The step for `claim` when `node` is lost (`driver`: only claims of that driver).
 pub fn claim_step(claim: &PersistentVolumeClaim, node: &str, driver: Option<&str>) -> ClaimStep {
-    let annotation = |key: &str| {
-        claim
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .map(String::as_str)
-    };
+    let annotation = |key: &str| crate::claim::annotation(claim, key);
     let bound = claim
         .spec
         .as_ref()
