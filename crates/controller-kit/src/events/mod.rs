@@ -3,10 +3,13 @@
 //! The stock RBAC of the sidecar grants `events` in the core group only, so kube's own
 //! recorder (events.k8s.io/v1) cannot be used. Controllers call [`EventRecorder::event`], which
 //! never blocks; a background task correlates events ([`EventCorrelator`]) and creates or
-//! patches them, retrying transient failures.
+//! patches them, retrying transient failures. Unlike client-go, a progress event
+//! ([`EventRecorder::progress`]) still waiting for delivery is replaced by the next event about
+//! its object.
 
 mod correlator;
 mod lru;
+mod queue;
 mod recorder;
 
 pub use correlator::{AGGREGATE_PREFIX, CorrelatorConfig, Decision, EventCorrelator, event_name};

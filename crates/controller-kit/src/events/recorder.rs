@@ -9,9 +9,9 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use tokio::sync::mpsc;
 
 use super::correlator::{Decision, EventCorrelator};
+use super::queue::{Pending, Pushed};
 use super::{EventType, make_event};
 
 /// Events queued for delivery before new ones are dropped (client-go's `maxQueuedEvents`).
@@ -40,9 +40,19 @@ impl Default for DeliveryConfig {
 /// the queue is drained.
 #[derive(Debug, Clone)]
 pub struct EventRecorder {
-    tx: mpsc::Sender<Event>,
+    queue: Arc<Sender>,
     source: EventSource,
     dropped: Arc<AtomicU64>,
+}
+
+/// The recorders' shared end of the queue: when the last recorder goes, it closes the queue.
+#[derive(Debug)]
+struct Sender(Arc<Pending>);
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl EventRecorder {
@@ -64,16 +74,16 @@ impl EventRecorder {
         source_component: String,
         config: DeliveryConfig,
     ) -> (EventRecorder, impl Future<Output = ()> + Send + 'static) {
-        let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+        let pending = Arc::new(Pending::new(QUEUE_CAPACITY));
         let recorder = EventRecorder {
-            tx,
+            queue: Arc::new(Sender(pending.clone())),
             source: EventSource {
                 component: Some(source_component),
                 host: None,
             },
             dropped: Arc::default(),
         };
-        (recorder, deliver_all(rx, sink, config))
+        (recorder, deliver_all(pending, sink, config))
     }
 
     /// Records an event about `involved`. Never blocks: when the delivery queue is full the
@@ -84,6 +94,31 @@ impl EventRecorder {
         type_: EventType,
         reason: &str,
         message: String,
+    ) {
+        self.record(involved, type_, reason, message, false);
+    }
+
+    /// Records an event that only says work on `involved` has begun. While it waits for
+    /// delivery, the next event about the same object (its outcome) takes its place: a notice
+    /// that is already out of date is not worth an API request, and under a burst it would
+    /// otherwise crowd outcomes out of the queue.
+    pub fn progress(
+        &self,
+        involved: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        message: String,
+    ) {
+        self.record(involved, type_, reason, message, true);
+    }
+
+    fn record(
+        &self,
+        involved: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        message: String,
+        progress: bool,
     ) {
         let event = make_event(
             &self.source,
@@ -105,16 +140,20 @@ impl EventRecorder {
             message = event.message.as_deref().unwrap_or_default(),
             "Event occurred"
         );
-        if let Err(e) = self.tx.try_send(event) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            let event = match e {
-                mpsc::error::TrySendError::Full(ev) | mpsc::error::TrySendError::Closed(ev) => ev,
-            };
-            tracing::error!(
-                event = event.metadata.name.as_deref().unwrap_or_default(),
-                reason,
-                "Unable to record event: too many queued events, dropped event"
-            );
+        let name = event.metadata.name.clone().unwrap_or_default();
+        match self.queue.0.push(event, progress) {
+            Pushed::Queued { replaced: false } => {}
+            Pushed::Queued { replaced: true } => {
+                klog::v!(5, event = %name, reason, "A waiting progress event about the same object was replaced by this one");
+            }
+            Pushed::Dropped => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    event = %name,
+                    reason,
+                    "Unable to record event: too many queued events, dropped event"
+                );
+            }
         }
     }
 
@@ -158,9 +197,9 @@ impl EventSink for KubeSink {
     }
 }
 
-async fn deliver_all<S: EventSink>(mut rx: mpsc::Receiver<Event>, sink: S, config: DeliveryConfig) {
+async fn deliver_all<S: EventSink>(pending: Arc<Pending>, sink: S, config: DeliveryConfig) {
     let mut correlator = EventCorrelator::default();
-    while let Some(event) = rx.recv().await {
+    while let Some(event) = pending.pop().await {
         let decision = correlator.correlate(event, Timestamp::now());
         deliver(&sink, &mut correlator, decision, &config).await;
     }

@@ -226,3 +226,40 @@ async fn recording_never_blocks_and_counts_drops_when_full() {
     // 1000 distinct messages on one object: the spam filter lets 25 through.
     assert_eq!(sink.calls().len(), 25);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_progress_event_still_waiting_gives_way_to_the_outcome() {
+    let sink = ScriptedSink::default();
+    let (recorder, task) =
+        EventRecorder::with_sink(sink.clone(), "c".into(), DeliveryConfig::default());
+    // Not yet delivered (the task is not running): the outcome takes the notice's place.
+    recorder.progress(&claim(), EventType::Normal, "Provisioning", "start".into());
+    recorder.event(
+        &claim(),
+        EventType::Normal,
+        "ProvisioningSucceeded",
+        "done".into(),
+    );
+    let task = tokio::spawn(task);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(sink.calls().len(), 1, "{:?}", sink.calls());
+    // Delivered before its outcome: both are written.
+    recorder.progress(&claim(), EventType::Normal, "Provisioning", "again".into());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    recorder.event(
+        &claim(),
+        EventType::Warning,
+        "ProvisioningFailed",
+        "no".into(),
+    );
+    drop(recorder);
+    task.await.unwrap();
+    let calls = sink.calls();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert!(
+        calls
+            .iter()
+            .all(|c| matches!(c, Call::Create { count: 1, .. })),
+        "{calls:?}"
+    );
+}

@@ -42,7 +42,8 @@ impl ClaimsController {
             reference.namespace.clone().unwrap_or_default(),
             reference.name.clone().unwrap_or_default(),
         );
-        ctx.recorder.event(
+        // A progress event: when its outcome comes before it is sent, only the outcome is.
+        ctx.recorder.progress(
             &reference,
             EventType::Normal,
             names::EVENT_PROVISIONING,

@@ -1,0 +1,264 @@
+//! The events waiting for delivery. Bounded like client-go's broadcaster, with one difference:
+//! an event that only says work has begun ("progress") is replaced by the next event about the
+//! same object while it still waits. Under a burst the delivery lane runs far behind, and
+//! without this a claim's "provisioning" notice and its outcome both wait; once the queue is
+//! full the outcome, which comes later, is the one dropped.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Event, ObjectReference};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// Which object an event is about: its UID, or kind/namespace/name when it has none.
+type ObjectKey = (String, String, String);
+
+fn object_key(involved: &ObjectReference) -> ObjectKey {
+    match involved.uid.as_deref().filter(|u| !u.is_empty()) {
+        Some(uid) => (String::new(), String::new(), uid.to_string()),
+        None => (
+            involved.kind.clone().unwrap_or_default(),
+            involved.namespace.clone().unwrap_or_default(),
+            involved.name.clone().unwrap_or_default(),
+        ),
+    }
+}
+
+/// What became of a pushed event.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    Queued {
+        /// A waiting progress event about the same object was taken out for this one.
+        replaced: bool,
+    },
+    /// The queue was full, or delivery had stopped: the event is dropped.
+    Dropped,
+}
+
+/// The queue itself, without locking or waking: pure, so it is tested on its own.
+#[derive(Debug)]
+pub(crate) struct State {
+    capacity: usize,
+    next: u64,
+    waiting: BTreeMap<u64, Event>,
+    /// The waiting progress event of each object, by its place in `waiting`.
+    progress: HashMap<ObjectKey, u64>,
+    closed: bool,
+}
+
+impl State {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            next: 0,
+            waiting: BTreeMap::new(),
+            progress: HashMap::new(),
+            closed: false,
+        }
+    }
+
+    pub(crate) fn push(&mut self, event: Event, progress: bool) -> Pushed {
+        if self.closed {
+            return Pushed::Dropped;
+        }
+        let key = object_key(&event.involved_object);
+        let replaced = match self.progress.remove(&key) {
+            Some(at) => self.waiting.remove(&at).is_some(),
+            None => false,
+        };
+        if self.waiting.len() >= self.capacity {
+            return Pushed::Dropped;
+        }
+        let at = self.next;
+        self.next += 1;
+        self.waiting.insert(at, event);
+        if progress {
+            self.progress.insert(key, at);
+        }
+        Pushed::Queued { replaced }
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<Event> {
+        let (at, event) = self.waiting.pop_first()?;
+        let key = object_key(&event.involved_object);
+        if self.progress.get(&key) == Some(&at) {
+            self.progress.remove(&key);
+        }
+        Some(event)
+    }
+}
+
+/// The queue shared by the recorders (pushing, never blocking) and the delivery task.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    state: Mutex<State>,
+    ready: Notify,
+}
+
+impl Pending {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            state: Mutex::new(State::new(capacity)),
+            ready: Notify::new(),
+        }
+    }
+
+    pub(crate) fn push(&self, event: Event, progress: bool) -> Pushed {
+        let pushed = self.state.lock().push(event, progress);
+        if pushed != Pushed::Dropped {
+            self.ready.notify_one();
+        }
+        pushed
+    }
+
+    /// No more pushes: delivery ends once the queue is empty.
+    pub(crate) fn close(&self) {
+        self.state.lock().closed = true;
+        self.ready.notify_one();
+    }
+
+    /// The next event, waiting for one; `None` once closed and drained.
+    pub(crate) async fn pop(&self) -> Option<Event> {
+        loop {
+            // Registered before looking, so a push between the look and the wait still wakes us.
+            let notified = self.ready.notified();
+            {
+                let mut state = self.state.lock();
+                if let Some(event) = state.pop() {
+                    return Some(event);
+                }
+                if state.closed {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn event(uid: &str, reason: &str) -> Event {
+        Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{uid}-{reason}")),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                kind: Some("PersistentVolumeClaim".into()),
+                namespace: Some("ns".into()),
+                name: Some(format!("claim-{uid}")),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            reason: Some(reason.into()),
+            ..Default::default()
+        }
+    }
+
+    fn drain(state: &mut State) -> Vec<String> {
+        std::iter::from_fn(|| state.pop())
+            .map(|e| e.metadata.name.unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn a_waiting_progress_event_is_replaced_by_the_next_about_its_object() {
+        let mut q = State::new(10);
+        assert_eq!(
+            q.push(event("a", "Provisioning"), true),
+            Pushed::Queued { replaced: false }
+        );
+        q.push(event("b", "Provisioning"), true);
+        assert_eq!(
+            q.push(event("a", "ProvisioningSucceeded"), false),
+            Pushed::Queued { replaced: true }
+        );
+        assert_eq!(drain(&mut q), ["b-Provisioning", "a-ProvisioningSucceeded"]);
+    }
+
+    #[test]
+    fn other_events_are_never_replaced() {
+        let mut q = State::new(10);
+        q.push(event("a", "ProvisioningFailed"), false);
+        q.push(event("a", "Provisioning"), true);
+        q.push(event("a", "ProvisioningSucceeded"), false);
+        q.push(event("a", "Other"), false);
+        assert_eq!(
+            drain(&mut q),
+            ["a-ProvisioningFailed", "a-ProvisioningSucceeded", "a-Other"]
+        );
+    }
+
+    #[test]
+    fn a_delivered_progress_event_is_not_looked_for_again() {
+        let mut q = State::new(10);
+        q.push(event("a", "Provisioning"), true);
+        assert_eq!(drain(&mut q), ["a-Provisioning"]);
+        // Its outcome, and a later attempt's progress, queue as usual.
+        assert_eq!(
+            q.push(event("a", "ProvisioningFailed"), false),
+            Pushed::Queued { replaced: false }
+        );
+        q.push(event("a", "Provisioning"), true);
+        q.push(event("b", "Provisioning"), true);
+        assert_eq!(
+            q.push(event("a", "Provisioning"), true),
+            Pushed::Queued { replaced: true }
+        );
+        assert_eq!(
+            drain(&mut q),
+            ["a-ProvisioningFailed", "b-Provisioning", "a-Provisioning"]
+        );
+    }
+
+    #[test]
+    fn a_full_queue_drops_new_events_but_takes_an_outcome_in_its_progress_place() {
+        let mut q = State::new(2);
+        q.push(event("a", "Provisioning"), true);
+        q.push(event("b", "Provisioning"), true);
+        assert_eq!(q.push(event("c", "Provisioning"), true), Pushed::Dropped);
+        assert_eq!(
+            q.push(event("a", "ProvisioningSucceeded"), false),
+            Pushed::Queued { replaced: true }
+        );
+        assert_eq!(q.waiting.len(), 2);
+        assert_eq!(drain(&mut q), ["b-Provisioning", "a-ProvisioningSucceeded"]);
+    }
+
+    #[test]
+    fn objects_without_uid_are_told_apart_by_kind_namespace_and_name() {
+        let mut q = State::new(10);
+        let mut first = event("", "Provisioning");
+        first.involved_object.name = Some("x".into());
+        let mut other = event("", "Provisioning");
+        other.involved_object.name = Some("y".into());
+        let mut outcome = event("", "ProvisioningSucceeded");
+        outcome.involved_object.name = Some("x".into());
+        q.push(first, true);
+        q.push(other, true);
+        assert_eq!(q.push(outcome, false), Pushed::Queued { replaced: true });
+        let left: Vec<_> = std::iter::from_fn(|| q.pop())
+            .map(|e| (e.involved_object.name.unwrap(), e.reason.unwrap()))
+            .collect();
+        assert_eq!(
+            left,
+            [
+                ("y".to_string(), "Provisioning".to_string()),
+                ("x".to_string(), "ProvisioningSucceeded".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_closed_queue_takes_nothing_more() {
+        let mut q = State::new(10);
+        q.push(event("a", "Provisioning"), true);
+        q.closed = true;
+        assert_eq!(q.push(event("b", "Other"), false), Pushed::Dropped);
+        assert_eq!(drain(&mut q), ["a-Provisioning"]);
+    }
+}
