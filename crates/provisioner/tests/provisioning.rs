@@ -419,11 +419,15 @@ async fn under_a_tight_budget_the_oldest_claim_is_finished_first() {
         (1..=3).contains(&calls_at_first_pv),
         "CreateVolume calls when the first PV appeared: {calls_at_first_pv} of {CLAIMS}"
     );
-    // And that first PV is the oldest claim's (created first, so its attempt began first).
+    // And that first PV is one of the oldest claims' (created first, so their attempts began
+    // first). c1's: when two workers take c0 and c1 within microseconds, the instant c1's
+    // attempt began can come first on a loaded machine (seen once).
     let first = log.lines().find(|l| l.contains(saved)).unwrap_or_default();
     assert!(
-        first.contains(&format!("claim=\"{}/c0\"", s.ns)),
-        "the first PV saved is not c0's: {first}"
+        ["c0", "c1"]
+            .iter()
+            .any(|c| first.contains(&format!("claim=\"{}/{c}\"", s.ns))),
+        "the first PV saved is not c0's or c1's: {first}"
     );
     for i in 0..CLAIMS {
         s.wait_bound(&format!("c{i}")).await;
