@@ -125,7 +125,8 @@ pub fn after_failure(
     policy: bool,
 ) -> FailureWrites {
     FailureWrites {
-        reschedule: failed == crate::ProvisioningState::Reschedule && has_selected_node,
+        reschedule: crate::errors::effective_state(failed, has_selected_node)
+            == crate::ProvisioningState::Reschedule,
         release: holds_finalizer && may_release(state) && !policy,
     }
 }
