@@ -486,3 +486,44 @@ async fn under_a_burst_a_waiting_provisioning_notice_gives_way_to_its_outcome() 
     );
     assert_eq!(s.mock().calls_of("CreateVolume").len(), CLAIMS);
 }
+
+/// On an idle provisioner every attempt's notice is sent, as upstream's is, even when the
+/// attempt fails before any await (an unknown reserved parameter): the failure is recorded
+/// before the delivery task gets to run, and must not replace the notice.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn on_an_idle_provisioner_each_failed_attempt_keeps_its_notice() {
+    let s = Scenario::start("prov-idle-notice", &[], &[]).await;
+    let bogus = s
+        .class(
+            "bogus",
+            "Immediate",
+            json!({"parameters": {"csi.storage.k8s.io/bogus": "x"}}),
+        )
+        .await;
+    s.claim("bogus", &bogus, "1Gi", json!({})).await;
+    // Attempts 1 s, 2 s and 4 s apart: three failures within about 8 s.
+    let count = |events: &[k8s_openapi::api::core::v1::Event], reason: &str| {
+        events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.count.unwrap_or(1))
+            .sum::<i32>()
+    };
+    support::eventually("three failed attempts", || async {
+        let events = s.events_for("bogus").await;
+        (count(&events, "ProvisioningFailed") >= 3).then_some(())
+    })
+    .await;
+    let events = s.events_for("bogus").await;
+    let (notices, failures) = (
+        count(&events, "Provisioning"),
+        count(&events, "ProvisioningFailed"),
+    );
+    // The attempt under way may have recorded its notice and not yet its failure.
+    assert!(
+        notices == failures || notices == failures + 1,
+        "{notices} Provisioning events for {failures} failed attempts"
+    );
+    assert!(s.mock().calls_of("CreateVolume").is_empty());
+}

@@ -1,8 +1,11 @@
 //! The events waiting for delivery. Bounded like client-go's broadcaster, with one difference:
 //! an event that only says work has begun ("progress") is replaced by the next event about the
-//! same object while it still waits. Under a burst the delivery lane runs far behind, and
-//! without this a claim's "provisioning" notice and its outcome both wait; once the queue is
-//! full the outcome, which comes later, is the one dropped.
+//! same object while it still waits behind other events. Under a burst the delivery lane runs
+//! far behind, and without this a claim's "provisioning" notice and its outcome both wait; once
+//! the queue is full the outcome, which comes later, is the one dropped. A progress event
+//! recorded while delivery is idle waits behind nothing and is not replaced: it goes out as
+//! soon as the delivery task runs, as client-go's would, even if its outcome is recorded
+//! before that task gets a thread.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -43,6 +46,8 @@ pub(crate) struct State {
     waiting: BTreeMap<u64, Event>,
     /// The waiting progress event of each object, by its place in `waiting`.
     progress: HashMap<ObjectKey, u64>,
+    /// The delivery task found nothing to send and waits: the next event pushed is sent next.
+    idle: bool,
     closed: bool,
 }
 
@@ -53,6 +58,7 @@ impl State {
             next: 0,
             waiting: BTreeMap::new(),
             progress: HashMap::new(),
+            idle: false,
             closed: false,
         }
     }
@@ -72,14 +78,20 @@ impl State {
         let at = self.next;
         self.next += 1;
         self.waiting.insert(at, event);
-        if progress {
+        // With delivery idle this event is the next one sent: nothing waits before it.
+        let sent_next = std::mem::take(&mut self.idle);
+        if progress && !sent_next {
             self.progress.insert(key, at);
         }
         Pushed::Queued { replaced }
     }
 
+    /// The next event to deliver; with none, the delivery task is idle until the next push.
     pub(crate) fn pop(&mut self) -> Option<Event> {
-        let (at, event) = self.waiting.pop_first()?;
+        let Some((at, event)) = self.waiting.pop_first() else {
+            self.idle = true;
+            return None;
+        };
         let key = object_key(&event.involved_object);
         if self.progress.get(&key) == Some(&at) {
             self.progress.remove(&key);
@@ -216,7 +228,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_queue_drops_new_events_but_takes_an_outcome_in_its_progress_place() {
+    fn a_full_queue_drops_new_events_but_takes_an_outcome_once_its_progress_event_goes() {
         let mut q = State::new(2);
         q.push(event("a", "Provisioning"), true);
         q.push(event("b", "Provisioning"), true);
@@ -251,6 +263,39 @@ mod tests {
                 ("x".to_string(), "ProvisioningSucceeded".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn a_progress_event_recorded_while_delivery_is_idle_is_sent_next() {
+        let mut q = State::new(10);
+        assert_eq!(q.pop().map(|e| e.metadata.name), None, "delivery now idle");
+        q.push(event("a", "Provisioning"), true);
+        // Its outcome before the delivery task ran: both go out, as client-go's would.
+        assert_eq!(
+            q.push(event("a", "ProvisioningFailed"), false),
+            Pushed::Queued { replaced: false }
+        );
+        // Behind those two, the next claim's notice waits and gives way.
+        q.push(event("b", "Provisioning"), true);
+        q.push(event("b", "ProvisioningFailed"), false);
+        assert_eq!(
+            drain(&mut q),
+            [
+                "a-Provisioning",
+                "a-ProvisioningFailed",
+                "b-ProvisioningFailed"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_first_event_after_idle_is_sent_next() {
+        let mut q = State::new(10);
+        assert!(q.pop().is_none());
+        q.push(event("x", "Other"), false);
+        q.push(event("a", "Provisioning"), true);
+        q.push(event("a", "ProvisioningSucceeded"), false);
+        assert_eq!(drain(&mut q), ["x-Other", "a-ProvisioningSucceeded"]);
     }
 
     #[test]

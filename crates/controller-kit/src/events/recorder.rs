@@ -14,10 +14,10 @@ use super::correlator::{Decision, EventCorrelator};
 use super::queue::{Pending, Pushed};
 use super::{EventType, make_event};
 
-/// Events queued for delivery before new ones are dropped. client-go's broadcaster holds
-/// `maxQueuedEvents` (1000) in its incoming channel and as many again in the channel of the
-/// watcher that writes them to the API server, so up to 2000 wait there before one is dropped.
-pub const QUEUE_CAPACITY: usize = 2000;
+/// Events queued for delivery before new ones are dropped (client-go's `maxQueuedEvents`: its
+/// broadcaster forwards each event at once to the watcher that writes it to the API server,
+/// whose channel of that length is where events wait).
+pub const QUEUE_CAPACITY: usize = 1000;
 
 /// Delivery retries, client-go's defaults.
 #[derive(Debug, Clone, PartialEq)]
