@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client};
+use kube::Client;
+use kube::api::GetParams;
+use kube::core::{Request, Resource};
 use provisioning::secrets::SecretRef;
 
 /// Why a secret could not be used. The messages name the secret, never its content.
@@ -14,6 +16,9 @@ pub enum SecretError {
     Get(#[from] kube::Error),
     #[error("key {key:?} is not valid UTF-8 text; CSI secrets must be strings")]
     NotText { key: String },
+    /// The answer was not a Secret. No parser detail: it could quote the content.
+    #[error("the API server's answer for secret {namespace}/{name} could not be read as a Secret")]
+    NotASecret { namespace: String, name: String },
 }
 
 /// The secret's data as strings, as upstream hands it to the driver.
@@ -21,9 +26,21 @@ pub async fn fetch(
     client: &Client,
     secret: &SecretRef,
 ) -> Result<BTreeMap<String, String>, SecretError> {
-    let found = Api::<Secret>::namespaced(client.clone(), &secret.namespace)
-        .get(&secret.name)
-        .await?;
+    // Read as text and parsed here: kube's own `get` logs the whole answer, content included,
+    // when it cannot parse it.
+    let request = Request::new(Secret::url_path(&(), Some(&secret.namespace)))
+        .get(&secret.name, &GetParams::default())
+        .map_err(kube::Error::BuildRequest)?;
+    let text = client.request_text(request).await?;
+    parse(&text, secret)
+}
+
+/// The data of the Secret the API server answered with `text`.
+fn parse(text: &str, secret: &SecretRef) -> Result<BTreeMap<String, String>, SecretError> {
+    let found: Secret = serde_json::from_str(text).map_err(|_| SecretError::NotASecret {
+        namespace: secret.namespace.clone(),
+        name: secret.name.clone(),
+    })?;
     found
         .data
         .unwrap_or_default()
@@ -33,4 +50,56 @@ pub async fn fetch(
             Err(_) => Err(SecretError::NotText { key }),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret_ref() -> SecretRef {
+        SecretRef {
+            name: "creds".into(),
+            namespace: "ns".into(),
+        }
+    }
+
+    #[test]
+    fn data_is_decoded_to_text() {
+        // "s3cr3t" and "x" in base64.
+        let text = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"creds"},"data":{"password":"czNjcjN0","user":"eA=="}}"#;
+        let data = parse(text, &secret_ref()).unwrap();
+        assert_eq!(data["password"], "s3cr3t");
+        assert_eq!(data["user"], "x");
+        assert!(
+            parse(r#"{"metadata":{}}"#, &secret_ref())
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn errors_name_the_secret_or_key_never_the_content() {
+        // A value of the wrong type, which serde's own message would quote.
+        let wrong = r#"{"metadata":{"name":"creds"},"data":{"password":12345678}}"#;
+        let not_text = r#"{"metadata":{"name":"creds"},"data":{"password":"/w=="}}"#;
+        let cases = [
+            (
+                wrong,
+                "the API server's answer for secret ns/creds could not be read as a Secret",
+            ),
+            (
+                "not json at all: hunter2",
+                "the API server's answer for secret ns/creds could not be read as a Secret",
+            ),
+            (
+                not_text,
+                "key \"password\" is not valid UTF-8 text; CSI secrets must be strings",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = parse(text, &secret_ref()).unwrap_err().to_string();
+            assert_eq!(err, want);
+            assert!(!err.contains("12345678") && !err.contains("hunter2"));
+        }
+    }
 }
