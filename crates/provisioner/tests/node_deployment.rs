@@ -224,18 +224,7 @@ async fn late_binding_lands_on_the_node_with_room_and_only_its_driver_creates() 
     // The other nodes' instances stay silent: one instance's events only.
     s.wait_event("big", "ProvisioningSucceeded", "").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let reasons: Vec<String> = s
-        .events_for("big")
-        .await
-        .into_iter()
-        .filter(|e| {
-            e.source
-                .as_ref()
-                .and_then(|s| s.component.as_deref())
-                .is_some_and(|c| c.starts_with(&s.driver))
-        })
-        .filter_map(|e| e.reason)
-        .collect();
+    let reasons = s.our_event_reasons("big").await;
     // At most one: a progress event still waiting when its outcome comes is not sent.
     assert!(
         reasons.iter().filter(|r| *r == "Provisioning").count() <= 1,

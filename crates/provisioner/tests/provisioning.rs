@@ -463,18 +463,7 @@ async fn under_a_burst_a_waiting_provisioning_notice_gives_way_to_its_outcome() 
     // Whatever is still queued goes out within a few seconds of the last outcome.
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     for i in 0..CLAIMS {
-        let ours: Vec<String> = s
-            .events_for(&format!("c{i}"))
-            .await
-            .into_iter()
-            .filter(|e| {
-                e.source
-                    .as_ref()
-                    .and_then(|src| src.component.as_deref())
-                    .is_some_and(|c| c.starts_with(&s.driver))
-            })
-            .filter_map(|e| e.reason)
-            .collect();
+        let ours = s.our_event_reasons(&format!("c{i}")).await;
         let count = |reason: &str| ours.iter().filter(|r| *r == reason).count();
         assert_eq!(count("ProvisioningSucceeded"), 1, "c{i}: {ours:?}");
         assert_eq!(ours.len(), 1 + count("Provisioning"), "c{i}: {ours:?}");

@@ -257,6 +257,22 @@ impl Scenario {
             .items
     }
 
+    /// The reasons of the events our provisioner (its source names the driver) recorded on
+    /// object `name`.
+    pub async fn our_event_reasons(&self, name: &str) -> Vec<String> {
+        self.events_for(name)
+            .await
+            .into_iter()
+            .filter(|e| {
+                e.source
+                    .as_ref()
+                    .and_then(|src| src.component.as_deref())
+                    .is_some_and(|c| c.starts_with(&self.driver))
+            })
+            .filter_map(|e| e.reason)
+            .collect()
+    }
+
     /// Waits for an event with `reason` whose message contains `needle` on object `name`.
     pub async fn wait_event(&self, name: &str, reason: &str, needle: &str) -> Event {
         testenv::wait_event(&self.client, &self.ns, name, reason, needle).await
