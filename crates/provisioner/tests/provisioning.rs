@@ -8,6 +8,17 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
 use support::{NODE_KEY, Scenario, create_pod, on_nodes, pod_node, set_unschedulable};
 
+/// An Immediate class with an unknown reserved parameter: every claim of it fails in prepare,
+/// before any call.
+async fn bogus_class(s: &Scenario) -> String {
+    s.class(
+        "bogus",
+        "Immediate",
+        json!({"parameters": {"csi.storage.k8s.io/bogus": "x"}}),
+    )
+    .await
+}
+
 /// The walking skeleton and the PV, field by field.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
@@ -260,13 +271,7 @@ async fn bad_input_gets_a_clear_event_and_no_volume() {
     )
     .await;
     let ok = s.class("ok", "Immediate", json!({})).await;
-    let bogus = s
-        .class(
-            "bogus",
-            "Immediate",
-            json!({"parameters": {"csi.storage.k8s.io/bogus": "x"}}),
-        )
-        .await;
+    let bogus = bogus_class(&s).await;
     let no_secret = s
         .class(
             "nosecret",
@@ -483,13 +488,7 @@ async fn under_a_burst_a_waiting_provisioning_notice_gives_way_to_its_outcome() 
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn on_an_idle_provisioner_each_failed_attempt_keeps_its_notice() {
     let s = Scenario::start("prov-idle-notice", &[], &[]).await;
-    let bogus = s
-        .class(
-            "bogus",
-            "Immediate",
-            json!({"parameters": {"csi.storage.k8s.io/bogus": "x"}}),
-        )
-        .await;
+    let bogus = bogus_class(&s).await;
     s.claim("bogus", &bogus, "1Gi", json!({})).await;
     // Attempts 1 s, 2 s and 4 s apart: three failures within about 8 s.
     let count = |events: &[k8s_openapi::api::core::v1::Event], reason: &str| {
