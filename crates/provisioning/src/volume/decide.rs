@@ -29,13 +29,13 @@ pub fn is_ours(pv: &PersistentVolume, driver: &str) -> bool {
     let migrated = ann(ANN_MIGRATED_TO).is_some_and(known);
     match ann(ANN_PROVISIONED_BY) {
         Some(p) => known(p) || migrated,
-        None => {
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.csi.as_ref())
-                .is_some_and(|c| c.driver == driver)
-                || migrated
-        }
+        // A static PV: its CSI source names its driver, and only an in-tree one (no CSI source)
+        // is judged by `migrated-to` — a CSI PV of another driver stays that driver's whatever
+        // its annotations say, as upstream.
+        None => match pv.spec.as_ref().and_then(|s| s.csi.as_ref()) {
+            Some(c) => known(&c.driver),
+            None => migrated,
+        },
     }
 }
 
@@ -189,10 +189,27 @@ mod tests {
             // Static CSI PVs of our driver get the finalizer too (upstream #1097 behaviour).
             (pv(None, d, "Delete", "Bound", false, false), AddFinalizer),
             (pv(None, "other", "Delete", "Bound", false, false), Ignore),
+            // Another driver's static CSI PV annotated as migrated to us: its CSI source decides.
+            (
+                with_migrated_to(pv(None, "other", "Delete", "Released", true, false), d),
+                Ignore,
+            ),
+            (
+                with_migrated_to(pv(None, d, "Delete", "Released", true, false), "other"),
+                Delete,
+            ),
         ];
         for (i, (pv, want)) in cases.iter().enumerate() {
             assert_eq!(decide(pv, d), *want, "case {i}");
         }
+    }
+
+    fn with_migrated_to(mut pv: PersistentVolume, migrated_to: &str) -> PersistentVolume {
+        pv.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANN_MIGRATED_TO.to_string(), migrated_to.to_string());
+        pv
     }
 
     /// An in-tree PV (no spec.csi) annotated as migrated to `migrated_to`.
@@ -204,11 +221,7 @@ mod tests {
     ) -> PersistentVolume {
         let mut p = pv(provisioned_by, "unused", "Delete", phase, holding, false);
         p.spec.as_mut().unwrap().csi = None;
-        p.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(ANN_MIGRATED_TO.to_string(), migrated_to.to_string());
-        p
+        with_migrated_to(p, migrated_to)
     }
 
     /// In-tree PVs of the plugin our driver replaces follow the same rules as our own (their
