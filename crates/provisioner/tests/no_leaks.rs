@@ -119,6 +119,66 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
     assert!(s.volumes().get_opt(&static_pv).await.unwrap().is_some());
 }
 
+/// A claim bound mid-call to a static PV that names the very volume the unanswered call made
+/// (an administrator adopting it, or a driver that answers a name with an existing volume): the
+/// clean-up probe gets that volume back and must keep it, as the PV is bound to this claim and
+/// holds its data. A clean-up that spared only other claims' PVs deleted it.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    use kube::api::PostParams;
+    let s = Scenario::start("prov-adopt", &[], &["--timeout=2s"]).await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": 5000}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    let claim = s.claim("data", &class, "1Gi", json!({})).await;
+    let uid = claim.metadata.uid.clone().unwrap();
+    let ours = format!("pvc-{uid}");
+    let made = || s.volume_ids_made(&ours);
+    let volume = support::eventually("the driver to make the volume", || async {
+        made().first().cloned()
+    })
+    .await;
+    let static_pv = format!("{}-adopted", s.ns);
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": static_pv},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": class,
+                 "claimRef": {"namespace": s.ns, "name": "data", "uid": uid},
+                 "csi": {"driver": s.driver, "volumeHandle": volume}},
+    }))
+    .unwrap();
+    s.volumes()
+        .create(&PostParams::default(), &pv)
+        .await
+        .unwrap();
+    let bound = s.wait_bound("data").await;
+    assert_eq!(
+        bound.spec.as_ref().unwrap().volume_name.as_deref(),
+        Some(static_pv.as_str())
+    );
+    s.mock().clear_faults();
+    // Letting the claim go takes a probe that answered: the call's state is "may exist".
+    support::eventually("the claim to be let go", || async {
+        let c = s.claims().get("data").await.ok()?;
+        (!holds_finalizer(&c)).then_some(())
+    })
+    .await;
+    let made = made();
+    assert!(
+        made.len() >= 2 && made.iter().all(|id| *id == volume),
+        "the first call and the probe answer the same volume: {made:?}"
+    );
+    assert!(
+        s.mock().calls_of("DeleteVolume").is_empty(),
+        "the adopted volume was deleted: {:?}",
+        s.mock().calls_of("DeleteVolume")
+    );
+    assert_eq!(s.driver_volumes().await, vec![volume]);
+    assert!(s.volumes().get_opt(&ours).await.unwrap().is_none());
+}
+
 /// A claim deleted while its CreateVolume is in flight (the provisioner stays up).
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]

@@ -3,7 +3,9 @@
 //!
 //! The creating-volume finalizer (see [`crate::lifecycle`]) says "a volume may exist without a
 //! PV". These functions decide, from what this process saw, whether one really may, which id to
-//! delete, and when to ask the driver — never deleting a volume another claim's PV references.
+//! delete, and when to ask the driver — never deleting a volume any PV references.
+
+use k8s_openapi::api::core::v1::PersistentVolume;
 
 /// What is known about the volume of one claim. The request sent last is kept beside it by the
 /// caller, so a probe repeats exactly that request (topology included).
@@ -169,13 +171,25 @@ pub fn unless_saved(step: Cleanup, pv_saved: bool) -> Cleanup {
     }
 }
 
-/// What to do with the volume a probe returned: delete it unless a PV of another claim uses it
-/// (`used_elsewhere`), in which case it was never ours.
-pub fn after_probe(volume_id: Option<&str>, used_elsewhere: bool) -> Cleanup {
+/// What to do with the volume a probe returned: delete it unless a PV names it
+/// (`named_by_pv`, see [`pv_names_volume`]), in which case that PV owns it.
+pub fn after_probe(volume_id: Option<&str>, named_by_pv: bool) -> Cleanup {
     match volume_id {
-        Some(id) if !id.is_empty() && !used_elsewhere => Cleanup::Delete(id.to_string()),
+        Some(id) if !id.is_empty() && !named_by_pv => Cleanup::Delete(id.to_string()),
         _ => Cleanup::Release,
     }
+}
+
+/// Whether `pv` names volume `volume_id` of `driver`. Any such PV keeps the volume from the
+/// clean-up, whichever claim it is bound to: a static PV bound to the very claim being cleaned
+/// up may hold the volume the probe returned (a driver that answers a name with an existing
+/// volume), and deleting it would destroy the claim's data. A PV's reclaim policy is what
+/// decides about a volume it names.
+pub fn pv_names_volume(pv: &PersistentVolume, driver: &str, volume_id: &str) -> bool {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .is_some_and(|csi| csi.driver == driver && csi.volume_handle == volume_id)
 }
 
 /// What a clean-up probe that failed with `code` tells about the volume under the claim's name.
@@ -369,6 +383,35 @@ mod tests {
         for (code, want) in cases {
             assert_eq!(after_probe_error(code), want, "{code:?}");
         }
+    }
+
+    #[test]
+    fn any_pv_naming_the_volume_keeps_it_whatever_claim_it_is_bound_to() {
+        let pv = |driver: &str, handle: &str, claim_uid: Option<&str>| -> PersistentVolume {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "static"},
+                "spec": {"csi": {"driver": driver, "volumeHandle": handle},
+                         "claimRef": claim_uid.map(|u| serde_json::json!({"uid": u}))},
+            }))
+            .unwrap()
+        };
+        // (pv, names the volume "v" of driver "d")
+        let cases = [
+            // Bound to the claim being cleaned up: its volume, kept (the live-volume case).
+            (pv("d", "v", Some("this-claim")), true),
+            (pv("d", "v", Some("other-claim")), true),
+            (pv("d", "v", None), true),
+            (pv("d", "w", Some("this-claim")), false),
+            // Another driver's volume of the same id is not this one.
+            (pv("other", "v", Some("this-claim")), false),
+        ];
+        for (pv, want) in cases {
+            assert_eq!(pv_names_volume(&pv, "d", "v"), want, "{pv:?}");
+        }
+        let no_csi: PersistentVolume =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "nfs"}, "spec": {}}))
+                .unwrap();
+        assert!(!pv_names_volume(&no_csi, "d", "v"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! let the claim go.
 //!
 //! What to do is [`provisioning::attempt::cleanup`]'s answer, from what this process saw of the
-//! claim's CreateVolume calls. A volume that another claim's PV names is never deleted.
+//! claim's CreateVolume calls. A volume that any PV names is never deleted here.
 
 use controller_kit::events::EventType;
 use csi::v1::CreateVolumeRequest;
@@ -47,7 +47,7 @@ impl ClaimsController {
             other => other,
         };
         if let Cleanup::Delete(volume_id) = step {
-            match self.delete_own_volume(&uid, &volume_id, secrets).await {
+            match self.delete_own_volume(&volume_id, secrets).await {
                 Ok(true) => {
                     klog::v!(2, claim = %claim_name(claim), volume = %volume_id, "Deleted the volume of a claim deleted or bound elsewhere before its PV existed");
                     self.refresh_capacity(claim);
@@ -106,16 +106,15 @@ impl ClaimsController {
         }
     }
 
-    /// DeleteVolume for a volume a CreateVolume of claim `uid` returned. `Ok(false)`: a PV of
-    /// another claim names it, so it was never ours and is left alone.
+    /// DeleteVolume for a volume a CreateVolume of ours returned and no PV of ours will own.
+    /// `Ok(false)`: a PV names it, so that PV owns it and it is left alone.
     pub(super) async fn delete_own_volume(
         &self,
-        uid: &str,
         volume_id: &str,
         secrets: std::collections::HashMap<String, String>,
     ) -> Result<bool, tonic::Status> {
-        if self.volume_used_elsewhere(volume_id, uid) {
-            klog::v!(2, volume = %volume_id, "Volume belongs to another claim's PV; not deleting it");
+        if self.volume_named_by_pv(volume_id) {
+            klog::v!(2, volume = %volume_id, "A PV names the volume; not deleting it");
             return Ok(false);
         }
         let request = csi::v1::DeleteVolumeRequest {
@@ -134,14 +133,11 @@ impl ClaimsController {
         claim: &PersistentVolumeClaim,
         request: CreateVolumeRequest,
     ) -> Result<Cleanup, SyncError> {
-        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         let name = request.name.clone();
         match self.ctx.driver.client.create_volume(request).await {
             Ok(resp) => {
                 let id = resp.volume.map(|v| v.volume_id);
-                let used = id
-                    .as_deref()
-                    .is_some_and(|id| self.volume_used_elsewhere(id, uid));
+                let used = id.as_deref().is_some_and(|id| self.volume_named_by_pv(id));
                 Ok(after_probe(id.as_deref(), used))
             }
             Err(status) if status.code() == tonic::Code::AlreadyExists => Err(self.cleanup_failed(
@@ -234,17 +230,13 @@ impl ClaimsController {
         self.named_pv(claim).is_some_and(|pv| bound_uid(&pv) != uid)
     }
 
-    /// Whether a PV of our driver that is not bound to claim `uid` has this volume handle.
-    pub(super) fn volume_used_elsewhere(&self, volume_id: &str, uid: &str) -> bool {
-        self.ctx.caches.volumes.any(|pv| {
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.csi.as_ref())
-                .is_some_and(|csi| {
-                    csi.driver == self.ctx.driver.name && csi.volume_handle == volume_id
-                })
-                && bound_uid(pv) != Some(uid)
-        })
+    /// Whether any PV of our driver has this volume handle, one bound to the claim being
+    /// cleaned up included ([`provisioning::attempt::pv_names_volume`]).
+    pub(super) fn volume_named_by_pv(&self, volume_id: &str) -> bool {
+        self.ctx
+            .caches
+            .volumes
+            .any(|pv| provisioning::attempt::pv_names_volume(pv, &self.ctx.driver.name, volume_id))
     }
 
     /// The probe that would tell whether a volume exists cannot be built (`reason`), and nothing

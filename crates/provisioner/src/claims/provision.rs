@@ -215,7 +215,7 @@ impl ClaimsController {
             CapacityDecision::TooSmall { got, want } => {
                 // Upstream deletes the volume and retries in the background.
                 let mut message = too_small_message(got, want);
-                if self.delete_unkept(&uid, &volume.volume_id, &request).await {
+                if self.delete_unkept(&volume.volume_id, &request).await {
                     let state = after_call(&before, &CallResult::Final);
                     self.memory.set_volume_state(&uid, state, Some(request));
                 } else {
@@ -234,7 +234,7 @@ impl ClaimsController {
             self.provisioner_config().cross_namespace_data_sources,
         ) {
             // The driver made an empty volume where data was asked for: it goes again.
-            let deleted = self.delete_unkept(&uid, &volume.volume_id, &request).await;
+            let deleted = self.delete_unkept(&volume.volume_id, &request).await;
             let mut message = "volume content source missing".to_string();
             if deleted {
                 let state = after_call(&before, &CallResult::Final);
@@ -275,7 +275,7 @@ impl ClaimsController {
                 Ok(pv) => pv,
                 Err(e) => {
                     // No PV can be written for it: the volume goes again, as upstream.
-                    if self.delete_unkept(&uid, &volume.volume_id, &request).await {
+                    if self.delete_unkept(&volume.volume_id, &request).await {
                         let state = after_call(&before, &CallResult::Final);
                         self.memory.set_volume_state(&uid, state, Some(request));
                     }
@@ -300,12 +300,11 @@ impl ClaimsController {
     /// whose PV cannot be written); whether it is gone.
     pub(super) async fn delete_unkept(
         &self,
-        uid: &str,
         volume_id: &str,
         request: &csi::v1::CreateVolumeRequest,
     ) -> bool {
         match self
-            .delete_own_volume(uid, volume_id, request.secrets.clone())
+            .delete_own_volume(volume_id, request.secrets.clone())
             .await
         {
             Ok(deleted) => deleted,
