@@ -14,11 +14,29 @@ pub enum SecretError {
     /// The API server's own words (`secrets "x" not found`), as upstream prints them.
     #[error("{}", crate::api_error::message(.0))]
     Get(#[from] kube::Error),
-    #[error("key {key:?} is not valid UTF-8 text; CSI secrets must be strings")]
-    NotText { key: String },
+    #[error(
+        "key {key:?} of secret {namespace}/{name} is not valid UTF-8 text; CSI secrets must be strings"
+    )]
+    NotText {
+        namespace: String,
+        name: String,
+        key: String,
+    },
     /// The answer was not a Secret. No parser detail: it could quote the content.
     #[error("the API server's answer for secret {namespace}/{name} could not be read as a Secret")]
     NotASecret { namespace: String, name: String },
+}
+
+impl SecretError {
+    /// Whether a DeleteVolume must wait for this secret to be fixed. One that cannot be read
+    /// (it may be gone with its namespace) does not hold the deletion, as upstream: the driver
+    /// decides whether it needs it. One that is there but not text does: upstream cannot send
+    /// it either (gRPC refuses a non-UTF-8 string, so its call fails and is retried), and
+    /// sending no secrets at all instead would ask the driver to delete without the
+    /// credentials it was given.
+    pub fn blocks_deletion(&self) -> bool {
+        matches!(self, SecretError::NotText { .. })
+    }
 }
 
 /// The secret's data as strings, as upstream hands it to the driver.
@@ -47,7 +65,11 @@ fn parse(text: &str, secret: &SecretRef) -> Result<BTreeMap<String, String>, Sec
         .into_iter()
         .map(|(key, value)| match String::from_utf8(value.0) {
             Ok(text) => Ok((key, text)),
-            Err(_) => Err(SecretError::NotText { key }),
+            Err(_) => Err(SecretError::NotText {
+                namespace: secret.namespace.clone(),
+                name: secret.name.clone(),
+                key,
+            }),
         })
         .collect()
 }
@@ -93,7 +115,7 @@ mod tests {
             ),
             (
                 not_text,
-                "key \"password\" is not valid UTF-8 text; CSI secrets must be strings",
+                "key \"password\" of secret ns/creds is not valid UTF-8 text; CSI secrets must be strings",
             ),
         ];
         for (text, want) in cases {
@@ -101,5 +123,23 @@ mod tests {
             assert_eq!(err, want);
             assert!(!err.contains("12345678") && !err.contains("hunter2"));
         }
+    }
+
+    #[test]
+    fn only_a_secret_that_is_not_text_holds_a_deletion() {
+        let not_text = r#"{"metadata":{"name":"creds"},"data":{"password":"/w=="}}"#;
+        assert!(
+            parse(not_text, &secret_ref())
+                .unwrap_err()
+                .blocks_deletion()
+        );
+        let unreadable = parse("{}x", &secret_ref()).unwrap_err();
+        assert!(!unreadable.blocks_deletion());
+        let gone = SecretError::Get(kube::Error::Api(
+            kube::core::Status::failure("secrets \"creds\" not found", "NotFound")
+                .with_code(404)
+                .boxed(),
+        ));
+        assert!(!gone.blocks_deletion());
     }
 }

@@ -178,6 +178,73 @@ async fn a_class_secret_that_is_gone_does_not_block_deletion() {
     assert!(!s.driver_volumes().await.contains(&handle));
 }
 
+/// A deletion secret that is there but not text (a binary value) holds the deletion: no
+/// DeleteVolume without the credentials, a VolumeFailedDelete on the PV naming the secret and
+/// key (never the value), and the deletion goes on with the secret once it is fixed. Before,
+/// the whole secret was dropped and DeleteVolume sent with no secrets.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_deletion_secret_that_is_not_text_holds_the_deletion_until_fixed() {
+    use k8s_openapi::api::core::v1::Secret;
+    let s = Scenario::start("prov-binary-secret", &[], &[]).await;
+    create_secret(&s, "creds", &[("token", "s3cr3t-value")]).await;
+    let class = s
+        .class(
+            "delete",
+            "Immediate",
+            json!({"reclaimPolicy": "Delete", "parameters": {
+                "csi.storage.k8s.io/provisioner-secret-name": "creds",
+                "csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
+            }}),
+        )
+        .await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    let pv = s.bound_pv("data").await;
+    let secrets: Api<Secret> = Api::namespaced(s.client.clone(), &s.ns);
+    // 0xff 0xfe: not UTF-8.
+    let binary = json!({"data": {"token": "//4="}});
+    secrets
+        .patch("creds", &PatchParams::default(), &Patch::Merge(&binary))
+        .await
+        .unwrap();
+
+    s.delete_claim("data").await;
+    let event = eventually("VolumeFailedDelete on the PV", || async {
+        let list =
+            Api::<k8s_openapi::api::core::v1::Event>::namespaced(s.client.clone(), "default")
+                .list(
+                    &kube::api::ListParams::default().fields(&format!("involvedObject.name={pv}")),
+                )
+                .await
+                .unwrap();
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("VolumeFailedDelete"))
+    })
+    .await;
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.contains(&format!("secret {}/creds", s.ns)) && message.contains("\"token\""),
+        "{message}"
+    );
+    assert!(
+        s.mock().calls_of("DeleteVolume").is_empty(),
+        "DeleteVolume sent without the secret: {:?}",
+        s.mock().calls_of("DeleteVolume")
+    );
+    assert!(s.volumes().get_opt(&pv).await.unwrap().is_some());
+
+    let text = json!({"data": {"token": "Zml4ZWQ="}});
+    secrets
+        .patch("creds", &PatchParams::default(), &Patch::Merge(&text))
+        .await
+        .unwrap();
+    wait_gone(&s.volumes(), &pv).await;
+    let deletes = s.mock().calls_of("DeleteVolume");
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert_eq!(deletes[0]["request"]["secrets"]["token"], "fixed");
+}
+
 /// A VolumeAttachment referencing the PV blocks DeleteVolume (VolumeFailedDelete on the PV)
 /// until it is gone.
 #[tokio::test]

@@ -237,10 +237,17 @@ impl VolumesController {
         let secret_data = match secret {
             DeletionSecret::None => BTreeMap::new(),
             // As upstream, a secret that cannot be read (it may be gone with its namespace)
-            // does not block the deletion: the driver decides whether it needs it.
+            // does not block the deletion: the driver decides whether it needs it. One that is
+            // not text does ([`secrets::SecretError::blocks_deletion`]).
             DeletionSecret::Annotated(r) | DeletionSecret::FromClass(r) => {
                 match secrets::fetch(&self.ctx.client, &r).await {
                     Ok(data) => data,
+                    Err(e) if e.blocks_deletion() => {
+                        return Err(VolumeError::SecretReference {
+                            pv: name,
+                            message: e.to_string(),
+                        });
+                    }
                     Err(e) => {
                         tracing::error!(pv = %name, secret = %format!("{}/{}", r.namespace, r.name), err = %e, "Failed to get deletion secret; deleting without it");
                         BTreeMap::new()
