@@ -93,7 +93,7 @@ impl ClaimsController {
         if protect && let Some(source_claim) = &source_claim {
             let client = &self.ctx.client;
             let claims = &self.ctx.caches.claims;
-            update::set_finalizer(
+            let stored = update::set_finalizer(
                 client,
                 claims,
                 source_claim,
@@ -102,6 +102,11 @@ impl ClaimsController {
             )
             .await
             .map_err(|e| ProvisionError::no_change(crate::api_error::message(&e)))?;
+            // Gone (or re-created) since it was read: nothing protects it during the copy, so
+            // no CreateVolume is sent; upstream's update fails here too and is retried.
+            if stored.is_none() {
+                return Err(ProvisionError::no_change(source_claim_gone(source)));
+            }
         }
         Ok(content_source)
     }
@@ -145,4 +150,15 @@ impl ClaimsController {
             }
         }
     }
+}
+
+/// Why a clone waits when its source claim went away between the read and the finalizer write
+/// (upstream shows the API server's NotFound for it).
+fn source_claim_gone(source: &DataSource) -> String {
+    format!(
+        "persistentvolumeclaims {} not found: the clone's source claim (namespace {}) was deleted \
+         or re-created while the clone started; the clone is tried again",
+        gofmt::quote(&source.name),
+        gofmt::quote(&source.namespace)
+    )
 }
