@@ -753,6 +753,15 @@ async fn a_source_in_another_namespace_needs_a_reference_grant() {
         from("PersistentVolumeClaim", None, "src"),
     )
     .await;
+    // A populator's source across namespaces is checked as well, before the claim is left to
+    // the populator (no "Assuming an external populator" while it is refused).
+    dst.claim(
+        "populated",
+        &w.class,
+        "1Gi",
+        from("Widget", Some("example.com"), "w"),
+    )
+    .await;
     let denied = |name: &str, kind: &str, source: &str| {
         format!(
             "accessing {}/{source} of {kind} dataSource from {}/{name} isn't allowed",
@@ -771,6 +780,22 @@ async fn a_source_in_another_namespace_needs_a_reference_grant() {
         &denied("copy", "PersistentVolumeClaim", "src"),
     )
     .await;
+    dst.wait_event(
+        "populated",
+        "ProvisioningFailed",
+        &denied("populated", "Widget", "w"),
+    )
+    .await;
+    let populator = |e: &k8s_openapi::api::core::v1::Event| {
+        e.message
+            .as_deref()
+            .is_some_and(|m| m.contains("external populator"))
+    };
+    let events = dst.events_for("populated").await;
+    assert!(
+        !events.iter().any(populator),
+        "handed to a populator while refused: {events:?}"
+    );
     let before = w.created();
 
     let grant = json!({
@@ -781,7 +806,8 @@ async fn a_source_in_another_namespace_needs_a_reference_grant() {
             "from": [{"group": "", "kind": "PersistentVolumeClaim", "namespace": dst.ns}],
             "to": [
                 {"group": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "snap"},
-                {"group": "", "kind": "PersistentVolumeClaim"}
+                {"group": "", "kind": "PersistentVolumeClaim"},
+                {"group": "example.com", "kind": "Widget"}
             ]
         }
     });
@@ -816,6 +842,13 @@ async fn a_source_in_another_namespace_needs_a_reference_grant() {
             .expect("the new volume");
         assert_eq!(read_marker(&volume.vol_path), "from next door", "{claim}");
     }
+    // Granted, the populator's claim is left to its populator: no volume of ours.
+    dst.wait_event(
+        "populated",
+        "Provisioning",
+        "Assuming an external populator will provision the volume",
+    )
+    .await;
     assert_eq!(w.created(), before + 2);
 }
 

@@ -121,6 +121,20 @@ pub fn normalise(
     }))
 }
 
+/// The namespace of the claim's `dataSourceRef` when it names one other than the claim's own
+/// (a cross-namespace source, which needs a ReferenceGrant there).
+pub fn other_namespace(claim: &PersistentVolumeClaim) -> Option<&str> {
+    let spec = claim.spec.as_ref()?;
+    if spec.data_source.is_some() {
+        return None;
+    }
+    spec.data_source_ref
+        .as_ref()?
+        .namespace
+        .as_deref()
+        .filter(|ns| !ns.is_empty() && Some(*ns) != claim.metadata.namespace.as_deref())
+}
+
 /// The driver must be able to fill a volume from the source: snapshot restore needs
 /// `CREATE_DELETE_SNAPSHOT`, cloning `CLONE_VOLUME` (upstream's messages, `Finished`).
 pub fn check_capability(kind: SourceKind, caps: DriverCapabilities) -> Result<(), ProvisionError> {

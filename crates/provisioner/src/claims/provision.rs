@@ -58,6 +58,13 @@ impl ClaimsController {
         let plan = match self.prepare_reusing(claim, class, reused.as_ref()) {
             Ok(Prepared::Provision(plan)) => plan,
             Ok(Prepared::ExternalPopulator { kind }) => {
+                // Upstream checks a cross-namespace reference before it hands the claim to a
+                // populator: a refused one is said on the claim instead.
+                if let Some(namespace) = provisioning::data_source::other_namespace(claim)
+                    && let Err(err) = self.check_grant(claim, namespace).await
+                {
+                    return self.fail(claim, class, err, false).await;
+                }
                 klog::v!(4, claim = %format!("{namespace}/{name}"), reason = %provisioning::prepare::populator_reason(&kind), "Ignoring claim");
                 ctx.populator_recorder.event(
                     &reference,

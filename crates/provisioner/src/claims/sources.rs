@@ -30,7 +30,7 @@ impl ClaimsController {
         protect: bool,
     ) -> Result<VolumeContentSource, ProvisionError> {
         if claim.metadata.namespace.as_deref() != Some(source.namespace.as_str()) {
-            self.check_grant(claim, source).await?;
+            self.check_grant(claim, &source.namespace).await?;
         }
         match source.kind {
             SourceKind::Snapshot => self.restore_source(claim, class, source, protect).await,
@@ -41,16 +41,16 @@ impl ClaimsController {
     /// A source in another namespace needs a ReferenceGrant there (upstream reads them from
     /// an informer; one LIST per attempt here, only for such claims). Refusals are final for
     /// the attempt (`Finished`), as upstream.
-    async fn check_grant(
+    pub(super) async fn check_grant(
         &self,
         claim: &PersistentVolumeClaim,
-        source: &DataSource,
+        namespace: &str,
     ) -> Result<(), ProvisionError> {
-        let api = reference_grants(&self.ctx.client, &source.namespace);
+        let api = reference_grants(&self.ctx.client, namespace);
         let list = api.list(&ListParams::default()).await.map_err(|e| {
             ProvisionError::finished(format!(
                 "error getting ReferenceGrants in {} namespace from api server: {}",
-                source.namespace,
+                namespace,
                 crate::api_error::message(&e)
             ))
         })?;

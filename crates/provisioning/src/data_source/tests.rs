@@ -552,3 +552,29 @@ fn reference_grants_allow_exactly_what_they_name() {
         assert_eq!(check(claim, &grants), want, "{name}");
     }
 }
+
+#[test]
+fn only_a_data_source_ref_into_another_namespace_needs_a_grant() {
+    use k8s_openapi::api::core::v1::TypedObjectReference;
+    let by_ref = |target_ns: Option<&str>| {
+        let mut c = claim();
+        spec_mut(&mut c).data_source_ref = Some(TypedObjectReference {
+            api_group: Some("example.com".into()),
+            kind: "Widget".into(),
+            name: "w".into(),
+            namespace: target_ns.map(str::to_string),
+        });
+        c
+    };
+    // (claim, namespace that needs a grant); the claim is in "default".
+    let cases = [
+        (claim(), None),
+        (by_ref(None), None),
+        (by_ref(Some("")), None),
+        (by_ref(Some("default")), None),
+        (by_ref(Some("next-door")), Some("next-door")),
+    ];
+    for (c, want) in &cases {
+        assert_eq!(other_namespace(c), *want, "{:?}", c.spec);
+    }
+}
