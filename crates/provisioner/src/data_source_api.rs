@@ -79,14 +79,18 @@ const CONFLICT_RETRIES: usize = 3;
 /// guarded by its resourceVersion (re-read and retried on a conflict). A `Forbidden` answer is
 /// logged and ignored: older RBAC without `update` on volumesnapshots keeps working, as
 /// upstream. A snapshot gone before a removal is fine. Returns the snapshot as stored by our
-/// write (`None`: nothing was written).
+/// write (`None`: nothing was written). `retry_conflicts: false` returns the conflict instead:
+/// the orphan sweep decided from the version it listed, and a changed snapshot may have a new
+/// claim restoring from it, so it waits for its next look, as upstream.
 pub async fn set_snapshot_finalizer(
     api: &Api<DynamicObject>,
     mut object: DynamicObject,
     add: bool,
+    retry_conflicts: bool,
 ) -> Result<Option<DynamicObject>, kube::Error> {
     let name = object.metadata.name.clone().unwrap_or_default();
-    for attempt in 0..=CONFLICT_RETRIES {
+    let retries = if retry_conflicts { CONFLICT_RETRIES } else { 0 };
+    for attempt in 0..=retries {
         let finalizers = object.metadata.finalizers.as_ref();
         match finalizers_with(finalizers, names::SNAPSHOT_SOURCE_FINALIZER, add) {
             Some(f) => object.metadata.finalizers = Some(f),
@@ -97,7 +101,7 @@ pub async fn set_snapshot_finalizer(
                 klog::v!(3, snapshot = %format!("{}/{name}", object.metadata.namespace.as_deref().unwrap_or_default()), added = add, "Changed finalizer {}", names::SNAPSHOT_SOURCE_FINALIZER);
                 return Ok(Some(stored));
             }
-            Err(kube::Error::Api(e)) if e.code == 409 && attempt < CONFLICT_RETRIES => {
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < retries => {
                 match api.get_opt(&name).await? {
                     Some(fresh) => object = fresh,
                     None if !add => return Ok(None),

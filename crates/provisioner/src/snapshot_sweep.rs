@@ -105,7 +105,7 @@ async fn sweep(
         else {
             continue;
         };
-        match set_snapshot_finalizer(&snapshots(client, namespace), object, false).await {
+        match set_snapshot_finalizer(&snapshots(client, namespace), object, false, false).await {
             Ok(_) => {
                 removed += 1;
                 klog::v!(3, snapshot = %format!("{namespace}/{name}"), "Removed finalizer {} (no pending claim uses the snapshot)", names::SNAPSHOT_SOURCE_FINALIZER);

@@ -88,7 +88,7 @@ impl ClaimsController {
             tracing::warn!(claim = %claim_name(claim), "{warning}");
         }
         if protect && !has_finalizer(&snapshot.metadata, names::SNAPSHOT_SOURCE_FINALIZER) {
-            let stored = set_snapshot_finalizer(&api, object, true)
+            let stored = set_snapshot_finalizer(&api, object, true, true)
                 .await
                 .map_err(|e| ProvisionError::no_change(crate::api_error::message(&e)))?;
             if let Some(stored) = stored {
@@ -144,7 +144,9 @@ impl ClaimsController {
             Ok(Some(object))
                 if has_finalizer(&object.metadata, names::SNAPSHOT_SOURCE_FINALIZER) =>
             {
-                set_snapshot_finalizer(&api, object, false).await.map(drop)
+                set_snapshot_finalizer(&api, object, false, true)
+                    .await
+                    .map(drop)
             }
             Ok(_) => Ok(()),
             Err(e) => Err(e),
