@@ -14,14 +14,8 @@ pub enum SecretError {
     /// The API server's own words (`secrets "x" not found`), as upstream prints them.
     #[error("{}", crate::api_error::message(.0))]
     Get(#[from] kube::Error),
-    #[error(
-        "key {key:?} of secret {namespace}/{name} is not valid UTF-8 text; CSI secrets must be strings"
-    )]
-    NotText {
-        namespace: String,
-        name: String,
-        key: String,
-    },
+    #[error("key {key:?} is not valid UTF-8 text; CSI secrets must be strings")]
+    NotText { key: String },
     /// The answer was not a Secret. No parser detail: it could quote the content.
     #[error("the API server's answer for secret {namespace}/{name} could not be read as a Secret")]
     NotASecret { namespace: String, name: String },
@@ -65,11 +59,7 @@ fn parse(text: &str, secret: &SecretRef) -> Result<BTreeMap<String, String>, Sec
         .into_iter()
         .map(|(key, value)| match String::from_utf8(value.0) {
             Ok(text) => Ok((key, text)),
-            Err(_) => Err(SecretError::NotText {
-                namespace: secret.namespace.clone(),
-                name: secret.name.clone(),
-                key,
-            }),
+            Err(_) => Err(SecretError::NotText { key }),
         })
         .collect()
 }
@@ -115,7 +105,7 @@ mod tests {
             ),
             (
                 not_text,
-                "key \"password\" of secret ns/creds is not valid UTF-8 text; CSI secrets must be strings",
+                "key \"password\" is not valid UTF-8 text; CSI secrets must be strings",
             ),
         ];
         for (text, want) in cases {

@@ -137,20 +137,7 @@ async fn deleting_claims_follows_the_reclaim_policy_with_deletion_secrets() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_class_secret_that_is_gone_does_not_block_deletion() {
     use k8s_openapi::api::core::v1::Secret;
-    let s = Scenario::start("prov-gone-secret", &[], &[]).await;
-    create_secret(&s, "creds", &[("token", "s3cr3t-value")]).await;
-    let class = s
-        .class(
-            "delete",
-            "Immediate",
-            json!({"reclaimPolicy": "Delete", "parameters": {
-                "csi.storage.k8s.io/provisioner-secret-name": "creds",
-                "csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
-            }}),
-        )
-        .await;
-    s.claim("data", &class, "1Gi", json!({})).await;
-    let pv = s.bound_pv("data").await;
+    let (s, pv) = bound_with_class_secret("prov-gone-secret").await;
     let handle = s.volume_handle(&pv).await;
     let unannotated = json!({"metadata": {"annotations": {
         "volume.kubernetes.io/provisioner-deletion-secret-name": null,
@@ -186,20 +173,7 @@ async fn a_class_secret_that_is_gone_does_not_block_deletion() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_deletion_secret_that_is_not_text_holds_the_deletion_until_fixed() {
     use k8s_openapi::api::core::v1::Secret;
-    let s = Scenario::start("prov-binary-secret", &[], &[]).await;
-    create_secret(&s, "creds", &[("token", "s3cr3t-value")]).await;
-    let class = s
-        .class(
-            "delete",
-            "Immediate",
-            json!({"reclaimPolicy": "Delete", "parameters": {
-                "csi.storage.k8s.io/provisioner-secret-name": "creds",
-                "csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
-            }}),
-        )
-        .await;
-    s.claim("data", &class, "1Gi", json!({})).await;
-    let pv = s.bound_pv("data").await;
+    let (s, pv) = bound_with_class_secret("prov-binary-secret").await;
     let secrets: Api<Secret> = Api::namespaced(s.client.clone(), &s.ns);
     // 0xff 0xfe: not UTF-8.
     let binary = json!({"data": {"token": "//4="}});
@@ -209,22 +183,11 @@ async fn a_deletion_secret_that_is_not_text_holds_the_deletion_until_fixed() {
         .unwrap();
 
     s.delete_claim("data").await;
-    let event = eventually("VolumeFailedDelete on the PV", || async {
-        let list =
-            Api::<k8s_openapi::api::core::v1::Event>::namespaced(s.client.clone(), "default")
-                .list(
-                    &kube::api::ListParams::default().fields(&format!("involvedObject.name={pv}")),
-                )
-                .await
-                .unwrap();
-        list.items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("VolumeFailedDelete"))
-    })
-    .await;
+    let event = volume_failed_delete(&s, &pv).await;
     let message = event.message.unwrap_or_default();
     assert!(
-        message.contains(&format!("secret {}/creds", s.ns)) && message.contains("\"token\""),
+        message.contains(&format!("secret creds in namespace {}", s.ns))
+            && message.contains("\"token\""),
         "{message}"
     );
     assert!(
@@ -269,20 +232,7 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
     assert_eq!(s.bound_pv("data").await, pv_name);
     s.delete_claim("data").await;
 
-    let events = support::eventually("VolumeFailedDelete on the PV", || async {
-        let list =
-            kube::Api::<k8s_openapi::api::core::v1::Event>::namespaced(s.client.clone(), "default")
-                .list(
-                    &kube::api::ListParams::default()
-                        .fields(&format!("involvedObject.name={pv_name}")),
-                )
-                .await
-                .unwrap();
-        list.items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("VolumeFailedDelete"))
-    })
-    .await;
+    let events = volume_failed_delete(&s, &pv_name).await;
     assert_eq!(
         events.message.as_deref(),
         Some(format!("persistentvolume {pv_name} is still attached to node node-x").as_str())
@@ -296,6 +246,43 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
         .unwrap();
     wait_gone(&s.volumes(), &pv_name).await;
     assert_eq!(s.mock().calls_of("DeleteVolume").len(), 1);
+}
+
+/// A scenario with claim "data" bound to a PV (returned) of a class with reclaim policy Delete
+/// whose provisioner secret "creds" (token "s3cr3t-value") is also its deletion secret.
+async fn bound_with_class_secret(prefix: &str) -> (Scenario, String) {
+    let s = Scenario::start(prefix, &[], &[]).await;
+    create_secret(&s, "creds", &[("token", "s3cr3t-value")]).await;
+    let class = s
+        .class(
+            "delete",
+            "Immediate",
+            json!({"reclaimPolicy": "Delete", "parameters": {
+                "csi.storage.k8s.io/provisioner-secret-name": "creds",
+                "csi.storage.k8s.io/provisioner-secret-namespace": "${pvc.namespace}",
+            }}),
+        )
+        .await;
+    s.claim("data", &class, "1Gi", json!({})).await;
+    let pv = s.bound_pv("data").await;
+    (s, pv)
+}
+
+/// Waits for the first VolumeFailedDelete event on PV `pv` (PV events go to "default").
+async fn volume_failed_delete(s: &Scenario, pv: &str) -> k8s_openapi::api::core::v1::Event {
+    eventually("VolumeFailedDelete on the PV", || async {
+        let list =
+            Api::<k8s_openapi::api::core::v1::Event>::namespaced(s.client.clone(), "default")
+                .list(
+                    &kube::api::ListParams::default().fields(&format!("involvedObject.name={pv}")),
+                )
+                .await
+                .unwrap();
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("VolumeFailedDelete"))
+    })
+    .await
 }
 
 /// Our requests of two verbs on `resource` since the provisioner started.

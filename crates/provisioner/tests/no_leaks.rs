@@ -67,8 +67,6 @@ async fn with_the_admission_policy_a_claim_bound_to_another_pv_mid_call_leaves_n
 }
 
 async fn bound_to_another_pv_mid_call(policy: bool) {
-    use k8s_openapi::api::core::v1::PersistentVolume;
-    use kube::api::PostParams;
     let s = Scenario::start("prov-static", &[], &["--timeout=2s"]).await;
     if policy {
         support::install_policy(&s).await;
@@ -80,22 +78,7 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
     s.wait_event("data", "ProvisioningFailed", "DeadlineExceeded")
         .await;
     let static_pv = format!("{}-static", s.ns);
-    let pv: PersistentVolume = serde_json::from_value(json!({
-        "metadata": {"name": static_pv},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": class,
-                 "csi": {"driver": s.driver, "volumeHandle": "made-by-hand"}},
-    }))
-    .unwrap();
-    s.volumes()
-        .create(&PostParams::default(), &pv)
-        .await
-        .unwrap();
-    let claim = s.wait_bound("data").await;
-    assert_eq!(
-        claim.spec.as_ref().unwrap().volume_name.as_deref(),
-        Some(static_pv.as_str())
-    );
+    let claim = bind_static_pv(&s, &static_pv, &class, "made-by-hand", json!(null)).await;
     let ours = format!("pvc-{}", claim.metadata.uid.clone().unwrap());
     let made = || s.volume_ids_made(&ours);
     // The driver finishes the call nobody waits for any more.
@@ -126,8 +109,6 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
-    use k8s_openapi::api::core::v1::PersistentVolume;
-    use kube::api::PostParams;
     let s = Scenario::start("prov-adopt", &[], &["--timeout=2s"]).await;
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 5000}}));
@@ -141,23 +122,8 @@ async fn a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
     })
     .await;
     let static_pv = format!("{}-adopted", s.ns);
-    let pv: PersistentVolume = serde_json::from_value(json!({
-        "metadata": {"name": static_pv},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": class,
-                 "claimRef": {"namespace": s.ns, "name": "data", "uid": uid},
-                 "csi": {"driver": s.driver, "volumeHandle": volume}},
-    }))
-    .unwrap();
-    s.volumes()
-        .create(&PostParams::default(), &pv)
-        .await
-        .unwrap();
-    let bound = s.wait_bound("data").await;
-    assert_eq!(
-        bound.spec.as_ref().unwrap().volume_name.as_deref(),
-        Some(static_pv.as_str())
-    );
+    let claim_ref = json!({"namespace": s.ns, "name": "data", "uid": uid});
+    bind_static_pv(&s, &static_pv, &class, &volume, claim_ref).await;
     s.mock().clear_faults();
     // Letting the claim go takes a probe that answered: the call's state is "may exist".
     support::eventually("the claim to be let go", || async {
@@ -177,6 +143,37 @@ async fn a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
     );
     assert_eq!(s.driver_volumes().await, vec![volume]);
     assert!(s.volumes().get_opt(&ours).await.unwrap().is_none());
+}
+
+/// Creates static PV `name` (1Gi, Retain, class `class`, our driver's volume `handle`,
+/// `claim_ref` or none) and waits for claim "data" to be bound to it.
+async fn bind_static_pv(
+    s: &Scenario,
+    name: &str,
+    class: &str,
+    handle: &str,
+    claim_ref: serde_json::Value,
+) -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    use kube::api::PostParams;
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": class,
+                 "claimRef": claim_ref,
+                 "csi": {"driver": s.driver, "volumeHandle": handle}},
+    }))
+    .unwrap();
+    s.volumes()
+        .create(&PostParams::default(), &pv)
+        .await
+        .unwrap();
+    let claim = s.wait_bound("data").await;
+    assert_eq!(
+        claim.spec.as_ref().unwrap().volume_name.as_deref(),
+        Some(name)
+    );
+    claim
 }
 
 /// A claim deleted while its CreateVolume is in flight (the provisioner stays up).

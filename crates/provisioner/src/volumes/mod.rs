@@ -245,7 +245,10 @@ impl VolumesController {
                     Err(e) if e.blocks_deletion() => {
                         return Err(VolumeError::SecretReference {
                             pv: name,
-                            message: e.to_string(),
+                            message: format!(
+                                "error getting secret {} in namespace {}: {e}",
+                                r.name, r.namespace
+                            ),
                         });
                     }
                     Err(e) => {
