@@ -324,10 +324,15 @@ pub fn check_volume_attributes_class(
 
 /// The error when the provisioner secret cannot be read (retried: NoChange).
 pub fn secret_fetch_error(secret: &SecretRef, cause: &dyn Display) -> ProvisionError {
-    ProvisionError::no_change(format!(
+    ProvisionError::no_change(secret_fetch_message(secret, cause))
+}
+
+/// Upstream's words for a secret that cannot be read; deletion says it the same way.
+pub fn secret_fetch_message(secret: &SecretRef, cause: &dyn Display) -> String {
+    format!(
         "error getting secret {} in namespace {}: {cause}",
         secret.name, secret.namespace
-    ))
+    )
 }
 
 /// Upstream's log reason for ignoring a populator data source.

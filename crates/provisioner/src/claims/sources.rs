@@ -29,23 +29,25 @@ impl ClaimsController {
         source: &DataSource,
         protect: bool,
     ) -> Result<VolumeContentSource, ProvisionError> {
-        if claim.metadata.namespace.as_deref() != Some(source.namespace.as_str()) {
-            self.check_grant(claim, &source.namespace).await?;
-        }
+        self.check_grant(claim, &source.namespace).await?;
         match source.kind {
             SourceKind::Snapshot => self.restore_source(claim, class, source, protect).await,
             SourceKind::Claim => self.clone_source(claim, class, source, protect).await,
         }
     }
 
-    /// A source in another namespace needs a ReferenceGrant there (upstream reads them from
-    /// an informer; one LIST per attempt here, only for such claims). Refusals are final for
-    /// the attempt (`Finished`), as upstream.
+    /// A source in another namespace (`namespace`) needs a ReferenceGrant there (upstream reads
+    /// them from an informer; one LIST per attempt here, only for such claims). Refusals are
+    /// final for the attempt (`Finished`), as upstream. A source in the claim's own namespace
+    /// needs nothing.
     pub(super) async fn check_grant(
         &self,
         claim: &PersistentVolumeClaim,
         namespace: &str,
     ) -> Result<(), ProvisionError> {
+        if claim.metadata.namespace.as_deref() == Some(namespace) {
+            return Ok(());
+        }
         let api = reference_grants(&self.ctx.client, namespace);
         let list = api.list(&ListParams::default()).await.map_err(|e| {
             ProvisionError::finished(format!(

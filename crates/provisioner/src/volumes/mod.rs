@@ -245,10 +245,7 @@ impl VolumesController {
                     Err(e) if e.blocks_deletion() => {
                         return Err(VolumeError::SecretReference {
                             pv: name,
-                            message: format!(
-                                "error getting secret {} in namespace {}: {e}",
-                                r.name, r.namespace
-                            ),
+                            message: provisioning::prepare::secret_fetch_message(&r, &e),
                         });
                     }
                     Err(e) => {
