@@ -23,7 +23,13 @@ pub enum Normalised {
     /// No data source: an empty volume.
     Empty,
     /// A kind we do not handle: a volume populator fills the volume.
-    Populator(String),
+    Populator {
+        /// The data source kind.
+        kind: String,
+        /// The `dataSourceRef`'s namespace when it names one other than the claim's (only
+        /// with the `CrossNamespaceVolumeDataSource` gate): a ReferenceGrant there must allow it.
+        other_namespace: Option<String>,
+    },
     /// A snapshot to restore or a claim to clone.
     Source(DataSource),
 }
@@ -78,7 +84,8 @@ pub fn normalise(
     cross_namespace: bool,
 ) -> Result<Normalised, ProvisionError> {
     let claim_name = claim.metadata.name.as_deref().unwrap_or_default();
-    let mut namespace = claim.metadata.namespace.clone().unwrap_or_default();
+    let own_namespace = claim.metadata.namespace.clone().unwrap_or_default();
+    let mut namespace = own_namespace.clone();
     let Some(spec) = claim.spec.as_ref() else {
         return Ok(Normalised::Empty);
     };
@@ -112,27 +119,18 @@ pub fn normalise(
         }
         names::SNAPSHOT_KIND => SourceKind::Snapshot,
         names::PVC_KIND => SourceKind::Claim,
-        other => return Ok(Normalised::Populator(other.to_string())),
+        other => {
+            return Ok(Normalised::Populator {
+                kind: other.to_string(),
+                other_namespace: Some(namespace).filter(|ns| *ns != own_namespace),
+            });
+        }
     };
     Ok(Normalised::Source(DataSource {
         kind,
         name: name.clone(),
         namespace,
     }))
-}
-
-/// The namespace of the claim's `dataSourceRef` when it names one other than the claim's own
-/// (a cross-namespace source, which needs a ReferenceGrant there).
-pub fn other_namespace(claim: &PersistentVolumeClaim) -> Option<&str> {
-    let spec = claim.spec.as_ref()?;
-    if spec.data_source.is_some() {
-        return None;
-    }
-    spec.data_source_ref
-        .as_ref()?
-        .namespace
-        .as_deref()
-        .filter(|ns| !ns.is_empty() && Some(*ns) != claim.metadata.namespace.as_deref())
 }
 
 /// The driver must be able to fill a volume from the source: snapshot restore needs

@@ -91,6 +91,9 @@ pub enum Prepared {
     ExternalPopulator {
         /// The data source kind.
         kind: String,
+        /// The source's namespace when it is not the claim's: a ReferenceGrant there must
+        /// allow the reference before the claim is handed over (as upstream).
+        other_namespace: Option<String>,
     },
 }
 
@@ -196,7 +199,15 @@ pub fn prepare(inputs: &PrepareInputs<'_>) -> Result<Prepared, ProvisionError> {
 
     let data_source = match data_source::normalise(claim, config.cross_namespace_data_sources)? {
         Normalised::Empty => None,
-        Normalised::Populator(kind) => return Ok(Prepared::ExternalPopulator { kind }),
+        Normalised::Populator {
+            kind,
+            other_namespace,
+        } => {
+            return Ok(Prepared::ExternalPopulator {
+                kind,
+                other_namespace,
+            });
+        }
         Normalised::Source(source) => Some(source),
     };
     // CSI migration: a class of the in-tree plugin is provisioned with its parameters and

@@ -57,11 +57,14 @@ impl ClaimsController {
         let reused = self.memory.topology(&uid, selected);
         let plan = match self.prepare_reusing(claim, class, reused.as_ref()) {
             Ok(Prepared::Provision(plan)) => plan,
-            Ok(Prepared::ExternalPopulator { kind }) => {
+            Ok(Prepared::ExternalPopulator {
+                kind,
+                other_namespace,
+            }) => {
                 // Upstream checks a cross-namespace reference before it hands the claim to a
                 // populator: a refused one is said on the claim instead.
-                if let Some(namespace) = provisioning::data_source::other_namespace(claim)
-                    && let Err(err) = self.check_grant(claim, namespace).await
+                if let Some(source_namespace) = other_namespace
+                    && let Err(err) = self.check_grant(claim, &source_namespace).await
                 {
                     return self.fail(claim, class, err, false).await;
                 }

@@ -375,7 +375,10 @@ fn normalisation() {
     );
     assert_eq!(
         normalise(&with("Fancy", "s", Some("example.com")), false),
-        Ok(Normalised::Populator("Fancy".into()))
+        Ok(Normalised::Populator {
+            kind: "Fancy".into(),
+            other_namespace: None
+        })
     );
     let source = DataSource {
         kind: SourceKind::Claim,
@@ -575,6 +578,13 @@ fn only_a_data_source_ref_into_another_namespace_needs_a_grant() {
         (by_ref(Some("next-door")), Some("next-door")),
     ];
     for (c, want) in &cases {
-        assert_eq!(other_namespace(c), *want, "{:?}", c.spec);
+        let other_namespace = match normalise(c, true) {
+            Ok(Normalised::Populator {
+                other_namespace, ..
+            }) => other_namespace,
+            Ok(Normalised::Empty) => None,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(other_namespace.as_deref(), *want, "{:?}", c.spec);
     }
 }

@@ -21,7 +21,8 @@ fn data_sources() {
     assert_eq!(
         run(&populator, Some(&sc), &CONFIG, caps()),
         Ok(Prepared::ExternalPopulator {
-            kind: "Fancy".into()
+            kind: "Fancy".into(),
+            other_namespace: None
         })
     );
 
@@ -35,7 +36,8 @@ fn data_sources() {
     assert_eq!(
         run(&by_ref, Some(&sc), &CONFIG, caps()),
         Ok(Prepared::ExternalPopulator {
-            kind: "Fancy".into()
+            kind: "Fancy".into(),
+            other_namespace: None
         })
     );
 
@@ -51,7 +53,7 @@ fn data_sources() {
             "the PVC source does not belong to the right APIGroup. Expected snapshot.storage.k8s.io, Got example.com".to_string(),
         ),
         (with_data_source("VolumeSnapshot", "", Some("snapshot.storage.k8s.io")), "the PVC source not found for PVC my-pvc".to_string()),
-        (cross_namespace, "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled".to_string()),
+        (cross_namespace.clone(), "dataSourceRef namespace specified but the CrossNamespaceVolumeDataSource feature is disabled".to_string()),
     ];
     for (c, message) in cases {
         assert_eq!(
@@ -59,6 +61,19 @@ fn data_sources() {
             (Finished, message)
         );
     }
+    // With the gate a populator's source elsewhere goes on, carrying the namespace whose
+    // ReferenceGrant the caller must check first.
+    let gated = ProvisionerConfig {
+        cross_namespace_data_sources: true,
+        ..CONFIG
+    };
+    assert_eq!(
+        run(&cross_namespace, Some(&sc), &gated, caps()),
+        Ok(Prepared::ExternalPopulator {
+            kind: "Fancy".into(),
+            other_namespace: Some("other".into())
+        })
+    );
     // Snapshots and claims go on, remembered in the plan for the caller's checks.
     let restore = with_data_source("VolumeSnapshot", "snap", Some("snapshot.storage.k8s.io"));
     let clone = with_data_source("PersistentVolumeClaim", "src", None);
