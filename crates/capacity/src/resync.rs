@@ -8,16 +8,20 @@ use crate::class::{Class, eligible};
 use crate::segment::{NodeDriver, segment_of};
 use crate::{Key, Segment};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The segment one node contributes for `driver`: `None` when its CSINode has no entry for the
 /// driver, or its Node is unknown or lacks a topology label (as [`crate::segment::segments`]).
+/// `node` is the Node's metadata. A Node without any labels still has the empty segment of a
+/// driver without topology keys, as upstream.
 pub fn node_segment(
     csi_node: Option<&CSINode>,
-    labels: Option<&BTreeMap<String, String>>,
+    node: Option<&ObjectMeta>,
     driver: &str,
 ) -> Option<Segment> {
     let entry = node_driver(csi_node?, driver)?;
-    segment_of(&entry, labels?)
+    let no_labels = BTreeMap::new();
+    segment_of(&entry, node?.labels.as_ref().unwrap_or(&no_labels))
 }
 
 /// What a CSINode says about `driver`, if it has an entry for it.
@@ -91,7 +95,6 @@ pub fn backoff(start: Duration, max: Duration, failures: u32) -> Duration {
 mod tests {
     use super::*;
     use k8s_openapi::api::storage::v1::{CSINodeDriver, CSINodeSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn csi_node(name: &str, drivers: &[(&str, Option<&[&str]>)]) -> CSINode {
         CSINode {
@@ -122,7 +125,13 @@ mod tests {
 
     #[test]
     fn node_segment_table() {
-        let labels = map(&[("zone", "a"), ("node", "n1")]);
+        let node = |labels: Option<BTreeMap<String, String>>| ObjectMeta {
+            name: Some("n1".into()),
+            labels,
+            ..Default::default()
+        };
+        let labels = node(Some(map(&[("zone", "a"), ("node", "n1")])));
+        let unlabelled = node(None);
         let ours = csi_node("n1", &[("drv", Some(&["node"]))]);
         let deep = csi_node("n1", &[("other", None), ("drv", Some(&["zone", "node"]))]);
         let no_keys = csi_node("n1", &[("drv", None)]);
@@ -131,7 +140,7 @@ mod tests {
         type Case<'a> = (
             &'a str,
             Option<&'a CSINode>,
-            Option<&'a BTreeMap<String, String>>,
+            Option<&'a ObjectMeta>,
             Option<Segment>,
         );
         let cases: Vec<Case> = vec![
@@ -157,6 +166,18 @@ mod tests {
             ("other driver only", Some(&foreign), Some(&labels), None),
             ("no CSINode", None, Some(&labels), None),
             ("no Node", Some(&ours), None, None),
+            (
+                "Node without labels, no keys: empty segment",
+                Some(&no_keys),
+                Some(&unlabelled),
+                Some(map(&[])),
+            ),
+            (
+                "Node without labels, a key",
+                Some(&ours),
+                Some(&unlabelled),
+                None,
+            ),
         ];
         for (name, cn, l, want) in cases {
             assert_eq!(node_segment(cn, l, "drv"), want, "{name}");

@@ -8,7 +8,7 @@ mod world;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -228,6 +228,49 @@ async fn objects_follow_classes_and_topology() {
         .await
         .unwrap();
     w.wait_objects("class deleted", |o| o.is_empty()).await;
+}
+
+/// A Node without any labels, whose CSINode entry names no topology keys, is still a node the
+/// driver serves: it has the empty segment (`nodeTopology: {}`), as upstream. Hand-made Nodes
+/// (kwok, tests) often carry no labels at all.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_node_without_labels_has_the_empty_segment() {
+    let w = World::start("cap-bare", &[("a", "10Gi")], &[], &[]).await;
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    w.wait_objects("object for a", |o| o.len() == 1).await;
+
+    let bare = w.node("bare");
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": bare}})).unwrap();
+    let nodes: Api<Node> = Api::all(w.client.clone());
+    nodes.create(&Default::default(), &node).await.unwrap();
+    assert_eq!(nodes.get(&bare).await.unwrap().metadata.labels, None);
+    let csi_node: CSINode = serde_json::from_value(json!({
+        "metadata": {"name": bare},
+        "spec": {"drivers": [{"name": w.driver, "nodeID": bare}]}
+    }))
+    .unwrap();
+    let csi_nodes: Api<CSINode> = Api::all(w.client.clone());
+    csi_nodes
+        .create(&Default::default(), &csi_node)
+        .await
+        .unwrap();
+
+    let objects = w
+        .wait_objects("object for the empty segment", |o| {
+            o.contains_key(&key(&class, ""))
+        })
+        .await;
+    assert_eq!(objects.len(), 2, "{objects:?}");
+    let topology = objects[&key(&class, "")].node_topology.clone().unwrap();
+    assert_eq!(topology.match_labels.unwrap_or_default(), BTreeMap::new());
+    assert_eq!(topology.match_expressions, None);
+
+    csi_nodes
+        .delete(&bare, &DeleteParams::default())
+        .await
+        .unwrap();
+    nodes.delete(&bare, &DeleteParams::default()).await.unwrap();
 }
 
 /// Ours (`--capacity-driver-grace`): a driver that de-registers from a node for a few seconds

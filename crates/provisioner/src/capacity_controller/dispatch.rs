@@ -132,7 +132,7 @@ impl Shared {
             Event::Node(Change::Applied(node)) => {
                 let name = node.metadata.name.clone().unwrap_or_default();
                 let csi_node = self.caches.csi_nodes.get(&ObjectRef::new(&name));
-                let now = node_segment(csi_node.as_deref(), node.metadata.labels.as_ref(), driver);
+                let now = node_segment(csi_node.as_deref(), Some(&node.metadata), driver);
                 node_changed(
                     &name,
                     now.as_ref(),
@@ -143,8 +143,7 @@ impl Shared {
             Event::CsiNode(Change::Applied(cn)) => {
                 let name = cn.metadata.name.clone().unwrap_or_default();
                 let node = self.caches.nodes.get(&ObjectRef::new(&name));
-                let labels = node.as_ref().and_then(|n| n.metadata.labels.as_ref());
-                let now = node_segment(Some(&cn), labels, driver);
+                let now = node_segment(Some(&cn), node.as_ref().map(|n| &n.metadata), driver);
                 node_changed(
                     &name,
                     now.as_ref(),

@@ -8,7 +8,7 @@ use capacity::class::eligible;
 use capacity::desired::desired_keys;
 use capacity::plan::{Write, plan_key};
 use capacity::published::{Published, build_object, updated_object};
-use capacity::segment::{display, segment_of};
+use capacity::segment::display;
 use capacity::{Capacity, Key};
 use controller_kit::events::EventType;
 use controller_kit::workqueue::Outcome;
@@ -25,7 +25,7 @@ use super::error::CapacityError;
 use super::{Item, Shared};
 use capacity::grace::with_grace;
 use capacity::ledger::apply;
-use capacity::resync::{backoff, diff, node_driver};
+use capacity::resync::{backoff, diff, node_segment};
 
 impl Shared {
     /// Recomputes the desired keys from the caches and queues what changed: new keys (and
@@ -46,11 +46,15 @@ impl Shared {
                 .csi_nodes
                 .state()
                 .iter()
-                .filter_map(|cn| node_driver(cn, &cfg.driver_name))
-                .filter_map(|d| {
-                    let node = self.caches.nodes.get(&ObjectRef::new(&d.node))?;
-                    let segment = segment_of(&d, node.metadata.labels.as_ref()?)?;
-                    Some((d.node, segment))
+                .filter_map(|cn| {
+                    let name = cn.metadata.name.clone()?;
+                    let node = self.caches.nodes.get(&ObjectRef::new(&name));
+                    let segment = node_segment(
+                        Some(cn),
+                        node.as_ref().map(|n| &n.metadata),
+                        &cfg.driver_name,
+                    )?;
+                    Some((name, segment))
                 })
                 .collect();
             let state = &mut *state;
