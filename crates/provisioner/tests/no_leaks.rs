@@ -102,6 +102,50 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
     assert!(s.volumes().get_opt(&static_pv).await.unwrap().is_some());
 }
 
+/// kill -9 in the middle of CreateVolume, and while the provisioner is down the claim is bound
+/// to a matching PV made by hand: after the restart nothing is remembered of the call, but the
+/// finalizer still says one may have been made. The restart's probe finds that volume and
+/// deletes it. Before, the finalizer was dropped without a probe and the volume leaked.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_claim_bound_to_another_pv_while_the_provisioner_is_down_leaves_no_volume() {
+    let mut s = Scenario::start("prov-down-static", &[], &["-v=5"]).await;
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    let volume = s.claim_volume_name("data", &class, "1Gi").await;
+    s.wait_create_volume_sent();
+    s.provisioner().kill9();
+    let static_pv = format!("{}-static", s.ns);
+    let claim = bind_static_pv(&s, &static_pv, &class, "made-by-hand", json!(null)).await;
+    assert!(
+        holds_finalizer(&claim),
+        "the finalizer stays on while we are down"
+    );
+    // Let the interrupted call finish in the driver.
+    support::eventually("the driver to make the volume", || async {
+        (!s.volume_ids_made(&volume).is_empty()).then_some(())
+    })
+    .await;
+    s.mock().clear_faults();
+    s.provisioner().restart();
+    support::eventually("the claim to be let go", || async {
+        let c = s.claims().get("data").await.ok()?;
+        (!holds_finalizer(&c)).then_some(())
+    })
+    .await;
+    assert!(
+        s.driver_volumes().await.is_empty(),
+        "no volume left behind: {:?}",
+        s.driver_volumes().await
+    );
+    // The interrupted call and the restart's probe answer one volume, deleted once.
+    s.assert_one_volume_made_and_deleted(&volume);
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 2);
+    assert!(s.volumes().get_opt(&volume).await.unwrap().is_none());
+    assert!(s.volumes().get_opt(&static_pv).await.unwrap().is_some());
+}
+
 /// A claim bound mid-call to a static PV that names the very volume the unanswered call made
 /// (an administrator adopting it, or a driver that answers a name with an existing volume): the
 /// clean-up probe gets that volume back and must keep it, as the PV is bound to this claim and

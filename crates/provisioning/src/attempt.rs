@@ -98,6 +98,15 @@ pub fn after_call(before: &VolumeState, result: &CallResult) -> VolumeState {
     }
 }
 
+/// Whether the request of a call that ended with `result` becomes the one a clean-up probe
+/// repeats (and whose secrets delete the volume). A final error shows that request made
+/// nothing, so after an earlier call that may have made a volume (`before`), that call's request
+/// is still the one to ask with: a changed class may be refused where the first was not.
+pub fn replaces_probe_request(before: &VolumeState, result: &CallResult) -> bool {
+    !(matches!(result, CallResult::Final)
+        && matches!(before, VolumeState::MayExist | VolumeState::Created(_)))
+}
+
 /// Whether the finalizer may go now that an attempt ended: nothing can exist.
 pub fn may_release(state: &VolumeState) -> bool {
     matches!(state, VolumeState::None | VolumeState::Collision)
@@ -261,6 +270,28 @@ mod tests {
         ];
         for (before, result, want) in cases {
             assert_eq!(after_call(&before, &result), want, "{before:?} {result:?}");
+        }
+    }
+
+    #[test]
+    fn a_final_error_keeps_the_request_of_a_call_that_may_have_made_the_volume() {
+        let created = CallResult::Created("v".into());
+        // (state before, how the call ended) → its request is the one the probe repeats
+        let cases = [
+            (S::MayExist, CallResult::Final, false),
+            (S::Created("a".into()), CallResult::Final, false),
+            (S::Unknown, CallResult::Final, true),
+            (S::None, CallResult::Final, true),
+            (S::MayExist, CallResult::InProgress, true),
+            (S::MayExist, CallResult::AlreadyExists, true),
+            (S::MayExist, created, true),
+        ];
+        for (before, result, want) in cases {
+            assert_eq!(
+                replaces_probe_request(&before, &result),
+                want,
+                "{before:?} {result:?}"
+            );
         }
     }
 

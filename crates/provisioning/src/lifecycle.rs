@@ -113,19 +113,20 @@ pub fn decide(
 }
 
 /// [`decide`]'s `step`, except for a claim bound to some other PV (a matching static PV, say)
-/// while a CreateVolume of ours had ended without an answer (`unanswered`): nothing will ever
-/// own what that call may have made, so it is cleaned up as for a deleted claim. The finalizer
-/// (gone already when the admission policy keeps it) says nothing here; this process's memory
-/// of the call does. Waits for phase Bound, as the release does.
+/// while a volume of ours may exist without a PV (`may_exist`: a call that ended without an
+/// answer, a volume made but not saved, or an earlier process's call, see
+/// [`crate::attempt::may_release`]): nothing will ever own it, so it is cleaned up as for a
+/// deleted claim. The admission policy drops the finalizer with the binding, so this process's
+/// memory says more than the finalizer here. Waits for phase Bound, as the release does.
 pub fn bound_elsewhere(
     step: Step,
     claim: &PersistentVolumeClaim,
     should: ShouldProvision,
     pv_exists: bool,
-    unanswered: bool,
+    may_exist: bool,
 ) -> Step {
     let binding_done = is_bound(claim) || claim.metadata.deletion_timestamp.is_some();
-    if unanswered && !pv_exists && should == ShouldProvision::AlreadyBound && binding_done {
+    if may_exist && !pv_exists && should == ShouldProvision::AlreadyBound && binding_done {
         Step::CleanUp
     } else {
         step
@@ -203,13 +204,13 @@ mod tests {
     }
 
     #[test]
-    fn a_claim_bound_elsewhere_cleans_up_what_an_unanswered_call_made() {
+    fn a_claim_bound_elsewhere_cleans_up_a_volume_that_may_exist() {
         use ShouldProvision as S;
         let held_bound = bound(claim(true, false));
         let policy_bound = bound(claim(false, false));
         let deleted = claim(false, true);
         let pending = claim(true, false);
-        // (claim, should, our PV exists, unanswered call) → step, from decide's Ignore
+        // (claim, should, our PV exists, a volume may exist) → step, from decide's Ignore
         let cases = [
             (&held_bound, S::AlreadyBound, false, true, Step::CleanUp),
             // The admission policy dropped the finalizer with the binding: memory decides.
@@ -217,17 +218,17 @@ mod tests {
             (&deleted, S::AlreadyBound, false, true, Step::CleanUp),
             // Our own PV owns the volume.
             (&held_bound, S::AlreadyBound, true, true, Step::Ignore),
-            // Nothing was left unanswered.
+            // No volume can exist.
             (&held_bound, S::AlreadyBound, false, false, Step::Ignore),
             // The binder has not finished writing the claim.
             (&pending, S::AlreadyBound, false, true, Step::Ignore),
             (&held_bound, S::Provision, false, true, Step::Ignore),
         ];
-        for (c, should, pv, unanswered, want) in cases {
+        for (c, should, pv, may_exist, want) in cases {
             assert_eq!(
-                bound_elsewhere(Step::Ignore, c, should, pv, unanswered),
+                bound_elsewhere(Step::Ignore, c, should, pv, may_exist),
                 want,
-                "{should:?} pv {pv} unanswered {unanswered}"
+                "{should:?} pv {pv} may exist {may_exist}"
             );
         }
     }

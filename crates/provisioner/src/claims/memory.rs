@@ -7,7 +7,7 @@ use std::time::Instant;
 use csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use parking_lot::Mutex;
-use provisioning::attempt::VolumeState;
+use provisioning::attempt::{VolumeState, may_release};
 use provisioning::retry::Hold;
 use tokio::task::AbortHandle;
 
@@ -69,11 +69,12 @@ struct ClaimMemory {
 }
 
 impl ClaimMemory {
-    /// The request is kept only while a volume may exist without a PV, and a PV to save only
-    /// while the created volume is ours.
+    /// The request is kept only while a volume may exist without a PV (the earlier one when
+    /// none is given), and a PV to save only while the created volume is ours.
     fn record(&mut self, state: VolumeState, request: Option<CreateVolumeRequest>) {
         self.last_request = match state {
-            VolumeState::MayExist | VolumeState::Created(_) => request,
+            // No request: the call's own made nothing, and the earlier one's still may have.
+            VolumeState::MayExist | VolumeState::Created(_) => request.or(self.last_request.take()),
             _ => None,
         };
         if !matches!(state, VolumeState::Created(_)) {
@@ -195,10 +196,11 @@ impl Memory {
             .unwrap_or_else(|| VolumeState::initial(earlier_attempt))
     }
 
-    /// Whether this process's last CreateVolume for the claim ended without an answer: a
-    /// volume may exist that no PV owns yet.
-    pub fn call_unanswered(&self, uid: &str) -> bool {
-        self.volume_state(uid, false) == VolumeState::MayExist
+    /// Whether a volume of the claim may exist that no PV owns: a call of this process ended
+    /// without an answer, or made a volume no PV holds yet, or (`earlier_attempt`, for a claim
+    /// this process has no record of) an earlier process may have called CreateVolume.
+    pub fn volume_may_exist(&self, uid: &str, earlier_attempt: bool) -> bool {
+        !may_release(&self.volume_state(uid, earlier_attempt))
     }
 
     /// Records the state after an attempt, with the request it sent while a volume may exist.
@@ -475,18 +477,27 @@ mod tests {
         };
         m.set_volume_state("u", VolumeState::MayExist, Some(request.clone()));
         assert_eq!(m.last_request("u"), Some(request.clone()));
+        // A later call that made nothing leaves the earlier request in place.
+        m.set_volume_state("u", VolumeState::MayExist, None);
+        assert_eq!(m.last_request("u"), Some(request.clone()));
         m.set_volume_state("u", VolumeState::None, Some(request));
         assert_eq!(m.last_request("u"), None);
     }
 
     #[test]
-    fn only_a_call_without_an_answer_is_unanswered() {
+    fn a_volume_may_exist_after_an_unanswered_call_a_created_volume_or_an_earlier_process() {
         let m = Memory::default();
-        // Never tried in this process: an earlier one's call is not ours to clean up here.
-        assert!(!m.call_unanswered("u"));
+        // No record: only an earlier process's call (the claim holds our finalizer) may have
+        // made one.
+        assert!(!m.volume_may_exist("u", false));
+        assert!(m.volume_may_exist("u", true));
         m.set_volume_state("u", VolumeState::MayExist, None);
-        assert!(m.call_unanswered("u"));
-        m.set_volume_state("u", VolumeState::None, None);
-        assert!(!m.call_unanswered("u"));
+        assert!(m.volume_may_exist("u", false));
+        m.set_volume_state("u", VolumeState::Created("v".into()), None);
+        assert!(m.volume_may_exist("u", false));
+        for nothing in [VolumeState::None, VolumeState::Collision] {
+            m.set_volume_state("u", nothing, None);
+            assert!(!m.volume_may_exist("u", true));
+        }
     }
 }

@@ -6,7 +6,9 @@ use std::time::Instant;
 use controller_kit::events::EventType;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
-use provisioning::attempt::{CallResult, VolumeState, after_call, failed_call};
+use provisioning::attempt::{
+    CallResult, VolumeState, after_call, failed_call, replaces_probe_request,
+};
 use provisioning::errors::{
     ProvisionError, classify_create_volume_error, is_infeasible, may_reschedule,
 };
@@ -203,8 +205,10 @@ impl ClaimsController {
                 ) {
                     self.memory.forget_topology(&uid);
                 }
-                let after = after_call(&before, &failed_call(status.code(), state));
-                self.memory.set_volume_state(&uid, after, Some(request));
+                let result = failed_call(status.code(), state);
+                let after = after_call(&before, &result);
+                let kept = replaces_probe_request(&before, &result).then_some(request);
+                self.memory.set_volume_state(&uid, after, kept);
                 let mut message = csi::status::go_error_string(&status);
                 let infeasible = is_infeasible(status.code());
                 if infeasible {

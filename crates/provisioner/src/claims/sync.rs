@@ -79,13 +79,18 @@ impl ClaimsController {
         let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
         // Our own save counts too: the PV cache may not show a just-created PV yet.
         let pv_exists = self.pv_exists(&claim) || self.memory.pv_saved(&uid);
-        let unanswered = ours && self.memory.call_unanswered(&uid);
+        // After a restart the finalizer (without the admission policy) is what says a call
+        // may have been made.
+        let may_exist = ours
+            && self
+                .memory
+                .volume_may_exist(&uid, self.earlier_attempt_possible(&claim));
         let step = bound_elsewhere(
             decide(&claim, should, ours, ours && pv_exists),
             &claim,
             should,
             ours && pv_exists,
-            unanswered,
+            may_exist,
         );
         if step == Step::Ignore && self.settled(&claim) {
             self.memory.forget(&uid);
@@ -141,12 +146,12 @@ impl ClaimsController {
     /// of ours, and no PV of ours waits to be saved.
     pub(super) fn settled(&self, claim: &PersistentVolumeClaim) -> bool {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        // A call that ended without an answer may have made a volume no PV owns: kept until the
-        // claim is Bound (`bound_elsewhere`), even when the admission policy dropped the
-        // finalizer with the binder's first write.
+        // A call that ended without an answer, or a volume no PV holds, may leave a volume no
+        // PV owns: kept until the claim is Bound (`bound_elsewhere`), even when the admission
+        // policy dropped the finalizer with the binder's first write.
         if has_finalizer(claim)
             || self.memory.unsaved_pv(uid).is_some()
-            || self.memory.call_unanswered(uid)
+            || self.memory.volume_may_exist(uid, false)
         {
             return false;
         }
