@@ -10,9 +10,11 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
-use provisioning::lost_node::{ClaimStep, claim_step, driver_of, pinned_to, recreated};
+use provisioning::lost_node::{
+    ClaimStep, claim_step, driver_of, holds_volume_of, pinned_to, recreated,
+};
 
 /// The subcommand's name, the first argument.
 pub const SUBCOMMAND: &str = "release-node";
@@ -235,28 +237,24 @@ fn claim_of(pv: &PersistentVolume) -> Option<(String, String)> {
     Some((r.namespace.clone()?, r.name.clone()?))
 }
 
-/// Force-deletes one PV and creates its claim (if it is still the one bound) again.
+/// Force-deletes one PV and creates its claim again if that claim still holds this PV's volume
+/// ([`holds_volume_of`]).
 async fn release(client: &Client, pv: &PersistentVolume) -> Result<(), ReleaseError> {
     let name = pv.name_any();
     let api_err = |what: String| move |source| ReleaseError::Api { what, source };
     let claim = match claim_of(pv) {
         Some((ns, claim_name)) => {
             let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-            let bound_uid = pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .and_then(|r| r.uid.clone());
             claims
                 .get_opt(&claim_name)
                 .await
                 .map_err(api_err(format!("reading claim {ns}/{claim_name}")))?
-                .filter(|c| c.metadata.uid == bound_uid)
+                .filter(|c| holds_volume_of(c, pv))
         }
         None => None,
     };
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    force_delete(&pvs, &name)
+    force_delete(&pvs, &name, pv.metadata.uid.as_deref())
         .await
         .map_err(api_err(format!("deleting PV {name}")))?;
     println!("  {name}: deleted, finalizers removed");
@@ -266,7 +264,7 @@ async fn release(client: &Client, pv: &PersistentVolume) -> Result<(), ReleaseEr
     let ns = claim.namespace().unwrap_or_default();
     let claim_name = claim.name_any();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    force_delete(&claims, &claim_name)
+    force_delete(&claims, &claim_name, claim.metadata.uid.as_deref())
         .await
         .map_err(api_err(format!("deleting claim {ns}/{claim_name}")))?;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -293,12 +291,18 @@ async fn release(client: &Client, pv: &PersistentVolume) -> Result<(), ReleaseEr
 }
 
 /// Delete now, then drop every finalizer: nothing on the lost node will ever release them.
-async fn force_delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+/// Both only for the incarnation `uid` that was read: an object created again under the same
+/// name meanwhile (a StatefulSet's claim) is not touched (409).
+async fn force_delete<K>(api: &Api<K>, name: &str, uid: Option<&str>) -> Result<(), kube::Error>
 where
     K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let now = DeleteParams {
         grace_period_seconds: Some(0),
+        preconditions: uid.map(|uid| Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
         ..Default::default()
     };
     match api.delete(name, &now).await {
@@ -306,7 +310,11 @@ where
         Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
         Err(e) => return Err(e),
     }
-    let no_finalizers = serde_json::json!({"metadata": {"finalizers": null}});
+    // A patch naming the UID fails on any other incarnation.
+    let mut no_finalizers = serde_json::json!({"metadata": {"finalizers": null}});
+    if let Some(uid) = uid {
+        no_finalizers["metadata"]["uid"] = uid.into();
+    }
     match api
         .patch(name, &PatchParams::default(), &Patch::Merge(&no_finalizers))
         .await

@@ -813,6 +813,86 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
     assert_eq!(nodes[0].mock.calls_of("DeleteVolume").len(), 0);
 }
 
+/// A lost node's PV whose claim was bound to another PV meanwhile (its `claimRef` still names
+/// the claim's UID): `release-node` deletes only that stale PV. The claim keeps its binding and
+/// data; deleting and creating it again, as before, would have released the other PV.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn release_node_leaves_a_claim_bound_elsewhere_alone() {
+    use kube::api::PostParams;
+    let s = Scenario::new("nd-release-stale").await;
+    let lost = format!("{}-lost", s.ns);
+    let other = format!("{}-other", s.ns);
+    let stale = format!("{}-stale", s.ns);
+    let pv = |name: &str, extra: serde_json::Value| -> PersistentVolume {
+        let mut v = json!({"metadata": {"name": name}, "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+            "csi": {"driver": s.driver, "volumeHandle": name}}});
+        for (k, x) in extra.as_object().unwrap() {
+            v["spec"][k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    };
+    s.volumes()
+        .create(&PostParams::default(), &pv(&other, json!({})))
+        .await
+        .unwrap();
+    let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": other,
+                 "resources": {"requests": {"storage": "1Gi"}}}}))
+    .unwrap();
+    s.claims()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    let bound = s.wait_bound("data").await;
+    // The lost node's PV for the same claim, saved after a slow call there. A provisioned
+    // Delete PV keeps the claim's UID when kube-controller-manager releases it (it clears the
+    // UID of a PV made by hand), and no provisioner of this driver runs to delete it.
+    let on_lost = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": [lost]}]}]}});
+    let claim_ref = json!({"namespace": s.ns, "name": "data", "uid": bound.metadata.uid});
+    let mut provisioned = pv(
+        &stale,
+        json!({"nodeAffinity": on_lost, "claimRef": claim_ref,
+               "persistentVolumeReclaimPolicy": "Delete"}),
+    );
+    provisioned.metadata.annotations = Some(BTreeMap::from([(
+        "pv.kubernetes.io/provisioned-by".to_string(),
+        s.driver.clone(),
+    )]));
+    s.volumes()
+        .create(&PostParams::default(), &provisioned)
+        .await
+        .unwrap();
+    let released = support::eventually("the stale PV to be Released", || async {
+        let p = s.volumes().get(&stale).await.ok()?;
+        (p.status?.phase.as_deref() == Some("Released")).then_some(p.spec?.claim_ref?)
+    })
+    .await;
+    assert_eq!(released.uid, bound.metadata.uid);
+
+    let driver = format!("--driver-name={}", s.driver);
+    let (code, out) = release_node(&[&lost, &driver, "--dry-run=false"]);
+
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 PersistentVolume(s) pinned to it"), "{out}");
+    assert!(out.contains(&format!("{stale}: deleted")), "{out}");
+    assert!(!out.contains("created again"), "{out}");
+    support::wait_gone(&s.volumes(), &stale).await;
+    let after = s.claims().get("data").await.unwrap();
+    assert_eq!(after.metadata.uid, bound.metadata.uid);
+    assert_eq!(after.metadata.deletion_timestamp, None);
+    assert_eq!(
+        after.spec.unwrap().volume_name.as_deref(),
+        Some(other.as_str())
+    );
+    let kept = s.volumes().get(&other).await.unwrap();
+    assert_eq!(kept.status.unwrap().phase.as_deref(), Some("Bound"));
+}
+
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn with_the_admission_policy_an_unclaimed_deleted_claim_is_let_go_without_a_call() {

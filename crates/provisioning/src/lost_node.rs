@@ -73,6 +73,23 @@ pub fn recreated(claim: &PersistentVolumeClaim) -> PersistentVolumeClaim {
     }
 }
 
+/// Whether `claim` is the one `pv` holds the volume of, so it must be created again once the PV
+/// goes: the PV's `claimRef` names this incarnation (its UID) and the claim names the PV back. A
+/// claim bound to another PV since (a matching static one, while the lost node's call was
+/// slow) keeps its binding and its data: only the stale PV goes.
+pub fn holds_volume_of(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> bool {
+    let claim_ref_uid = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .and_then(|r| r.uid.as_deref());
+    let volume_name = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+    claim_ref_uid.is_some()
+        && claim.metadata.uid.as_deref() == claim_ref_uid
+        && volume_name.is_some()
+        && volume_name == pv.metadata.name.as_deref()
+}
+
 /// What releasing a lost node does to a claim without a volume that the scheduler sent there:
 /// no instance on that node will ever provision it or let it go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +141,34 @@ mod tests {
             "csi": {"driver": "d", "volumeHandle": "h"},
             "nodeAffinity": {"required": {"nodeSelectorTerms": terms}}}}))
         .unwrap()
+    }
+
+    #[test]
+    fn only_the_claim_bound_to_the_pv_is_created_again() {
+        let pv: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": "pv"},
+            "spec": {"claimRef": {"namespace": "ns", "name": "c", "uid": "u1"}}}))
+        .unwrap();
+        let claim = |uid: &str, volume: Option<&str>| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({
+                "metadata": {"name": "c", "namespace": "ns", "uid": uid},
+                "spec": {"volumeName": volume}}))
+            .unwrap()
+        };
+        assert!(holds_volume_of(&claim("u1", Some("pv")), &pv));
+        // Bound to a static PV since: its data is on that PV.
+        assert!(!holds_volume_of(&claim("u1", Some("static")), &pv));
+        // Not bound yet (the PV was saved, the binder has not bound it).
+        assert!(!holds_volume_of(&claim("u1", None), &pv));
+        // Deleted and created again by its owner: a new claim.
+        assert!(!holds_volume_of(&claim("u2", Some("pv")), &pv));
+        let no_uid: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": "pv"},
+            "spec": {"claimRef": {"namespace": "ns", "name": "c"}}}))
+        .unwrap();
+        let no_claim_uid: PersistentVolumeClaim = serde_json::from_value(
+            json!({"metadata": {"name": "c"}, "spec": {"volumeName": "pv"}}),
+        )
+        .unwrap();
+        assert!(!holds_volume_of(&no_claim_uid, &no_uid));
     }
 
     #[test]
