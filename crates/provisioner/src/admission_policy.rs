@@ -1,12 +1,13 @@
-//! `csi-provisioner admission-policy --driver-name NAME [--output yaml|json]`: prints the
-//! MutatingAdmissionPolicy and its binding that keep our creating-volume finalizer on the API
-//! server's side (`provisioning::admission`), ready for `kubectl apply -f -`.
+//! `csi-provisioner admission-policy --driver-name NAME [--volume-name-prefix P]
+//! [--volume-name-uuid-length N] [--output yaml|json]`: prints the MutatingAdmissionPolicy and
+//! its binding that keep our creating-volume finalizer on the API server's side
+//! (`provisioning::admission`), ready for `kubectl apply -f -`. The naming flags must be the
+//! provisioner's: the policy drops the finalizer when a claim is bound to the PV named so.
 
 /// The subcommand's name, the first argument.
 pub const SUBCOMMAND: &str = "admission-policy";
 
-const USAGE: &str =
-    "usage: csi-provisioner admission-policy --driver-name NAME [--output yaml|json]";
+const USAGE: &str = "usage: csi-provisioner admission-policy --driver-name NAME [--volume-name-prefix PREFIX] [--volume-name-uuid-length N] [--output yaml|json]";
 
 /// How to print the two objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +22,10 @@ pub enum Output {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {
     pub driver: String,
+    /// The provisioner's `--volume-name-prefix` (default `pvc`).
+    pub volume_name_prefix: String,
+    /// The provisioner's `--volume-name-uuid-length` (default -1).
+    pub volume_name_uuid_length: i32,
     pub output: Output,
 }
 
@@ -51,11 +56,22 @@ pub fn requested(args: &[String]) -> bool {
 pub fn parse(args: &[String]) -> Result<Args, UsageError> {
     let mut driver = None;
     let mut output = Output::Yaml;
+    let mut prefix = provisioning::admission::VolumeNaming::DEFAULT
+        .prefix
+        .to_string();
+    let mut uuid_length = provisioning::admission::VolumeNaming::DEFAULT.uuid_length;
     let mut walk = crate::subcommand::Walk::new(args);
     while let Some((flag, inline)) = walk.next_arg() {
         let mut value = || walk.value(flag, inline).map_err(UsageError);
         match flag {
             "--driver-name" => driver = Some(value()?),
+            "--volume-name-prefix" => prefix = value()?,
+            "--volume-name-uuid-length" => {
+                let raw = value()?;
+                uuid_length = raw.parse().map_err(|_| {
+                    UsageError(format!("invalid --volume-name-uuid-length {raw:?}"))
+                })?;
+            }
             "--output" | "-o" => {
                 output = match value()?.as_str() {
                     "yaml" => Output::Yaml,
@@ -70,8 +86,15 @@ pub fn parse(args: &[String]) -> Result<Args, UsageError> {
             other => return Err(UsageError(format!("unknown flag: {other}"))),
         }
     }
+    provisioning::volume_name::validate_flags(&prefix, uuid_length)
+        .map_err(|e| UsageError(e.to_string()))?;
     match driver {
-        Some(d) if !d.is_empty() => Ok(Args { driver: d, output }),
+        Some(d) if !d.is_empty() => Ok(Args {
+            driver: d,
+            volume_name_prefix: prefix,
+            volume_name_uuid_length: uuid_length,
+            output,
+        }),
         _ => Err(UsageError(
             "--driver-name is required: the CSI driver name GetPluginInfo reports".into(),
         )),
@@ -81,7 +104,13 @@ pub fn parse(args: &[String]) -> Result<Args, UsageError> {
 /// The policy and binding as text.
 pub fn render(args: &Args) -> String {
     let objects = [
-        provisioning::admission::policy(&args.driver),
+        provisioning::admission::policy(
+            &args.driver,
+            provisioning::admission::VolumeNaming {
+                prefix: &args.volume_name_prefix,
+                uuid_length: args.volume_name_uuid_length,
+            },
+        ),
         provisioning::admission::binding(&args.driver),
     ];
     match args.output {
@@ -111,10 +140,34 @@ mod tests {
         let ok = |driver: &str, output| {
             Ok(Args {
                 driver: driver.into(),
+                volume_name_prefix: "pvc".into(),
+                volume_name_uuid_length: -1,
                 output,
             })
         };
-        let cases: [(&[&str], Result<Args, &str>); 7] = [
+        let named = Args {
+            volume_name_prefix: "vol".into(),
+            volume_name_uuid_length: 8,
+            ..ok("x", Output::Yaml).unwrap()
+        };
+        let cases: [(&[&str], Result<Args, &str>); 10] = [
+            (
+                &[
+                    "--driver-name=x",
+                    "--volume-name-prefix=vol",
+                    "--volume-name-uuid-length",
+                    "8",
+                ],
+                Ok(named),
+            ),
+            (
+                &["--driver-name=x", "--volume-name-uuid-length=many"],
+                Err("invalid --volume-name-uuid-length \"many\""),
+            ),
+            (
+                &["--driver-name=x", "--volume-name-uuid-length=0"],
+                Err("--volume-name-uuid-length"),
+            ),
             (
                 &["--driver-name", "d.example"],
                 ok("d.example", Output::Yaml),
@@ -166,6 +219,8 @@ mod tests {
             .collect();
         let rendered = render(&Args {
             driver: "hostpath.csi.k8s.io".into(),
+            volume_name_prefix: "pvc".into(),
+            volume_name_uuid_length: -1,
             output: Output::Yaml,
         });
         assert_eq!(
@@ -178,6 +233,8 @@ mod tests {
     fn both_outputs_hold_the_policy_and_its_binding() {
         let a = |output| Args {
             driver: "d.example".into(),
+            volume_name_prefix: "pvc".into(),
+            volume_name_uuid_length: -1,
             output,
         };
         let list: serde_json::Value = serde_json::from_str(&render(&a(Output::Json))).unwrap();

@@ -75,6 +75,36 @@ async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim(
     .await;
 }
 
+/// Rendered with the provisioner's own `--volume-name-prefix` and `--volume-name-uuid-length`,
+/// the policy recognises the claim's own PV (`vol-<first 8 of the UID>`) and drops the
+/// finalizer with that binding, as with the default names: no claim write of ours.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_policy_rendered_for_other_volume_names_releases_with_the_binding() {
+    let naming = ["--volume-name-prefix=vol", "--volume-name-uuid-length=8"];
+    let s = Scenario::start("adm-names", &[], &naming).await;
+    support::install_policy_with(&s, &naming).await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    for name in ["a", "b"] {
+        let claim = s.claim(name, &class, "1Gi", json!({})).await;
+        let bound = s.wait_bound(name).await;
+        let uid: String = claim.metadata.uid.unwrap().replace('-', "");
+        assert_eq!(
+            bound.spec.as_ref().unwrap().volume_name.as_deref(),
+            Some(format!("vol-{}", &uid[..8]).as_str())
+        );
+        eventually("the binder's write to drop the finalizer", || async {
+            let c = s.claims().get(name).await.ok()?;
+            (!holds_finalizer(&c)).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 2);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ours = our_claim_writes(&s);
+    assert!(ours.is_empty(), "our provisioner wrote claims: {ours:#?}");
+}
+
 /// A claim whose CreateVolume keeps failing for good: the policy's finalizer stays through the
 /// failures (removing it would only make the policy add it back in that same write), so the
 /// provisioner writes the claim once, to let it go when it is deleted.

@@ -109,7 +109,22 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_bound_to_another_pv_while_the_provisioner_is_down_leaves_no_volume() {
+    bound_to_another_pv_while_down(false).await;
+}
+
+/// The same with the admission policy: it keeps the finalizer when the claim is bound to a PV
+/// other than its own. It used to drop it with any binding, and the volume leaked.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_admission_policy_a_claim_bound_to_another_pv_while_down_leaves_no_volume() {
+    bound_to_another_pv_while_down(true).await;
+}
+
+async fn bound_to_another_pv_while_down(policy: bool) {
     let mut s = Scenario::start("prov-down-static", &[], &["-v=5"]).await;
+    if policy {
+        support::install_policy(&s).await;
+    }
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
     let class = s.class("imm", "Immediate", json!({})).await;

@@ -3,9 +3,12 @@
 //!
 //! The policy rides on writes that happen anyway: kube-controller-manager's write that names
 //! our driver in `volume.kubernetes.io/storage-provisioner` (the claim now needs a volume from
-//! us) gets the finalizer added, and the binder's write of `spec.volumeName` (the PV owns the
-//! volume now) gets it removed. A claim being deleted never gets it added (the API server
-//! forbids that anyway). Claims of other drivers are not matched at all.
+//! us) gets the finalizer added, and the binder's write of `spec.volumeName` naming the claim's
+//! own PV (`<prefix>-<uid>`: that PV owns the volume now) gets it removed. A claim bound to any
+//! other PV (a matching static one) keeps it: a call of ours may have made a volume nobody owns,
+//! and the provisioner cleans up and lets the claim go itself. A claim being deleted never gets
+//! it added (the API server forbids that anyway). Claims of other drivers are not matched at
+//! all.
 //!
 //! | Question | Function |
 //! |---|---|
@@ -52,11 +55,43 @@ fn cel_string(s: &str) -> String {
     out
 }
 
-/// The policy for `driver`.
+/// How the provisioner names a claim's PV (`--volume-name-prefix`, `--volume-name-uuid-length`,
+/// as [`crate::volume_name::make_volume_name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeNaming<'a> {
+    /// The name's part before the dash.
+    pub prefix: &'a str,
+    /// `-1`: the whole UID; otherwise its first N characters without dashes.
+    pub uuid_length: i32,
+}
+
+impl VolumeNaming<'_> {
+    /// Upstream's defaults: `pvc-<uid>`.
+    pub const DEFAULT: VolumeNaming<'static> = VolumeNaming {
+        prefix: "pvc",
+        uuid_length: -1,
+    };
+}
+
+/// A CEL expression for the name of the claim's own PV. The UID is empty while a claim is
+/// being created (it is set after admission), so a shortened one is guarded: an out-of-range
+/// `substring` would fail the policy.
+fn own_volume_expression(naming: VolumeNaming) -> String {
+    let prefix = cel_string(&format!("{}-", naming.prefix));
+    let uid = "object.metadata.?uid.orValue('')";
+    match usize::try_from(naming.uuid_length) {
+        Err(_) => format!("{prefix} + {uid}"),
+        Ok(n) => format!(
+            "{prefix} + ({uid}.replace('-', '').size() >= {n} ? {uid}.replace('-', '').substring(0, {n}) : '')"
+        ),
+    }
+}
+
+/// The policy for `driver`, whose PVs are named as `naming` says.
 ///
 /// `failurePolicy: Ignore`: a policy that cannot run must never block kube-controller-manager's
 /// writes; the provisioner still adds the finalizer itself when it is missing.
-pub fn policy(driver: &str) -> Value {
+pub fn policy(driver: &str, naming: VolumeNaming) -> Value {
     let driver_lit = cel_string(driver);
     // As `claim::provisioner_of`: the GA annotation, else the beta one.
     let ours = format!(
@@ -68,7 +103,7 @@ pub fn policy(driver: &str) -> Value {
          (has(object.metadata.finalizers) ? \
          [JSONPatch{op: 'add', path: '/metadata/finalizers/-', value: variables.finalizer}] : \
          [JSONPatch{op: 'add', path: '/metadata/finalizers', value: [variables.finalizer]}]) : \
-         (variables.held && variables.bound ? \
+         (variables.held && variables.boundToOwnVolume ? \
          [JSONPatch{op: 'remove', path: '/metadata/finalizers/' + \
          string(object.metadata.finalizers.indexOf(variables.finalizer))}] : [])";
     json!({
@@ -92,6 +127,11 @@ pub fn policy(driver: &str) -> Value {
                     "expression": "object.metadata.?finalizers.orValue([]).exists(f, f == variables.finalizer)",
                 },
                 {"name": "bound", "expression": "object.spec.?volumeName.orValue('') != ''"},
+                {"name": "ownVolume", "expression": own_volume_expression(naming)},
+                {
+                    "name": "boundToOwnVolume",
+                    "expression": "variables.bound && object.spec.volumeName == variables.ownVolume",
+                },
             ],
             "failurePolicy": "Ignore",
             "reinvocationPolicy": "Never",
@@ -131,8 +171,29 @@ mod tests {
     }
 
     #[test]
+    fn the_own_volume_follows_the_naming_flags() {
+        assert_eq!(
+            own_volume_expression(VolumeNaming::DEFAULT),
+            "'pvc-' + object.metadata.?uid.orValue('')"
+        );
+        assert_eq!(
+            own_volume_expression(VolumeNaming {
+                prefix: "vol",
+                uuid_length: 8
+            }),
+            "'vol-' + (object.metadata.?uid.orValue('').replace('-', '').size() >= 8 ? \
+             object.metadata.?uid.orValue('').replace('-', '').substring(0, 8) : '')"
+        );
+        let p = policy("d", VolumeNaming::DEFAULT);
+        let patch = p["spec"]["mutations"][0]["jsonPatch"]["expression"]
+            .as_str()
+            .unwrap();
+        assert!(patch.contains("variables.held && variables.boundToOwnVolume ?"));
+    }
+
+    #[test]
     fn the_policy_matches_only_this_drivers_claims_and_keeps_our_finalizer() {
-        let p = policy("hostpath.csi.k8s.io");
+        let p = policy("hostpath.csi.k8s.io", VolumeNaming::DEFAULT);
         assert_eq!(
             p["metadata"]["name"],
             "csi-provisioner-creating-volume.hostpath.csi.k8s.io"

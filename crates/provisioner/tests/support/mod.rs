@@ -566,6 +566,11 @@ pub async fn wait_update_refused(s: &Scenario, changed: &PersistentVolumeClaim, 
 /// Installs the policy for the scenario's driver, as printed by our binary, and waits until the
 /// API server applies it (a probe claim gets the finalizer).
 pub async fn install_policy(s: &Scenario) {
+    install_policy_with(s, &[]).await;
+}
+
+/// [`install_policy`], rendered with `extra` flags (the provisioner's volume naming).
+pub async fn install_policy_with(s: &Scenario, extra: &[&str]) {
     let out = std::process::Command::new(testenv::workspace_binary("csi-provisioner"))
         .args([
             "admission-policy",
@@ -573,6 +578,7 @@ pub async fn install_policy(s: &Scenario) {
             &s.driver,
             "--output=json",
         ])
+        .args(extra)
         .output()
         .expect("run csi-provisioner admission-policy");
     assert!(
