@@ -83,7 +83,10 @@ impl ClaimsController {
             })
     }
 
-    /// Whether the API server has a PV for the claim (named for it and bound to its UID).
+    /// Whether the API server has a PV with the claim's volume name: this claim's (saved a
+    /// moment ago), or another claim's whose name collides (a short `--volume-name-uuid-length`)
+    /// and which a node instance's cache does not hold (it keeps its own node's PVs only).
+    /// Either way that PV owns the driver's volume under the name.
     async fn pv_saved(&self, claim: &PersistentVolumeClaim) -> Result<bool, ClaimError> {
         let uid = claim.metadata.uid.as_deref();
         let Ok(name) = self.volume_name(uid.unwrap_or_default()) else {
@@ -92,12 +95,14 @@ impl ClaimsController {
         let api: kube::Api<k8s_openapi::api::core::v1::PersistentVolume> =
             kube::Api::all(self.ctx.client.clone());
         match api.get_opt(&name).await {
-            Ok(pv) => {
-                let saved = pv.is_some_and(|pv| uid.is_some() && bound_uid(&pv) == uid);
-                if saved {
-                    klog::v!(2, claim = %claim_name(claim), pv = %name, "The deleted claim's PV exists; its reclaim policy decides about the volume");
-                }
-                Ok(saved)
+            Ok(None) => Ok(false),
+            Ok(Some(pv)) if uid.is_some() && bound_uid(&pv) == uid => {
+                klog::v!(2, claim = %claim_name(claim), pv = %name, "The deleted claim's PV exists; its reclaim policy decides about the volume");
+                Ok(true)
+            }
+            Ok(Some(_)) => {
+                klog::v!(2, claim = %claim_name(claim), pv = %name, "A PV of another claim has this claim's volume name; the volume under it is that claim's");
+                Ok(true)
             }
             Err(e) => Err(ClaimError::Probe {
                 claim: claim_name(claim),
