@@ -156,6 +156,10 @@ struct Shared {
     published: watch::Sender<u64>,
     /// Events on our objects (`--capacity-stale-after`).
     recorder: EventRecorder,
+    /// One turn at a time per key: with `--capacity-threads` above 1 a refresh and a
+    /// reservation's publish of the same key would otherwise each compute a value and write
+    /// it, and the older value could land last.
+    turns: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Shared {
@@ -177,6 +181,17 @@ impl Shared {
         for key in keys {
             self.queue.add_urgent(Item::Refresh(key));
         }
+    }
+
+    /// The lock whose holder alone computes and writes `key`'s value. Locks of keys no longer
+    /// desired and not held are dropped on the way.
+    fn turn(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
+        let state = self.state.lock();
+        let mut turns = self.turns.lock();
+        if turns.len() > state.desired.len() {
+            turns.retain(|k, lock| state.desired.contains(k) || Arc::strong_count(lock) > 1);
+        }
+        turns.entry(key.clone()).or_default().clone()
     }
 }
 
@@ -353,6 +368,7 @@ impl CapacityController {
             api: Api::namespaced(client, &config.namespace),
             csi,
             caches,
+            turns: Mutex::default(),
             queue: WorkQueue::new(
                 QUEUE_NAME,
                 RateLimiter::new(start, max),

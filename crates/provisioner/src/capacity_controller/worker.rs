@@ -121,6 +121,14 @@ impl Shared {
     }
 
     pub(super) async fn process(&self, item: Item) -> Outcome {
+        let turn = match &item {
+            Item::Refresh(key) | Item::Publish(key) => Some(self.turn(key)),
+            Item::Delete(_) => None,
+        };
+        let _turn = match &turn {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
         match item {
             Item::Refresh(key) => {
                 let round = (self.state.lock())
