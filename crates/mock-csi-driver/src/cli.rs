@@ -53,6 +53,10 @@ struct Args {
     /// Topology returned by NodeGetInfo: k=v[,k=v].
     #[arg(long, value_name = "k=v[,k=v]", value_parser = segment_arg)]
     node_topology: Option<Segment>,
+    /// Without --node-topology, NodeGetInfo names an empty topology instead of none (a
+    /// driver that sets the field but no segments).
+    #[arg(long)]
+    empty_node_topology: bool,
     /// JSON fault injection file, re-read when it changes.
     #[arg(long, value_name = "FILE")]
     faults: Option<PathBuf>,
@@ -157,6 +161,7 @@ where
             max_volume_size: a.max_volume_size,
             node_id: a.node_id,
             node_topology: a.node_topology.unwrap_or_default(),
+            empty_node_topology: a.empty_node_topology,
             publish_unpublish: a.publish_unpublish,
             single_node_multi_writer: a.single_node_multi_writer,
             reject_access_modes: a.reject_access_mode,

@@ -20,6 +20,8 @@ pub struct DriverConfig {
     pub max_volume_size: Option<i64>,
     pub node_id: String,
     pub node_topology: Segment,
+    /// With no `node_topology`: NodeGetInfo names an empty topology rather than none.
+    pub empty_node_topology: bool,
     pub publish_unpublish: bool,
     pub single_node_multi_writer: bool,
     pub modify_volume: bool,
@@ -40,6 +42,7 @@ impl Default for DriverConfig {
             max_volume_size: None,
             node_id: "mock-node".into(),
             node_topology: Segment::new(),
+            empty_node_topology: false,
             publish_unpublish: false,
             single_node_multi_writer: false,
             modify_volume: false,
@@ -127,7 +130,8 @@ pub fn node_info(cfg: &DriverConfig) -> NodeGetInfoResponse {
     NodeGetInfoResponse {
         node_id: cfg.node_id.clone(),
         max_volumes_per_node: 0,
-        accessible_topology: (!cfg.node_topology.is_empty()).then(|| topology(&cfg.node_topology)),
+        accessible_topology: (!cfg.node_topology.is_empty() || cfg.empty_node_topology)
+            .then(|| topology(&cfg.node_topology)),
     }
 }
 

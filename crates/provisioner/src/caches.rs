@@ -92,11 +92,12 @@ impl Caches {
         let (keep_claim, keep_volume) = match &opts.fixed_node {
             Some((_, node)) => {
                 let name = node.metadata.name.clone().unwrap_or_default();
-                let topology = node.metadata.labels.clone().unwrap_or_default();
+                // `None`: the driver reported no topology (see `NodeDeployment::node`).
+                let topology = node.metadata.labels.clone();
                 let claim = move |c: &PersistentVolumeClaim| {
                     provisioning::distributed::concerns_node(c, &name)
                 };
-                let volume = move |pv: &PersistentVolume| on_node(pv, &topology);
+                let volume = move |pv: &PersistentVolume| on_node(pv, topology.as_ref());
                 (Box::new(claim) as Keep<_>, Box::new(volume) as Keep<_>)
             }
             None => (keep_all(), keep_all()),
@@ -277,7 +278,10 @@ fn keep_all<K>() -> Keep<K> {
 }
 
 /// A volume this node can reach (node affinity is immutable, so this never changes).
-fn on_node(pv: &PersistentVolume, topology: &std::collections::BTreeMap<String, String>) -> bool {
+fn on_node(
+    pv: &PersistentVolume,
+    topology: Option<&std::collections::BTreeMap<String, String>>,
+) -> bool {
     let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
     provisioning::distributed::volume_is_accessible(affinity, topology)
 }

@@ -23,6 +23,10 @@ pub struct NodeDeployment {
     pub node_id: String,
     /// The driver's accessible topology on this node (NodeGetInfo); may be empty.
     pub topology: BTreeMap<String, String>,
+    /// Whether NodeGetInfo named an accessible topology at all, even an empty one. Without
+    /// one, every volume counts as reachable from this node; with an empty one, this is a node
+    /// without labels (as upstream's nil and empty topologies).
+    pub reports_topology: bool,
     /// `managed-by` of this instance's CSIStorageCapacity objects.
     pub managed_by: String,
     /// `--node-deployment-immediate-binding`.
@@ -40,6 +44,7 @@ impl NodeDeployment {
     ) -> Result<NodeDeployment, AppError> {
         let name = opts.env.node_name.clone().unwrap_or_default();
         let info = driver::node_info(&driver.client).await?;
+        let reports_topology = info.accessible_topology.is_some();
         let topology: BTreeMap<String, String> = info
             .accessible_topology
             .map(|t| t.segments.into_iter().collect())
@@ -51,6 +56,7 @@ impl NodeDeployment {
             name,
             node_id: info.node_id,
             topology,
+            reports_topology,
             immediate_binding: opts.node_deployment_immediate_binding,
             base_delay: opts.node_deployment_base_delay,
             max_delay: opts.node_deployment_max_delay,
@@ -76,7 +82,13 @@ impl NodeDeployment {
         }
     }
 
-    /// The node's labels as far as topology goes: the driver's segments.
+    /// The topology volumes are matched against (`None`: the driver reported none).
+    pub fn reported_topology(&self) -> Option<&BTreeMap<String, String>> {
+        self.reports_topology.then_some(&self.topology)
+    }
+
+    /// The node's labels as far as topology goes: the driver's segments (none at all when the
+    /// driver reported no topology).
     pub fn node(&self) -> PartialObjectMeta<Node> {
         PartialObjectMeta {
             types: Some(TypeMeta {
@@ -85,7 +97,7 @@ impl NodeDeployment {
             }),
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
-                labels: Some(self.topology.clone()),
+                labels: self.reported_topology().cloned(),
                 ..Default::default()
             },
             _phantom: Default::default(),
@@ -113,6 +125,7 @@ mod tests {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            reports_topology: true,
             managed_by: capacity::managed_by_node("worker-1"),
             immediate_binding: true,
             base_delay: Duration::from_secs(20),
@@ -129,6 +142,13 @@ mod tests {
         assert_eq!(keys, ["node", "zone"]);
         assert!(provisioning::topology::csi_node_topology_keys(&csi, "other").is_empty());
         assert_eq!(n.node().metadata.labels.as_ref(), Some(&n.topology));
+        let silent = NodeDeployment {
+            reports_topology: false,
+            topology: BTreeMap::new(),
+            ..node()
+        };
+        assert_eq!(silent.node().metadata.labels, None);
+        assert_eq!(silent.reported_topology(), None);
         assert_eq!(n.managed_by, "external-provisioner-worker-1");
     }
 

@@ -82,39 +82,44 @@ async fn start_nodes(
         &names.iter().map(String::as_str).collect::<Vec<_>>(),
     )
     .await;
-    let cp = ControlPlane::shared();
     let mut instances = Vec::new();
     for (node, (_, size)) in names.iter().zip(pools) {
-        let dir = s.dir.join(node.rsplit('-').next().unwrap());
-        std::fs::create_dir_all(&dir).unwrap();
         let mut mock_args = vec![
-            format!("--driver-name={}", s.driver),
             format!("--pool={NODE_KEY}={node}:{size}"),
-            format!("--node-id={node}"),
             format!("--node-topology={NODE_KEY}={node}"),
         ];
         mock_args.extend(driver_args.iter().map(|a| a.to_string()));
-        let mock = MockDriver::start(
-            &dir,
-            &mock_args.iter().map(String::as_str).collect::<Vec<_>>(),
-        );
-        let mut args = vec!["--node-deployment", "-v=5"];
-        args.extend_from_slice(prov_args);
-        let prov = Provisioner::start(
-            &dir,
-            "csi-provisioner",
-            cp.kubeconfig(),
-            &mock.socket,
-            &args,
-            &[("NAMESPACE", s.ns.as_str()), ("NODE_NAME", node.as_str())],
-        );
-        instances.push(Instance {
-            node: node.clone(),
-            mock,
-            prov,
-        });
+        instances.push(start_instance(s, node, &mock_args, prov_args));
     }
     instances
+}
+
+/// A mock driver (its name and `--node-id` set here, then `mock_args`) and a
+/// `--node-deployment` provisioner (plus `prov_args`) for `node`.
+fn start_instance(s: &Scenario, node: &str, mock_args: &[String], prov_args: &[&str]) -> Instance {
+    let dir = s.dir.join(node.rsplit('-').next().unwrap());
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut all = vec![
+        format!("--driver-name={}", s.driver),
+        format!("--node-id={node}"),
+    ];
+    all.extend(mock_args.iter().cloned());
+    let mock = MockDriver::start(&dir, &all.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut args = vec!["--node-deployment", "-v=5"];
+    args.extend_from_slice(prov_args);
+    let prov = Provisioner::start(
+        &dir,
+        "csi-provisioner",
+        ControlPlane::shared().kubeconfig(),
+        &mock.socket,
+        &args,
+        &[("NAMESPACE", s.ns.as_str()), ("NODE_NAME", node)],
+    );
+    Instance {
+        node: node.to_string(),
+        mock,
+        prov,
+    }
 }
 
 /// Our driver's CSIStorageCapacity objects in the scenario's namespace.
@@ -811,6 +816,51 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
     assert_eq!(nodes[1].mock.succeeded("CreateVolume"), 2);
     // The lost node's driver was never asked to delete anything (it is gone).
     assert_eq!(nodes[0].mock.calls_of("DeleteVolume").len(), 0);
+}
+
+/// A driver whose NodeGetInfo names an empty topology is a node without labels, as upstream:
+/// a PV pinned to another node is not its to delete. Taken for "no topology" (every volume
+/// reachable), its instance raced the owning node's to delete it, through its own driver.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn an_empty_node_topology_reaches_no_pinned_volume() {
+    use kube::api::PostParams;
+    let (s, nodes) = nodes_with("nd-empty-topo", &[("b", "10Gi")], &[]).await;
+    let owner = &nodes[0];
+    // The owner's DeleteVolume is slow: a wrong instance would get there first.
+    owner
+        .mock
+        .set_faults(json!({"DeleteVolume": {"delay_ms": 3000}}));
+    let bare_node = s.node_names(&["bare"]).remove(0);
+    testenv::create_fake_nodes(&s.client, &s.driver, NODE_KEY, &[&bare_node]).await;
+    let bare = start_instance(&s, &bare_node, &["--empty-node-topology".to_string()], &[]);
+    bare.prov
+        .wait_for_log("Distributed provisioning", Duration::from_secs(60));
+
+    // A provisioned PV on node b whose claim is gone: Released, to be deleted by b's instance.
+    let name = format!("{}-released", s.ns);
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": name,
+                     "annotations": {"pv.kubernetes.io/provisioned-by": s.driver}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+                 "claimRef": {"namespace": s.ns, "name": "gone", "uid": "00000000-0000-0000-0000-000000000001"},
+                 "csi": {"driver": s.driver, "volumeHandle": "vol-on-b"},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": NODE_KEY, "operator": "In", "values": [owner.node]}]}]}}}
+    }))
+    .unwrap();
+    s.volumes()
+        .create(&PostParams::default(), &pv)
+        .await
+        .unwrap();
+    support::wait_gone(&s.volumes(), &name).await;
+    assert_eq!(owner.mock.calls_of("DeleteVolume").len(), 1);
+    assert_eq!(
+        bare.mock.calls_of("DeleteVolume").len(),
+        0,
+        "the instance without topology deleted another node's volume"
+    );
 }
 
 /// A lost node's PV whose claim was bound to another PV meanwhile (its `claimRef` still names

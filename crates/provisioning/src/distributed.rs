@@ -82,18 +82,19 @@ pub fn node_owner(
 }
 
 /// Upstream's `VolumeIsAccessible`: whether a PV's node affinity admits a node with
-/// `topology` (the driver's NodeGetInfo segments). No affinity, or a node without topology,
-/// admits everything; otherwise one required term must match.
+/// `topology` (the driver's NodeGetInfo segments). No affinity, or a driver that reported no
+/// topology at all (`None`), admits everything; otherwise one required term must match, and
+/// an empty topology (reported, but without segments) is a node without labels.
 pub fn volume_is_accessible(
     affinity: Option<&VolumeNodeAffinity>,
-    topology: &BTreeMap<String, String>,
+    topology: Option<&BTreeMap<String, String>>,
 ) -> bool {
     let Some(required) = affinity.and_then(|a| a.required.as_ref()) else {
         return true;
     };
-    if topology.is_empty() {
+    let Some(topology) = topology else {
         return true;
-    }
+    };
     required.node_selector_terms.iter().any(|term| {
         // A term with fields only (never written by a provisioner) selects no labels, and an
         // empty term selects nothing (as Kubernetes' node affinity).

@@ -47,6 +47,7 @@ fn every_flag() {
         max_volume_size: Some(2 << 40),
         node_id: "node-1".into(),
         node_topology: parse_segment("topology.mock.csi/node=node-1").unwrap(),
+        empty_node_topology: false,
         publish_unpublish: true,
         single_node_multi_writer: true,
         modify_volume: true,

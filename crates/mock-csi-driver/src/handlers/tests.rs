@@ -380,6 +380,14 @@ fn node_info_from_flags() {
     let cfg = DriverConfig::default();
     assert_eq!(node_info(&cfg).node_id, "mock-node");
     assert_eq!(node_info(&cfg).accessible_topology, None);
+    let empty = DriverConfig {
+        empty_node_topology: true,
+        ..cfg.clone()
+    };
+    assert_eq!(
+        node_info(&empty).accessible_topology,
+        Some(csi::v1::Topology::default())
+    );
     let cfg = DriverConfig {
         node_id: "n1".into(),
         node_topology: parse_segment("a=1").unwrap(),

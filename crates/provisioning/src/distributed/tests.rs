@@ -68,6 +68,7 @@ fn topo(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 #[test]
 fn accessibility_matches_one_required_term() {
     let node1 = topo(&[("zone", "a"), ("node", "n1")]);
+    let empty = BTreeMap::new();
     let in_n1 =
         json!([{"matchExpressions": [{"key": "node", "operator": "In", "values": ["n1"]}]}]);
     let in_n2 =
@@ -85,30 +86,37 @@ fn accessibility_matches_one_required_term() {
         {"key": "rack", "operator": "DoesNotExist"},
         {"key": "node", "operator": "NotIn", "values": ["n2"]}]}]);
     let cases = [
-        (Some(affinity(in_n1)), &node1, true),
-        (Some(affinity(in_n2.clone())), &node1, false),
-        (Some(affinity(either)), &node1, true),
-        (Some(affinity(both_needed)), &node1, false),
-        (Some(affinity(other_ops)), &node1, true),
-        (None, &node1, true),
-        // A node without topology (a driver that reports none) accepts everything.
-        (Some(affinity(in_n2)), &BTreeMap::new(), true),
+        (Some(affinity(in_n1)), Some(&node1), true),
+        (Some(affinity(in_n2.clone())), Some(&node1), false),
+        (Some(affinity(either)), Some(&node1), true),
+        (Some(affinity(both_needed)), Some(&node1), false),
+        (Some(affinity(other_ops.clone())), Some(&node1), true),
+        (None, Some(&node1), true),
+        // A driver that reports no topology: every volume is reachable, as upstream.
+        (Some(affinity(in_n2.clone())), None, true),
+        // One that reports an empty one: a node without labels, as upstream.
+        (Some(affinity(in_n2)), Some(&empty), false),
+        (Some(affinity(other_ops)), Some(&empty), false),
+        (None, Some(&empty), true),
         // An empty term selects no node.
-        (Some(affinity(json!([{}]))), &node1, false),
+        (Some(affinity(json!([{}]))), Some(&node1), false),
     ];
     for (i, (a, t, want)) in cases.into_iter().enumerate() {
         assert_eq!(volume_is_accessible(a.as_ref(), t), want, "case {i}");
     }
     let numeric = affinity(json!([{"matchExpressions": [
         {"key": "gen", "operator": "Gt", "values": ["3"]}]}]));
-    assert!(volume_is_accessible(Some(&numeric), &topo(&[("gen", "4")])));
-    assert!(!volume_is_accessible(
+    assert!(volume_is_accessible(
         Some(&numeric),
-        &topo(&[("gen", "3")])
+        Some(&topo(&[("gen", "4")]))
     ));
     assert!(!volume_is_accessible(
         Some(&numeric),
-        &topo(&[("gen", "x")])
+        Some(&topo(&[("gen", "3")]))
+    ));
+    assert!(!volume_is_accessible(
+        Some(&numeric),
+        Some(&topo(&[("gen", "x")]))
     ));
 }
 
