@@ -78,12 +78,20 @@ pub fn sanitize_encoded(full_name: &str, encoded: &[u8]) -> String {
 /// Sanitises a dynamic message. Secret fields are those carrying the option
 /// [`SECRET_EXTENSION`] in the message's own descriptor pool, so this also works for
 /// descriptors other than this crate's.
+///
+/// A pool without that option cannot say which fields are secret: nothing is printed then.
 pub fn sanitize_dynamic(msg: &DynamicMessage) -> String {
-    let secret = msg
+    let Some(secret) = msg
         .descriptor()
         .parent_pool()
-        .get_extension_by_name(SECRET_EXTENSION);
-    match message_json(msg, secret.as_ref()).render() {
+        .get_extension_by_name(SECRET_EXTENSION)
+    else {
+        return format!(
+            "<<{}: no {SECRET_EXTENSION} option to find its secrets by>>",
+            msg.descriptor().full_name()
+        );
+    };
+    match message_json(msg, Some(&secret)).render() {
         Ok(s) => s,
         Err(e) => format!("<<json.Marshal {}: {e}>>", msg.descriptor().full_name()),
     }

@@ -9,7 +9,7 @@ use kube::core::{Request, Resource};
 use provisioning::secrets::SecretRef;
 
 /// Why a secret could not be used. The messages name the secret, never its content.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum SecretError {
     /// The API server's own words (`secrets "x" not found`), as upstream prints them.
     #[error("{}", crate::api_error::message(.0))]
@@ -19,6 +19,14 @@ pub enum SecretError {
     /// The answer was not a Secret. No parser detail: it could quote the content.
     #[error("the API server's answer for secret {namespace}/{name} could not be read as a Secret")]
     NotASecret { namespace: String, name: String },
+}
+
+/// As the message: kube's error for an unreadable answer carries the body, which may be the
+/// Secret itself, in its derived `Debug`.
+impl std::fmt::Debug for SecretError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretError({self})")
+    }
 }
 
 impl SecretError {
@@ -67,6 +75,18 @@ fn parse(text: &str, secret: &SecretRef) -> Result<BTreeMap<String, String>, Sec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_says_only_what_the_message_says() {
+        let err = SecretError::NotText {
+            key: "token".into(),
+        };
+        assert_eq!(format!("{err:?}"), format!("SecretError({err})"));
+        // kube's error for an answer that is not text carries the body in its own Debug.
+        let body = kube::Error::FromUtf8(String::from_utf8(vec![0xff, b's']).unwrap_err());
+        let err = SecretError::Get(body);
+        assert!(!format!("{err:?}").contains("FromUtf8Error"), "{err:?}");
+    }
 
     fn secret_ref() -> SecretRef {
         SecretRef {

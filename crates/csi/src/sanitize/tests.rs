@@ -355,6 +355,30 @@ fn secrets_are_stripped_at_any_depth() {
     assert!(!out.contains("leak") && !out.contains("1234"));
 }
 
+/// Without the secret option in the pool no field can be judged: nothing is shown.
+#[test]
+fn a_pool_without_the_secret_option_prints_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let proto = "syntax = \"proto3\";\npackage csi.v1;\nmessage Bare { map<string, string> secrets = 1; }\n";
+    std::fs::write(dir.path().join("bare.proto"), proto).unwrap();
+    let mut compiler = protox::Compiler::new([dir.path()]).unwrap();
+    compiler.open_file("bare.proto").unwrap();
+    let pool = compiler.descriptor_pool();
+    let mut msg = DynamicMessage::new(pool.get_message_by_name("csi.v1.Bare").unwrap());
+    msg.set_field_by_name(
+        "secrets",
+        Value::Map(HashMap::from([(
+            MapKey::String("k".into()),
+            Value::String("creds-leak".into()),
+        )])),
+    );
+    let out = sanitize_dynamic(&msg);
+    assert_eq!(
+        out,
+        "<<csi.v1.Bare: no csi.v1.csi_secret option to find its secrets by>>"
+    );
+}
+
 #[test]
 fn unknown_fields_are_never_shown() {
     let mut bytes = v1::CreateVolumeRequest {
