@@ -147,8 +147,9 @@ impl ClaimsController {
     pub(super) fn settled(&self, claim: &PersistentVolumeClaim) -> bool {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         // A call that ended without an answer, or a volume no PV holds, may leave a volume no
-        // PV owns: kept until the claim is Bound (`bound_elsewhere`), even when the admission
-        // policy dropped the finalizer with the binder's first write.
+        // PV owns: kept until the claim is Bound (`bound_elsewhere`), even when the finalizer
+        // went with the binding (an admission policy rendered before it kept it for claims bound
+        // elsewhere).
         if has_finalizer(claim)
             || self.memory.unsaved_pv(uid).is_some()
             || self.memory.volume_may_exist(uid, false)
