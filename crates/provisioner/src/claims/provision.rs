@@ -300,8 +300,9 @@ impl ClaimsController {
                 }
             },
         };
-        // The snapshot has done its job: our finalizer comes off on the background lane,
-        // never ahead of this PV or another claim's restore.
+        // The snapshot has done its job: our finalizer comes off on the background lane, whose
+        // write normally waits behind this PV's (nothing orders them strictly; nor does
+        // upstream, which also ignores other claims restoring from the same snapshot).
         if provisioning::data_source::restored_snapshot(&claim).is_some() {
             let this = self.clone();
             let claim = claim.clone();
