@@ -288,7 +288,8 @@ impl ClaimsController {
             Some(_) => match provisioning::migration::csi_pv_to_in_tree(&pv) {
                 Ok(pv) => pv,
                 Err(e) => {
-                    // No PV can be written for it: the volume goes again, as upstream.
+                    // No PV can be written for it: the volume goes again. Upstream keeps it and
+                    // retries CreateVolume, which finds the same volume and fails the same way.
                     if self.delete_unkept(&volume.volume_id, &request).await {
                         let state = after_call(&before, &CallResult::Final);
                         self.memory.set_volume_state(&uid, state, Some(request));
