@@ -15,13 +15,7 @@ use support::{Scenario, holds_finalizer, no_pv_of_class, wait_gone};
 async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
     // At -v=5 each CSI call is logged as it is sent.
     let mut s = Scenario::start("prov-crash", &[], &["-v=5"]).await;
-    s.mock()
-        .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
-    let class = s.class("imm", "Immediate", json!({})).await;
-    let volume = s.claim_volume_name("data", &class, "1Gi").await;
-    // Killed while the driver works on the call (for 4 s).
-    s.wait_create_volume_sent();
-    s.provisioner().kill9();
+    let (class, volume) = killed_mid_call(&mut s).await;
     s.delete_claim("data").await;
     let held = s.claims().get("data").await.unwrap();
     assert!(
@@ -47,6 +41,19 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
             .and_then(|s| s.storage_class_name.as_deref())
             != Some(class.as_str())
     }));
+}
+
+/// Claim "data" of a new Immediate class, with the provisioner killed (-9) while the driver
+/// works on its CreateVolume (4 s; the scenario must run at `-v=5`, where each call is logged
+/// as it is sent). Returns the class and the claim's volume name.
+async fn killed_mid_call(s: &mut Scenario) -> (String, String) {
+    s.mock()
+        .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    let volume = s.claim_volume_name("data", &class, "1Gi").await;
+    s.wait_create_volume_sent();
+    s.provisioner().kill9();
+    (class, volume)
 }
 
 /// A claim that kube-controller-manager binds to a matching PV made by hand while its
@@ -125,12 +132,7 @@ async fn bound_to_another_pv_while_down(policy: bool) {
     if policy {
         support::install_policy(&s).await;
     }
-    s.mock()
-        .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
-    let class = s.class("imm", "Immediate", json!({})).await;
-    let volume = s.claim_volume_name("data", &class, "1Gi").await;
-    s.wait_create_volume_sent();
-    s.provisioner().kill9();
+    let (class, volume) = killed_mid_call(&mut s).await;
     let static_pv = format!("{}-static", s.ns);
     let claim = bind_static_pv(&s, &static_pv, &class, "made-by-hand", json!(null)).await;
     assert!(
