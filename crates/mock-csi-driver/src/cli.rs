@@ -84,6 +84,10 @@ struct Args {
     /// (ListVolumes still shows it). Needs --clone-volume.
     #[arg(long, requires = "clone_volume")]
     omit_content_source: bool,
+    /// Advertise CREATE_DELETE_SNAPSHOT: CreateVolume accepts any snapshot id as content
+    /// source and echoes it (the mock takes no snapshots; tests make the objects by hand).
+    #[arg(long)]
+    restore_snapshots: bool,
     /// Do not advertise VOLUME_ACCESSIBILITY_CONSTRAINTS even if pools have segments.
     #[arg(long)]
     no_topology: bool,
@@ -168,6 +172,7 @@ where
             modify_volume: a.modify_volume,
             clone_volume: a.clone_volume,
             omit_content_source: a.omit_content_source,
+            restore_snapshots: a.restore_snapshots,
             no_topology: a.no_topology,
             no_capacity: a.no_capacity,
         },

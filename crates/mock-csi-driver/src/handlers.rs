@@ -10,7 +10,7 @@ use csi::v1::volume_capability::access_mode::Mode;
 use csi::v1::*;
 use tonic::{Code, Status};
 
-use crate::pools::{CreateRequest, PoolError, Pools, Volume};
+use crate::pools::{CreateRequest, PoolError, Pools, Source, Volume};
 use crate::spec::Segment;
 
 /// Everything the driver answers from its flags.
@@ -29,6 +29,9 @@ pub struct DriverConfig {
     pub clone_volume: bool,
     /// A broken driver: clones are made but CreateVolume answers without `content_source`.
     pub omit_content_source: bool,
+    /// Advertise CREATE_DELETE_SNAPSHOT and accept any snapshot id as CreateVolume's content
+    /// source (restores; the mock takes no snapshots itself).
+    pub restore_snapshots: bool,
     pub no_topology: bool,
     pub no_capacity: bool,
     /// Access modes this driver refuses (INVALID_ARGUMENT), to test how a CO reports it.
@@ -48,6 +51,7 @@ impl Default for DriverConfig {
             modify_volume: false,
             clone_volume: false,
             omit_content_source: false,
+            restore_snapshots: false,
             no_topology: false,
             no_capacity: false,
             reject_access_modes: Vec::new(),
@@ -112,6 +116,7 @@ pub fn controller_capabilities(cfg: &DriverConfig) -> ControllerGetCapabilitiesR
         (cfg.single_node_multi_writer, CtrlCap::SingleNodeMultiWriter),
         (cfg.modify_volume, CtrlCap::ModifyVolume),
         (cfg.clone_volume, CtrlCap::CloneVolume),
+        (cfg.restore_snapshots, CtrlCap::CreateDeleteSnapshot),
     ];
     let types = [CtrlCap::CreateDeleteVolume, CtrlCap::ListVolumes]
         .into_iter()
@@ -214,14 +219,28 @@ pub fn volume_source(id: &str) -> VolumeContentSource {
     }
 }
 
-/// The CSI form of a volume. A clone carries its source (also in ListVolumes, so tests can
-/// see where a volume came from).
+/// The content source naming what `source` names.
+pub fn content_source(source: &Source) -> VolumeContentSource {
+    match source {
+        Source::Volume(id) => volume_source(id),
+        Source::Snapshot(id) => VolumeContentSource {
+            r#type: Some(volume_content_source::Type::Snapshot(
+                volume_content_source::SnapshotSource {
+                    snapshot_id: id.to_owned(),
+                },
+            )),
+        },
+    }
+}
+
+/// The CSI form of a volume. A clone or restore carries its source (also in ListVolumes, so
+/// tests can see where a volume came from).
 pub fn csi_volume(v: &Volume) -> csi::v1::Volume {
     csi::v1::Volume {
         capacity_bytes: v.capacity,
         volume_id: v.id.clone(),
         volume_context: to_hash(v.context()),
-        content_source: v.source.as_deref().map(volume_source),
+        content_source: v.source.as_ref().map(content_source),
         accessible_topology: if v.segment.is_empty() {
             Vec::new()
         } else {
@@ -239,7 +258,7 @@ pub fn create_request(
         return Err(invalid("name must not be empty"));
     }
     check_capabilities(&req.volume_capabilities, cfg)?;
-    let source = clone_source(req.volume_content_source.as_ref(), cfg)?;
+    let source = fill_source(req.volume_content_source.as_ref(), cfg)?;
     let range = req.capacity_range.unwrap_or_default();
     let reqs = req.accessibility_requirements.clone().unwrap_or_default();
     Ok(CreateRequest {
@@ -254,11 +273,12 @@ pub fn create_request(
     })
 }
 
-/// The id of the volume to clone, if any; the errors a driver without snapshots gives.
-fn clone_source(
+/// What to fill the volume from, if anything; the errors a driver without the capability
+/// gives.
+fn fill_source(
     source: Option<&VolumeContentSource>,
     cfg: &DriverConfig,
-) -> Result<Option<String>, Status> {
+) -> Result<Option<Source>, Status> {
     use volume_content_source::Type;
     let Some(source) = source else {
         return Ok(None);
@@ -267,16 +287,20 @@ fn clone_source(
         None => Err(invalid(
             "volume_content_source has no type (snapshot or volume)",
         )),
-        Some(Type::Snapshot(_)) => Err(invalid(
-            "snapshots are not supported (no CREATE_DELETE_SNAPSHOT)",
+        Some(Type::Snapshot(_)) if !cfg.restore_snapshots => Err(invalid(
+            "snapshots are not supported (no CREATE_DELETE_SNAPSHOT: --restore-snapshots)",
         )),
+        Some(Type::Snapshot(s)) if s.snapshot_id.is_empty() => Err(invalid(
+            "volume_content_source.snapshot.snapshot_id must not be empty",
+        )),
+        Some(Type::Snapshot(s)) => Ok(Some(Source::Snapshot(s.snapshot_id.clone()))),
         Some(Type::Volume(_)) if !cfg.clone_volume => Err(invalid(
             "cloning is not supported (CLONE_VOLUME is off: --clone-volume)",
         )),
         Some(Type::Volume(v)) if v.volume_id.is_empty() => Err(invalid(
             "volume_content_source.volume.volume_id must not be empty",
         )),
-        Some(Type::Volume(v)) => Ok(Some(v.volume_id.clone())),
+        Some(Type::Volume(v)) => Ok(Some(Source::Volume(v.volume_id.clone()))),
     }
 }
 

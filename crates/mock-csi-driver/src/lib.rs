@@ -22,7 +22,7 @@
 //!                 [--node-id ID] [--node-topology k=v[,k=v]]   NodeGetInfo (default "mock-node")
 //!                 [--faults FILE] [--call-log FILE]
 //!                 [--publish-unpublish] [--single-node-multi-writer] [--modify-volume]
-//!                 [--clone-volume [--omit-content-source]]
+//!                 [--clone-volume [--omit-content-source]] [--restore-snapshots]
 //!                 [--no-topology] [--no-capacity] [--overcommit]
 //!                 [--volume-id-format FORMAT]            e.g. `vol-{seq}`; `{name}`, `{segment}` too
 //! ```
@@ -54,14 +54,18 @@
 //!   `volume_content_source` of type `volume`. An unknown source volume id gives NOT_FOUND;
 //!   otherwise the clone is placed and sized like any new volume (its request's range, kind
 //!   and topology, not the source's) and the response's `content_source` is the request's.
-//!   Without the flag a volume source gives INVALID_ARGUMENT ("cloning is not supported"); a
-//!   snapshot source always does ("snapshots are not supported": no CREATE_DELETE_SNAPSHOT).
+//!   Without the flag a volume source gives INVALID_ARGUMENT ("cloning is not supported").
 //!   The same name again must also name the same source (or none, as before), else
 //!   ALREADY_EXISTS; the name is looked up first, so a retry answers even after its source
 //!   was deleted. ListVolumes shows each clone's `content_source`, so tests can see what a
 //!   volume was cloned from. `--omit-content-source` (needs `--clone-volume`) is a broken
 //!   driver: clones are made but CreateVolume answers without `content_source`; ListVolumes
 //!   still has it.
+//! - Restores: with `--restore-snapshots` CREATE_DELETE_SNAPSHOT is advertised (advertised
+//!   only: the mock takes no snapshots, tests make the snapshot objects by hand) and any
+//!   non-empty `snapshot_id` is taken as a source, placed, sized and echoed like a clone's,
+//!   with the same rule for the same name again. Without the flag a snapshot source gives
+//!   INVALID_ARGUMENT ("snapshots are not supported").
 //! - One call per volume at a time, as the CSI spec asks of a plugin: a CreateVolume (by
 //!   name) or DeleteVolume (by the volume's name, else its id) while another is pending for
 //!   the same volume answers ABORTED at once, without using up a fault.

@@ -25,8 +25,8 @@ pub struct Volume {
     pub segment: Segment,
     /// Last parameters given by ControllerModifyVolume (or CreateVolume).
     pub mutable_parameters: BTreeMap<String, String>,
-    /// Id of the volume this one was cloned from; `None` for an empty volume.
-    pub source: Option<String>,
+    /// What this volume was filled from; `None` for an empty volume.
+    pub source: Option<Source>,
     /// Creation order; ListVolumes tokens point into it.
     seq: u64,
 }
@@ -53,14 +53,25 @@ pub struct CreateRequest {
     /// Terms the volume must satisfy (one of them); tried after `preferred`.
     pub requisite: Vec<Segment>,
     pub mutable_parameters: BTreeMap<String, String>,
-    /// Id of the volume to clone; `None` for an empty volume.
-    pub source: Option<String>,
+    /// What to fill the volume from; `None` for an empty volume.
+    pub source: Option<Source>,
+}
+
+/// What a volume is filled from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A clone of the volume with this id (which must exist).
+    Volume(String),
+    /// A restore of the snapshot with this id. The mock keeps no snapshots: any id is taken,
+    /// as a driver whose snapshots live outside it.
+    Snapshot(String),
 }
 
 /// How an error message names a volume's source.
-fn describe_source(source: &Option<String>) -> String {
+fn describe_source(source: &Option<Source>) -> String {
     match source {
-        Some(id) => format!("cloned from {id:?}"),
+        Some(Source::Volume(id)) => format!("cloned from {id:?}"),
+        Some(Source::Snapshot(id)) => format!("restored from snapshot {id:?}"),
         None => "empty (no source)".to_owned(),
     }
 }
@@ -91,8 +102,8 @@ pub enum PoolError {
     )]
     SourceMismatch {
         name: String,
-        existing_source: Option<String>,
-        asked_source: Option<String>,
+        existing_source: Option<Source>,
+        asked_source: Option<Source>,
     },
     #[error("source volume {0:?} does not exist")]
     SourceNotFound(String),
@@ -245,7 +256,7 @@ impl Pools {
             });
         }
         // Checked after the name so that a retry still answers after its source is deleted.
-        if let Some(source) = &req.source
+        if let Some(Source::Volume(source)) = &req.source
             && !self.by_id.contains_key(source)
         {
             return Err(PoolError::SourceNotFound(source.clone()));

@@ -36,6 +36,7 @@ fn every_flag() {
         "--modify-volume",
         "--clone-volume",
         "--omit-content-source",
+        "--restore-snapshots",
         "--no-topology",
         "--no-capacity",
         "--reject-access-mode=MULTI_NODE_MULTI_WRITER",
@@ -53,6 +54,7 @@ fn every_flag() {
         modify_volume: true,
         clone_volume: true,
         omit_content_source: true,
+        restore_snapshots: true,
         no_topology: true,
         no_capacity: true,
         reject_access_modes: vec![

@@ -158,7 +158,7 @@ fn create_returns_topology_id_and_context() {
 #[case(PoolError::InvalidToken("t".into()), Code::Aborted)]
 #[case(PoolError::NotFound("v".into()), Code::NotFound)]
 #[case(PoolError::SourceNotFound("v".into()), Code::NotFound)]
-#[case(PoolError::SourceMismatch { name: "a".into(), existing_source: None, asked_source: Some("v".into()) }, Code::AlreadyExists)]
+#[case(PoolError::SourceMismatch { name: "a".into(), existing_source: None, asked_source: Some(Source::Volume("v".into())) }, Code::AlreadyExists)]
 fn pool_error_codes(#[case] err: PoolError, #[case] want: Code) {
     let status = pool_status(&err);
     assert_eq!(status.code(), want);
@@ -447,7 +447,7 @@ fn clone_with_empty_source_id_is_invalid() {
 }
 
 #[test]
-fn snapshot_source_is_refused_even_when_cloning() {
+fn snapshot_source_is_refused_without_restore_snapshots() {
     let mut req = create("c", GI);
     req.volume_content_source = Some(snapshot_source("snap-1"));
     let err = create_volume(&mut pools(&[":10Gi"]), &cloning(), &req).unwrap_err();
@@ -456,6 +456,34 @@ fn snapshot_source_is_refused_even_when_cloning() {
         err.message().contains("snapshots are not supported"),
         "{err:?}"
     );
+}
+
+#[test]
+fn restores_take_any_snapshot_id_and_echo_it() {
+    let mut p = pools(&[":10Gi"]);
+    let cfg = DriverConfig {
+        restore_snapshots: true,
+        ..DriverConfig::default()
+    };
+    assert!(ctrl_caps(&cfg).contains(&CtrlCap::CreateDeleteSnapshot));
+    assert!(!ctrl_caps(&DriverConfig::default()).contains(&CtrlCap::CreateDeleteSnapshot));
+    let mut req = create("r", GI);
+    req.volume_content_source = Some(snapshot_source("snap-1"));
+    let restored = create_volume(&mut p, &cfg, &req).unwrap().volume.unwrap();
+    assert_eq!(restored.content_source, req.volume_content_source);
+    assert_eq!(
+        p.get(&restored.volume_id).unwrap().source,
+        Some(Source::Snapshot("snap-1".into()))
+    );
+    // The same name again is the same volume; from another source it is not.
+    let again = create_volume(&mut p, &cfg, &req).unwrap().volume.unwrap();
+    assert_eq!(again.volume_id, restored.volume_id);
+    req.volume_content_source = Some(snapshot_source("snap-2"));
+    let err = create_volume(&mut p, &cfg, &req).unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    req.volume_content_source = Some(snapshot_source(""));
+    let err = create_volume(&mut p, &cfg, &req).unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
 }
 
 #[test]
@@ -479,7 +507,7 @@ fn clone_echoes_content_source_and_uses_pool_space() {
     assert_eq!(p.capacity("", None), 7 * GI);
     assert_eq!(
         p.get(&clone.volume_id).unwrap().source,
-        Some(src.volume_id.clone())
+        Some(Source::Volume(src.volume_id.clone()))
     );
 
     // ListVolumes shows each volume's source.
@@ -509,7 +537,10 @@ fn omit_content_source_clones_but_answers_without_it() {
     let again = create_volume(&mut p, &cfg, &req).unwrap().volume.unwrap();
     assert_eq!(again.content_source, None, "retries omit it too");
     // The clone was still made from the source, and the listing tells.
-    assert_eq!(p.get(&clone.volume_id).unwrap().source, Some(src.volume_id));
+    assert_eq!(
+        p.get(&clone.volume_id).unwrap().source,
+        Some(Source::Volume(src.volume_id))
+    );
     let listed = list_volumes(&p, &ListVolumesRequest::default()).unwrap();
     assert_eq!(
         listed.entries[1].volume.as_ref().unwrap().content_source,

@@ -186,7 +186,7 @@ fn clones_need_their_source_and_keep_it() {
     let mut p = pools(&[":10Gi"]);
     let (src, _) = p.create(&req("src", GI)).unwrap();
     let clone = |name: &str, source: &str| CreateRequest {
-        source: Some(source.to_owned()),
+        source: Some(Source::Volume(source.to_owned())),
         ..req(name, GI)
     };
     assert_eq!(
@@ -195,14 +195,14 @@ fn clones_need_their_source_and_keep_it() {
     );
     let (c, existed) = p.create(&clone("c", &src.id)).unwrap();
     assert!(!existed);
-    assert_eq!(c.source, Some(src.id.clone()));
+    assert_eq!(c.source, Some(Source::Volume(src.id.clone())));
     assert_eq!(p.capacity("", None), 8 * GI);
     assert!(p.create(&clone("c", &src.id)).unwrap().1);
     assert_eq!(
         p.create(&req("c", GI)),
         Err(PoolError::SourceMismatch {
             name: "c".into(),
-            existing_source: Some(src.id.clone()),
+            existing_source: Some(Source::Volume(src.id.clone())),
             asked_source: None,
         })
     );
