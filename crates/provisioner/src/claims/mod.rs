@@ -28,6 +28,7 @@ mod race;
 mod release;
 mod reserve;
 mod restore;
+mod restorers;
 mod save;
 mod sources;
 mod sync;
@@ -96,6 +97,8 @@ pub struct ClaimsController {
     /// that its removal after the restore needs no read when the watch lags behind.
     protected_snapshots:
         Arc<parking_lot::Mutex<std::collections::HashMap<String, kube::api::DynamicObject>>>,
+    /// Which attempts restore from which snapshot, and the turns on our finalizer there.
+    snapshot_use: Arc<restorers::SnapshotUse>,
     /// Snapshots (namespace, name) a waiting claim wants, by when they were seen ready.
     ready_snapshots:
         Arc<parking_lot::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>>,
@@ -117,6 +120,7 @@ impl ClaimsController {
             clone_holds: Arc::default(),
             ready_snapshots: Arc::default(),
             protected_snapshots: Arc::default(),
+            snapshot_use: Arc::default(),
             snapshot_cache: Arc::default(),
             content_cache: Arc::default(),
             awaiting_snapshot: Arc::default(),

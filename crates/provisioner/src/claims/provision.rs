@@ -102,7 +102,11 @@ impl ClaimsController {
                 .await;
         }
         // A snapshot or claim to fill the volume from: checked, and protected from deletion
-        // while the driver copies it.
+        // while the driver copies it. The restore counts as running until this attempt ends.
+        let _restoring = plan
+            .data_source
+            .as_ref()
+            .map(|_| self.snapshot_use.attempt(&uid));
         let content_source = match &plan.data_source {
             Some(source) => match self.content_source(claim, class, source, true).await {
                 Ok(cs) => Some(cs),
@@ -302,8 +306,8 @@ impl ClaimsController {
             },
         };
         // The snapshot has done its job: our finalizer comes off on the background lane, whose
-        // write normally waits behind this PV's (nothing orders them strictly; nor does
-        // upstream, which also ignores other claims restoring from the same snapshot).
+        // write normally waits behind this PV's (nothing orders them strictly, nor does
+        // upstream), unless another of our attempts still restores from it.
         if provisioning::data_source::restored_snapshot(&claim).is_some() {
             let this = self.clone();
             let claim = claim.clone();

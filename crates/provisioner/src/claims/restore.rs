@@ -39,7 +39,9 @@ impl ClaimsController {
         let client = &self.ctx.client;
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let api = snapshots(client, &source.namespace);
-        let object = match self.cached_snapshot(&source.namespace, &source.name) {
+        let cached = self.cached_snapshot(&source.namespace, &source.name);
+        let from_cache = cached.is_some();
+        let object = match cached {
             Some(object) => object,
             None => api.get(&source.name).await.map_err(|e| {
                 if matches!(&e, kube::Error::Api(s) if s.code == 404) {
@@ -87,15 +89,59 @@ impl ClaimsController {
         if let Some(warning) = &restore.warning {
             tracing::warn!(claim = %claim_name(claim), "{warning}");
         }
-        if protect && !has_finalizer(&snapshot.metadata, names::SNAPSHOT_SOURCE_FINALIZER) {
-            let stored = set_snapshot_finalizer(&api, object, true, true)
-                .await
-                .map_err(|e| ProvisionError::no_change(crate::api_error::message(&e)))?;
-            if let Some(stored) = stored {
-                self.protected_snapshots.lock().insert(uid.clone(), stored);
-            }
+        if protect {
+            self.protect_snapshot(&uid, source, object, from_cache)
+                .await?;
         }
         Ok(restore.content_source)
+    }
+
+    /// Puts our finalizer on the snapshot unless it is there, in the snapshot's turn, and
+    /// counts the attempt of `uid` as restoring from it (see `restorers.rs`).
+    async fn protect_snapshot(
+        &self,
+        uid: &str,
+        source: &DataSource,
+        mut object: DynamicObject,
+        from_cache: bool,
+    ) -> Result<(), ProvisionError> {
+        let api = snapshots(&self.ctx.client, &source.namespace);
+        let key = (source.namespace.clone(), source.name.clone());
+        let turn = self.snapshot_use.turn(&key);
+        let _turn = turn.lock().await;
+        let has = |o: &DynamicObject| has_finalizer(&o.metadata, names::SNAPSHOT_SOURCE_FINALIZER);
+        let believed = self.snapshot_use.with(|r| {
+            r.begin(key.clone(), uid);
+            r.cached_finalizer_believed(
+                &key,
+                object.metadata.resource_version.as_deref(),
+                Instant::now(),
+            )
+        });
+        if from_cache && has(&object) && !believed {
+            // The cache may not show our own removal yet: ask the API server.
+            object = api.get(&source.name).await.map_err(|e| {
+                source.error(format!(
+                    "error getting snapshot {} from api server: {}",
+                    source.name,
+                    crate::api_error::message(&e)
+                ))
+            })?;
+            self.snapshot_use.with(|r| r.settled(&key));
+        }
+        if has(&object) {
+            return Ok(());
+        }
+        let stored = set_snapshot_finalizer(&api, object, true, true)
+            .await
+            .map_err(|e| ProvisionError::no_change(crate::api_error::message(&e)))?;
+        self.snapshot_use.with(|r| r.settled(&key));
+        if let Some(stored) = stored {
+            self.protected_snapshots
+                .lock()
+                .insert(uid.to_string(), stored);
+        }
+        Ok(())
     }
 
     /// The snapshot as the watch last saw it (`None`: not seen, or no watch). A stale copy
@@ -123,16 +169,22 @@ impl ClaimsController {
             return;
         };
         let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         let api = snapshots(&self.ctx.background_client, namespace);
         // A cached copy without our finalizer may predate our adding it (a fast driver): then
         // our own write is the newer version, or else the snapshot is read (upstream always
         // reads it). Missing it would leave the finalizer until the sweep, or for ever with
         // the sweep off. A version that turns out stale costs a conflict and a re-read.
-        let ours = claim
-            .metadata
-            .uid
-            .as_deref()
-            .and_then(|uid| self.protected_snapshots.lock().remove(uid));
+        let ours = self.protected_snapshots.lock().remove(uid);
+        let key = (namespace.to_string(), name.to_string());
+        let turn = self.snapshot_use.turn(&key);
+        let _turn = turn.lock().await;
+        let others = self.snapshot_use.with(|r| r.others(&key, uid));
+        if others > 0 {
+            // The last restore out takes it off (or the sweep, should that one fail).
+            klog::v!(4, snapshot = %format!("{namespace}/{name}"), restores = others, "Keeping the snapshot's finalizer: other claims still restore from it");
+            return;
+        }
         let cached = self
             .cached_snapshot(namespace, name)
             .filter(|o| has_finalizer(&o.metadata, names::SNAPSHOT_SOURCE_FINALIZER));
@@ -146,7 +198,13 @@ impl ClaimsController {
             {
                 set_snapshot_finalizer(&api, object, false, true)
                     .await
-                    .map(drop)
+                    .map(|stored| {
+                        let version = stored.and_then(|s| s.metadata.resource_version);
+                        if let Some(version) = version {
+                            self.snapshot_use
+                                .with(|r| r.released(key.clone(), version, Instant::now()));
+                        }
+                    })
             }
             Ok(_) => Ok(()),
             Err(e) => Err(e),
