@@ -17,6 +17,7 @@ use provisioning::errors::ProvisionError;
 use provisioning::names;
 use provisioning::retry;
 
+use super::restorers::{Belief, Version};
 use super::{ClaimsController, claim_name};
 use crate::data_source_api::{
     content_resource, contents, set_snapshot_finalizer, snapshot_resource, snapshots, typed,
@@ -110,33 +111,43 @@ impl ClaimsController {
         let turn = self.snapshot_use.turn(&key);
         let _turn = turn.lock().await;
         let has = |o: &DynamicObject| has_finalizer(&o.metadata, names::SNAPSHOT_SOURCE_FINALIZER);
-        let believed = self.snapshot_use.with(|r| {
+        let belief = self.snapshot_use.with(|r| {
             r.begin(key.clone(), uid);
-            r.cached_finalizer_believed(
+            if !from_cache {
+                // Just read from the API server: fresher than anything we wrote.
+                r.settled(&key);
+            }
+            r.belief(
                 &key,
-                object.metadata.resource_version.as_deref(),
+                has(&object),
+                &Version::of(&object.metadata),
                 Instant::now(),
             )
         });
-        if from_cache && has(&object) && !believed {
-            // The cache may not show our own removal yet: ask the API server.
-            object = api.get(&source.name).await.map_err(|e| {
-                source.error(format!(
-                    "error getting snapshot {} from api server: {}",
-                    source.name,
-                    crate::api_error::message(&e)
-                ))
-            })?;
-            self.snapshot_use.with(|r| r.settled(&key));
-        }
-        if has(&object) {
-            return Ok(());
+        match belief {
+            Belief::On => return Ok(()),
+            Belief::Off => {}
+            Belief::Read => {
+                object = api.get(&source.name).await.map_err(|e| {
+                    source.error(format!(
+                        "error getting snapshot {} from api server: {}",
+                        source.name,
+                        crate::api_error::message(&e)
+                    ))
+                })?;
+                self.snapshot_use.with(|r| r.settled(&key));
+                if has(&object) {
+                    return Ok(());
+                }
+            }
         }
         let stored = set_snapshot_finalizer(&api, object, true, true)
             .await
             .map_err(|e| ProvisionError::no_change(crate::api_error::message(&e)))?;
-        self.snapshot_use.with(|r| r.settled(&key));
         if let Some(stored) = stored {
+            let version = Version::of(&stored.metadata);
+            self.snapshot_use
+                .with(|r| r.wrote(key, true, version, Instant::now()));
             self.protected_snapshots
                 .lock()
                 .insert(uid.to_string(), stored);
@@ -199,10 +210,10 @@ impl ClaimsController {
                 set_snapshot_finalizer(&api, object, false, true)
                     .await
                     .map(|stored| {
-                        let version = stored.and_then(|s| s.metadata.resource_version);
-                        if let Some(version) = version {
+                        if let Some(stored) = stored {
+                            let version = Version::of(&stored.metadata);
                             self.snapshot_use
-                                .with(|r| r.released(key.clone(), version, Instant::now()));
+                                .with(|r| r.wrote(key.clone(), false, version, Instant::now()));
                         }
                     })
             }

@@ -5,8 +5,9 @@
 //! orphan sweep, as upstream.
 //!
 //! One turn per snapshot orders a release's look and write against another attempt's look and
-//! add. And once we took the finalizer off, a cached copy still showing it is older than our
-//! write: the next restore reads the snapshot instead of believing it.
+//! add. Our last write to each snapshot is remembered against a watch that lags behind it: a
+//! cached copy without the finalizer we just added is older than our add (no second write),
+//! and one that still shows the finalizer we just took off is read again instead of believed.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -17,16 +18,51 @@ use parking_lot::Mutex;
 /// A snapshot: namespace and name.
 pub(crate) type SnapshotKey = (String, String);
 
-/// How long our removal is remembered against a lagging cache (far longer than a watch lags).
-const RELEASE_MEMORY: Duration = Duration::from_secs(600);
+/// How long our last write is remembered against a lagging cache (far longer than a watch
+/// lags).
+const WRITE_MEMORY: Duration = Duration::from_secs(600);
+
+/// Which snapshot, at which resourceVersion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Version {
+    pub(crate) uid: String,
+    pub(crate) resource_version: String,
+}
+
+impl Version {
+    pub(crate) fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
+        Self {
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// What to take as the state of our finalizer on a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Belief {
+    On,
+    Off,
+    /// The cache may predate our own removal: ask the API server.
+    Read,
+}
+
+/// Our last write of the finalizer to one snapshot.
+#[derive(Debug)]
+struct Written {
+    on: bool,
+    /// The snapshot written (one of the same name made later is another).
+    uid: String,
+    version: String,
+    at: Instant,
+}
 
 /// The bookkeeping itself, without locking: pure, so it is tested on its own.
 #[derive(Debug, Default)]
 pub(crate) struct Restorers {
     /// Claim UIDs whose attempt is restoring from each snapshot.
     by_snapshot: HashMap<SnapshotKey, HashSet<String>>,
-    /// Snapshots we took the finalizer off: the resourceVersion our write left, and when.
-    released: HashMap<SnapshotKey, (String, Instant)>,
+    written: HashMap<SnapshotKey, Written>,
 }
 
 impl Restorers {
@@ -51,31 +87,44 @@ impl Restorers {
             .map_or(0, |uids| uids.iter().filter(|u| *u != uid).count())
     }
 
-    /// Our write took the finalizer off, leaving `resource_version`.
-    pub(crate) fn released(&mut self, key: SnapshotKey, resource_version: String, now: Instant) {
-        self.released
-            .retain(|_, (_, at)| now.duration_since(*at) < RELEASE_MEMORY);
-        self.released.insert(key, (resource_version, now));
+    /// Our write put the finalizer on (`on`) or took it off, leaving the snapshot `version`.
+    pub(crate) fn wrote(&mut self, key: SnapshotKey, on: bool, version: Version, now: Instant) {
+        self.written
+            .retain(|_, w| now.duration_since(w.at) < WRITE_MEMORY);
+        self.written.insert(
+            key,
+            Written {
+                on,
+                uid: version.uid,
+                version: version.resource_version,
+                at: now,
+            },
+        );
     }
 
-    /// What we know of the finalizer is fresh again (our add, or a read from the API server).
+    /// The API server was asked: what it said is fresher than our last write.
     pub(crate) fn settled(&mut self, key: &SnapshotKey) {
-        self.released.remove(key);
+        self.written.remove(key);
     }
 
-    /// Whether a cached copy (at `cached_version`) that shows our finalizer can be believed:
-    /// not while it may predate our taking it off.
-    pub(crate) fn cached_finalizer_believed(
+    /// The finalizer's state, from a cached copy (at `cached`) that shows it (`cached_on`)
+    /// or not, and our last write.
+    pub(crate) fn belief(
         &self,
         key: &SnapshotKey,
-        cached_version: Option<&str>,
+        cached_on: bool,
+        cached: &Version,
         now: Instant,
-    ) -> bool {
-        match self.released.get(key) {
-            None => true,
-            Some((_, at)) if now.duration_since(*at) >= RELEASE_MEMORY => true,
-            // Our own write's version has no finalizer; any other may be older than it.
-            Some((ours, _)) => cached_version == Some(ours.as_str()),
+    ) -> Belief {
+        let belief = if cached_on { Belief::On } else { Belief::Off };
+        match self.written.get(key) {
+            None => belief,
+            Some(w) if now.duration_since(w.at) >= WRITE_MEMORY || w.uid != cached.uid => belief,
+            Some(w) if cached.resource_version == w.version || w.on == cached_on => belief,
+            // Only our writes add it: a copy without it is older than our add.
+            Some(w) if w.on => Belief::On,
+            // A copy with it may predate our removal, or someone may have added it since.
+            Some(_) => Belief::Read,
         }
     }
 }
@@ -150,30 +199,62 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_cached_finalizer_is_not_believed_after_our_removal_until_the_cache_shows_it() {
-        let now = Instant::now();
-        let mut r = Restorers::default();
-        assert!(r.cached_finalizer_believed(&key("s"), Some("1"), now));
-        r.released(key("s"), "7".into(), now);
-        // Older than our write (or anyone's later one, which we cannot tell apart): read.
-        assert!(!r.cached_finalizer_believed(&key("s"), Some("5"), now));
-        assert!(!r.cached_finalizer_believed(&key("s"), None, now));
-        assert!(r.cached_finalizer_believed(&key("s"), Some("7"), now));
-        assert!(r.cached_finalizer_believed(&key("t"), Some("5"), now));
-        // Long after, the cache has long caught up.
-        assert!(r.cached_finalizer_believed(&key("s"), Some("5"), now + RELEASE_MEMORY));
-        r.settled(&key("s"));
-        assert!(r.cached_finalizer_believed(&key("s"), Some("5"), now));
+    fn at(uid: &str, version: &str) -> Version {
+        Version {
+            uid: uid.into(),
+            resource_version: version.into(),
+        }
     }
 
     #[test]
-    fn old_removals_are_forgotten_when_new_ones_come() {
+    fn our_last_write_outweighs_a_cache_that_lags_behind_it() {
+        use Belief::*;
         let now = Instant::now();
         let mut r = Restorers::default();
-        r.released(key("s"), "1".into(), now);
-        r.released(key("t"), "2".into(), now + RELEASE_MEMORY);
-        assert_eq!(r.released.len(), 1);
+        let s = key("s");
+        // Nothing written: the cache is all there is.
+        assert_eq!(r.belief(&s, true, &at("u", "1"), now), On);
+        assert_eq!(r.belief(&s, false, &at("u", "1"), now), Off);
+        r.wrote(s.clone(), true, at("u", "7"), now);
+        assert_eq!(
+            r.belief(&s, false, &at("u", "5"), now),
+            On,
+            "older than our add"
+        );
+        assert_eq!(r.belief(&s, true, &at("u", "5"), now), On);
+        assert_eq!(r.belief(&s, false, &at("u", "7"), now), Off, "caught up");
+        assert_eq!(
+            r.belief(&s, false, &at("v", "8"), now),
+            Off,
+            "a new snapshot of the same name"
+        );
+        r.wrote(s.clone(), false, at("u", "9"), now);
+        assert_eq!(
+            r.belief(&s, true, &at("u", "7"), now),
+            Read,
+            "may predate our removal"
+        );
+        assert_eq!(r.belief(&s, false, &at("u", "7"), now), Off);
+        assert_eq!(r.belief(&s, true, &at("u", "9"), now), On);
+        assert_eq!(r.belief(&s, true, &at("v", "8"), now), On);
+        assert_eq!(
+            r.belief(&key("t"), true, &at("u", "7"), now),
+            On,
+            "another snapshot"
+        );
+        // Long after, the cache has long caught up.
+        assert_eq!(r.belief(&s, true, &at("u", "7"), now + WRITE_MEMORY), On);
+        r.settled(&s);
+        assert_eq!(r.belief(&s, true, &at("u", "7"), now), On);
+    }
+
+    #[test]
+    fn old_writes_are_forgotten_when_new_ones_come() {
+        let now = Instant::now();
+        let mut r = Restorers::default();
+        r.wrote(key("s"), false, at("u", "1"), now);
+        r.wrote(key("t"), true, at("u", "2"), now + WRITE_MEMORY);
+        assert_eq!(r.written.len(), 1);
     }
 
     #[test]
