@@ -613,6 +613,17 @@ async fn the_orphan_sweep_releases_snapshots_no_pending_claim_needs() {
     w.claim_from("waits", "1Mi", snapshot_source("kept")).await;
     w.s.wait_event("waits", "ProvisioningFailed", "is less than the size")
         .await;
+    // A pending claim naming "orphan" as another API group's VolumeSnapshot (refused, as
+    // upstream) does not want the snapshot, as upstream's sweep.
+    w.s.claim(
+        "other-group",
+        &w.class,
+        "1Gi",
+        json!({"spec": {"dataSourceRef": {"apiGroup": "example.com", "kind": "VolumeSnapshot", "name": "orphan"}}}),
+    )
+    .await;
+    w.s.wait_event("other-group", "ProvisioningFailed", "right APIGroup")
+        .await;
     // Our finalizer by hand on both, as a restore that was interrupted would leave it.
     add_finalizer(&w.snapshots(), "kept", names::SNAPSHOT_SOURCE_FINALIZER).await;
     add_finalizer(&w.snapshots(), "orphan", names::SNAPSHOT_SOURCE_FINALIZER).await;

@@ -285,12 +285,12 @@ pub fn wanted_by(claim: &PersistentVolumeClaim) -> Vec<(&str, &str)> {
     };
     let mut out = Vec::new();
     if let Some(s) = &spec.data_source
-        && s.kind == names::SNAPSHOT_KIND
+        && is_snapshot(&s.kind, s.api_group.as_deref())
     {
         out.push((own_ns, s.name.as_str()));
     }
     if let Some(s) = &spec.data_source_ref
-        && s.kind == names::SNAPSHOT_KIND
+        && is_snapshot(&s.kind, s.api_group.as_deref())
     {
         let ns = s
             .namespace
@@ -300,6 +300,12 @@ pub fn wanted_by(claim: &PersistentVolumeClaim) -> Vec<(&str, &str)> {
         out.push((ns, s.name.as_str()));
     }
     out
+}
+
+/// A VolumeSnapshot reference: that kind, with no API group or the snapshot one (as
+/// upstream's sweep; another group's `VolumeSnapshot` is a populator's).
+fn is_snapshot(kind: &str, api_group: Option<&str>) -> bool {
+    kind == names::SNAPSHOT_KIND && matches!(api_group, None | Some(API_GROUP))
 }
 
 /// The orphan sweep: of the snapshots holding our finalizer (`namespace`, `name`), those no

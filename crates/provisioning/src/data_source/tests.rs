@@ -425,16 +425,19 @@ fn orphan_sweep_keeps_only_snapshots_pending_claims_need() {
         });
         c
     };
-    let by_ref = |ns: &str, target_ns: Option<&str>, snap: &str| {
+    let by_ref_in = |group: Option<&str>, ns: &str, target_ns: Option<&str>, snap: &str| {
         let mut c = claim();
         c.metadata.namespace = Some(ns.into());
         spec_mut(&mut c).data_source_ref = Some(TypedObjectReference {
-            api_group: Some("snapshot.storage.k8s.io".into()),
+            api_group: group.map(str::to_string),
             kind: "VolumeSnapshot".into(),
             name: snap.into(),
             namespace: target_ns.map(str::to_string),
         });
         c
+    };
+    let by_ref = |ns: &str, target_ns: Option<&str>, snap: &str| {
+        by_ref_in(Some("snapshot.storage.k8s.io"), ns, target_ns, snap)
     };
     let pair = |ns: &str, name: &str| (ns.to_string(), name.to_string());
     let protected = vec![
@@ -445,6 +448,8 @@ fn orphan_sweep_keeps_only_snapshots_pending_claims_need() {
         pair("b", "pending"),
         pair("a", "by-ref"),
         pair("c", "cross"),
+        pair("a", "no-group"),
+        pair("a", "other-group"),
     ];
     let claims = [
         pending("a", "pending", Some("Pending")),
@@ -452,6 +457,9 @@ fn orphan_sweep_keeps_only_snapshots_pending_claims_need() {
         pending("a", "bound", Some("Bound")),
         by_ref("a", None, "by-ref"),
         by_ref("a", Some("c"), "cross"),
+        by_ref_in(None, "a", None, "no-group"),
+        // Another group's VolumeSnapshot is a populator's source, not this snapshot.
+        by_ref_in(Some("example.com"), "a", None, "other-group"),
     ];
     let refs: Vec<&PersistentVolumeClaim> = claims.iter().collect();
     let got: Vec<(String, String)> = unreferenced(&protected, &refs)
@@ -463,7 +471,8 @@ fn orphan_sweep_keeps_only_snapshots_pending_claims_need() {
         vec![
             pair("a", "bound"),
             pair("a", "nobody"),
-            pair("b", "pending")
+            pair("b", "pending"),
+            pair("a", "other-group")
         ]
     );
     assert_eq!(unreferenced(&protected, &[]).len(), protected.len());
