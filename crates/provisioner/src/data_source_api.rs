@@ -89,6 +89,7 @@ pub async fn set_snapshot_finalizer(
     retry_conflicts: bool,
 ) -> Result<Option<DynamicObject>, kube::Error> {
     let name = object.metadata.name.clone().unwrap_or_default();
+    let uid = object.metadata.uid.clone();
     let retries = if retry_conflicts { CONFLICT_RETRIES } else { 0 };
     for attempt in 0..=retries {
         let finalizers = object.metadata.finalizers.as_ref();
@@ -103,6 +104,11 @@ pub async fn set_snapshot_finalizer(
             }
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < retries => {
                 match api.get_opt(&name).await? {
+                    // Deleted and re-created under the same name: another snapshot, which
+                    // the restore did not check and the release must not touch.
+                    Some(fresh) if fresh.metadata.uid != uid => {
+                        return if add { Err(kube::Error::Api(e)) } else { Ok(None) };
+                    }
                     Some(fresh) => object = fresh,
                     None if !add => return Ok(None),
                     None => {
