@@ -107,7 +107,11 @@ pub async fn set_snapshot_finalizer(
                     // Deleted and re-created under the same name: another snapshot, which
                     // the restore did not check and the release must not touch.
                     Some(fresh) if fresh.metadata.uid != uid => {
-                        return if add { Err(kube::Error::Api(e)) } else { Ok(None) };
+                        return if add {
+                            Err(kube::Error::Api(e))
+                        } else {
+                            Ok(None)
+                        };
                     }
                     Some(fresh) => object = fresh,
                     None if !add => return Ok(None),

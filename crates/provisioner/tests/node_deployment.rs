@@ -1132,6 +1132,41 @@ async fn a_clone_waiting_on_another_node_holds_its_source() {
     support::wait_gone(&s.claims(), "src").await;
 }
 
+/// A clone source on node a that node b's clone protected is let go by b's instance once the
+/// clone is gone, with a's instance down (a lost node): every instance keeps the claims that
+/// hold our cloning-protection finalizer, as upstream's instances see every claim.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_clone_source_on_a_lost_node_is_released_by_another() {
+    let (s, mut nodes, class) = cloning_nodes("nd-lost-src").await;
+    s.claim("src", &class, "1Gi", on(&nodes[0].node)).await;
+    s.wait_bound("src").await;
+    let mut copy = on(&nodes[1].node);
+    copy["spec"] = json!({"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}});
+    s.claim("copy", &class, "1Gi", copy).await;
+    eventually("b to protect the source", || async {
+        let src = s.claims().get("src").await.ok()?;
+        src.finalizers()
+            .iter()
+            .any(|f| f == provisioning::names::CLONE_SOURCE_FINALIZER)
+            .then_some(())
+    })
+    .await;
+    nodes[0].prov.kill9();
+    s.delete_claim("src").await;
+    // The clone still waits (b's driver cannot reach a's volume): the source stays.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        s.claims().get_opt("src").await.unwrap().is_some(),
+        "the source went while its clone waited"
+    );
+    s.delete_claim("copy").await;
+    support::wait_gone(&s.claims(), "src").await;
+    // Only the source's node speaks for it: b posted no WaitForClones event.
+    let events = s.our_event_reasons("src").await;
+    assert!(!events.iter().any(|r| r == "WaitForClones"), "{events:?}");
+}
+
 /// A node whose driver refuses every volume (a per-node volume limit GetCapacity does not
 /// show): each claim it takes fails there once, goes back, and is taken by the other node;
 /// the failing node does not take it again at once, as a fixed order alone would have it do

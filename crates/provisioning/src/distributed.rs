@@ -34,28 +34,24 @@ pub enum NodeOwner {
 
 /// Whether an instance on `node` keeps a claim in its cache at all: claims whose
 /// `selected-node` names it, claims still waiting for a node (unbound, none selected), and
-/// clone sources without a node that hold our cloning-protection finalizer (whichever node
-/// cloned them added it, and some instance must see the claim to take it off). Everything
-/// else (other nodes' claims, claims bound without any node selected) no step of this
-/// instance reads, so with local storage each instance holds its own node's claims instead of
-/// the cluster's.
+/// clone sources that hold our cloning-protection finalizer, whatever their node (whichever
+/// node cloned them added it, and some instance must see the claim to take it off, also when
+/// the source's own node is lost). Everything else (other nodes' claims, claims bound without
+/// any node selected) no step of this instance reads, so with local storage each instance
+/// holds its own node's claims instead of the cluster's.
 ///
 /// Differs from upstream: its instances cache every claim of the cluster.
 pub fn concerns_node(claim: &PersistentVolumeClaim, node: &str) -> bool {
+    if crate::data_source::snapshot::has_finalizer(&claim.metadata, names::CLONE_SOURCE_FINALIZER) {
+        return true;
+    }
     match annotation(claim, names::ANN_SELECTED_NODE).filter(|n| !n.is_empty()) {
         Some(selected) => selected == node,
-        None => {
-            let unbound = claim
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_deref())
-                .is_none_or(str::is_empty);
-            unbound
-                || crate::data_source::snapshot::has_finalizer(
-                    &claim.metadata,
-                    names::CLONE_SOURCE_FINALIZER,
-                )
-        }
+        None => claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_none_or(str::is_empty),
     }
 }
 

@@ -405,8 +405,8 @@ fn an_instance_keeps_its_own_and_waiting_claims_only() {
         ),
         (
             protected(bound(Some("n2"))),
-            false,
-            "another node's clone source: that node releases it",
+            true,
+            "another node's clone source: any node may have to release it (a lost node)",
         ),
     ];
     for (c, want, what) in cases {
