@@ -1092,19 +1092,14 @@ fn on(node: &str) -> serde_json::Value {
     json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": node}}})
 }
 
-/// Cloning protection across nodes: a source claim on node a stays while a clone that node b
-/// took still waits, although a's instance does not cache b's claims (upstream's clone
-/// controller sees every claim). It goes once the clone is gone.
-#[tokio::test]
-#[ignore = "needs the control plane: cargo xtask test"]
-async fn a_clone_waiting_on_another_node_holds_its_source() {
-    let (s, nodes, class) = cloning_nodes("nd-clone").await;
+/// A source claim "src" on node a and its clone "copy" on node b; returns once b's instance
+/// has protected the source (before its driver, which cannot reach a's volume, fails).
+async fn clone_across_nodes(s: &Scenario, nodes: &[Instance], class: &str) {
     s.claim("src", &class, "1Gi", on(&nodes[0].node)).await;
     s.wait_bound("src").await;
     let mut copy = on(&nodes[1].node);
     copy["spec"] = json!({"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}});
     s.claim("copy", &class, "1Gi", copy).await;
-    // b's instance protects the source before its driver (which cannot reach a's volume) fails.
     eventually("b to protect the source", || async {
         let src = s.claims().get("src").await.ok()?;
         src.finalizers()
@@ -1113,6 +1108,16 @@ async fn a_clone_waiting_on_another_node_holds_its_source() {
             .then_some(())
     })
     .await;
+}
+
+/// Cloning protection across nodes: a source claim on node a stays while a clone that node b
+/// took still waits, although a's instance does not cache b's claims (upstream's clone
+/// controller sees every claim). It goes once the clone is gone.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_clone_waiting_on_another_node_holds_its_source() {
+    let (s, nodes, class) = cloning_nodes("nd-clone").await;
+    clone_across_nodes(&s, &nodes, &class).await;
     s.delete_claim("src").await;
     let event = s.wait_event("src", "WaitForClones", "copy").await;
     assert!(
@@ -1139,19 +1144,7 @@ async fn a_clone_waiting_on_another_node_holds_its_source() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_clone_source_on_a_lost_node_is_released_by_another() {
     let (s, mut nodes, class) = cloning_nodes("nd-lost-src").await;
-    s.claim("src", &class, "1Gi", on(&nodes[0].node)).await;
-    s.wait_bound("src").await;
-    let mut copy = on(&nodes[1].node);
-    copy["spec"] = json!({"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}});
-    s.claim("copy", &class, "1Gi", copy).await;
-    eventually("b to protect the source", || async {
-        let src = s.claims().get("src").await.ok()?;
-        src.finalizers()
-            .iter()
-            .any(|f| f == provisioning::names::CLONE_SOURCE_FINALIZER)
-            .then_some(())
-    })
-    .await;
+    clone_across_nodes(&s, &nodes, &class).await;
     nodes[0].prov.kill9();
     s.delete_claim("src").await;
     // The clone still waits (b's driver cannot reach a's volume): the source stays.
