@@ -1095,11 +1095,11 @@ fn on(node: &str) -> serde_json::Value {
 /// A source claim "src" on node a and its clone "copy" on node b; returns once b's instance
 /// has protected the source (before its driver, which cannot reach a's volume, fails).
 async fn clone_across_nodes(s: &Scenario, nodes: &[Instance], class: &str) {
-    s.claim("src", &class, "1Gi", on(&nodes[0].node)).await;
+    s.claim("src", class, "1Gi", on(&nodes[0].node)).await;
     s.wait_bound("src").await;
     let mut copy = on(&nodes[1].node);
     copy["spec"] = json!({"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}});
-    s.claim("copy", &class, "1Gi", copy).await;
+    s.claim("copy", class, "1Gi", copy).await;
     eventually("b to protect the source", || async {
         let src = s.claims().get("src").await.ok()?;
         src.finalizers()
