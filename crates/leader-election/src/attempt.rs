@@ -55,7 +55,9 @@ impl<S: LeaseStore> LeaderElector<S> {
         if let Some(record) = &record
             && self.observed.as_ref() != Some(record)
         {
-            self.set_observed(record.clone(), now.instant);
+            // Seen when the read returned, as client-go: a slow read must not shorten the
+            // holder's time. `now` (from before the read) stays what the record is judged at.
+            self.set_observed(record.clone(), Instant::now());
         }
         if current.is_some() {
             self.cached = current;

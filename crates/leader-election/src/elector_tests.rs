@@ -27,6 +27,8 @@ struct Shared {
 struct MemStore {
     shared: Arc<Mutex<Shared>>,
     down: Arc<AtomicBool>,
+    /// The next GET is answered this much later (a slow API server), as it was when served.
+    slow_get: Arc<Mutex<Option<Duration>>>,
     who: &'static str,
 }
 
@@ -35,6 +37,7 @@ impl MemStore {
         Self {
             shared: shared.clone(),
             down: Arc::default(),
+            slow_get: Arc::default(),
             who,
         }
     }
@@ -58,6 +61,10 @@ fn conflict() -> StoreError {
 
 impl LeaseStore for MemStore {
     async fn get(&self) -> Result<Option<Lease>, StoreError> {
+        let delay = self.slow_get.lock().expect("delay lock").take();
+        if let Some(delay) = delay {
+            sleep(delay).await;
+        }
         Ok(self.call("get")?.lease.clone())
     }
 
@@ -202,6 +209,28 @@ async fn leader_cut_off_loses_at_the_renew_deadline_and_standby_takes_over() {
         ("b", 1)
     );
     cancel.cancel();
+}
+
+/// client-go times a newly seen record from when the read returns: a standby whose GET was
+/// slow must not count the leader's time from when it sent it, or it takes over while the
+/// leader (which renewed while the GET was under way) still leads.
+#[tokio::test(start_paused = true)]
+async fn a_record_is_timed_from_when_the_read_returns() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let mut a = LeaderElector::with_store(MemStore::client(&shared, "a"), cfg("a")).unwrap();
+    assert!(a.try_acquire_or_renew().await, "a creates the Lease");
+    let b_store = MemStore::client(&shared, "b");
+    *b_store.slow_get.lock().unwrap() = Some(Duration::from_secs(8));
+    let mut b = LeaderElector::with_store(b_store, cfg("b")).unwrap();
+    let sent = Instant::now();
+    assert!(!b.try_acquire_or_renew().await, "a's Lease is valid");
+    assert_eq!(Instant::now() - sent, Duration::from_secs(8));
+    // 15 s after b sent its read, but only 7 s after it saw the record: still a's.
+    sleep(Duration::from_secs(7)).await;
+    assert!(!b.try_acquire_or_renew().await, "b took over a valid Lease");
+    // 15 s after the read returned, the Lease has expired.
+    sleep(Duration::from_secs(8)).await;
+    assert!(b.try_acquire_or_renew().await);
 }
 
 #[tokio::test(start_paused = true)]

@@ -218,7 +218,7 @@ fn limits(qps: f32, burst: i64) -> ClientLimits {
 }
 
 fn leader_config(opts: &cli::Options, driver: &str) -> Result<LeaderElectionConfig, AppError> {
-    let identity = leader_election::identity_from_host(None).unwrap_or_else(|_| "unknown".into());
+    let identity = leader_election::identity_from_host(None).map_err(AppError::LeaderIdentity)?;
     let namespace =
         leader_election::namespace_from_environment(opts.leader_election_namespace.as_deref());
     let mut cfg =

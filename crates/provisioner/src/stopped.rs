@@ -19,6 +19,9 @@ pub enum AppError {
     LeaderElection(#[from] leader_election::ConfigError),
     #[error("leaderelection lost")]
     LostLease,
+    /// Upstream exits too: replicas sharing a made-up identity would each think they lead.
+    #[error("error getting the default leader identity: {0}")]
+    LeaderIdentity(std::io::Error),
     /// Upstream's `ExitOnConnectionLoss`: a sidecar whose driver went away cannot do anything
     /// useful, and restarting the container is the recovery Kubernetes offers.
     #[error("Lost connection to CSI driver, exiting")]
