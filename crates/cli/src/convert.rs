@@ -387,7 +387,11 @@ pub(crate) fn convert(
             http_endpoint: non_empty(raw.http_endpoint),
             metrics_address: non_empty(raw.metrics_address),
             metrics_path: raw.metrics_path.unwrap_or(d.metrics_path),
-            automaxprocs: boolean("automaxprocs", raw.automaxprocs, false)?,
+            // A Go BoolFunc upstream: an empty value turns it on.
+            automaxprocs: match raw.automaxprocs {
+                Some(s) if s.is_empty() => true,
+                raw => boolean("automaxprocs", raw, false)?,
+            },
             logging,
             env,
             feature_gate_warnings: Vec::new(),

@@ -119,8 +119,12 @@ pub(crate) fn stage_two(opts: &Options) -> Result<(), CliError> {
             "must be greater than 0, every CSI call would time out at once",
         ));
     }
-    if opts.kube_api_qps > 0.0 && opts.kube_api_burst < 0 {
-        return Err(CliError::invalid("kube-api-burst", "must not be negative"));
+    // client-go refuses a clientset with QPS but no burst; upstream exits on it.
+    if opts.kube_api_qps > 0.0 && opts.kube_api_burst <= 0 {
+        return Err(CliError::invalid(
+            "kube-api-burst",
+            "burst is required to be greater than 0 when --kube-api-qps is greater than 0",
+        ));
     }
     if opts.enable_capacity {
         capacity(opts)?;
@@ -162,10 +166,10 @@ fn capacity(opts: &Options) -> Result<(), CliError> {
             "zero needs --capacity-stale-after (when an object counts as stale)",
         ));
     }
-    if opts.kube_api_capacity_qps > 0.0 && opts.kube_api_capacity_burst < 0 {
+    if opts.kube_api_capacity_qps > 0.0 && opts.kube_api_capacity_burst <= 0 {
         return Err(CliError::invalid(
             "kube-api-capacity-burst",
-            "must not be negative",
+            "burst is required to be greater than 0 when --kube-api-capacity-qps is greater than 0",
         ));
     }
     Ok(())

@@ -72,6 +72,9 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
 
     let queue_metrics = WorkQueueMetrics::new();
     queue_metrics.register(&mut registry);
+    for name in queue_names(&opts) {
+        queue_metrics.announce(name);
+    }
     let controller_metrics = ControllerMetrics::new();
     controller_metrics.register(&mut registry);
     let capacity_metrics = CapacityMetrics::new();
@@ -109,7 +112,11 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
                 capacity: opts.enable_capacity.then(|| capacity_metrics.clone()),
             },
             Arc::new(registry),
-            elector.as_ref().map(LeaderElector::health_check),
+            // As csi-lib-utils: the health check is served on --http-endpoint only.
+            elector
+                .as_ref()
+                .filter(|_| opts.http_endpoint.is_some())
+                .map(LeaderElector::health_check),
             cancel.clone(),
         )
         .await?;
@@ -208,6 +215,18 @@ async fn cancel_on_signal(cancel: CancellationToken, release_lease: bool) {
     );
     crate::driver::shutting_down();
     cancel.cancel();
+}
+
+/// The work queues the controllers will run (upstream's topology queue is central-only).
+fn queue_names(opts: &cli::Options) -> Vec<&'static str> {
+    let mut names = vec!["claims", "volumes"];
+    if opts.enable_capacity {
+        names.push(crate::capacity_controller::QUEUE_NAME);
+        if !opts.node_deployment {
+            names.push(crate::capacity_controller::TOPOLOGY_QUEUE_NAME);
+        }
+    }
+    names
 }
 
 fn limits(qps: f32, burst: i64) -> ClientLimits {

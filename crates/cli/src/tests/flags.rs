@@ -267,6 +267,8 @@ type Check = fn(&Options) -> bool;
 #[case(&["--metrics-address=:9090"], |o: &Options| o.http_address() == Some(":9090"))]
 #[case(&["--metrics-path=/m"], |o: &Options| o.metrics_path == "/m")]
 #[case(&["--automaxprocs"], |o: &Options| o.automaxprocs)]
+#[case(&["--automaxprocs="], |o: &Options| o.automaxprocs)]
+#[case(&["--automaxprocs=false"], |o: &Options| !o.automaxprocs)]
 #[case(&["-v=4"], |o: &Options| o.logging.verbosity == 4)]
 #[case(&["--vmodule=controller=5"], |o: &Options| o.logging.vmodule.as_deref() == Some("controller=5"))]
 #[case(&["--logging-format=json"], |o: &Options| o.logging.format == klog::Format::Json)]

@@ -18,7 +18,8 @@ use super::*;
 #[case(&["--worker-threads=0"], "flag --worker-threads: must be greater than 0")]
 #[case(&["--kube-api-burst=ten"], r#"invalid value "ten" for flag --kube-api-burst: expected an integer such as 5, -1 or 0x10"#)]
 #[case(&["--kube-api-burst=9223372036854775808"], r#"invalid value "9223372036854775808" for flag --kube-api-burst: value out of range; expected an integer such as 5, -1 or 0x10"#)]
-#[case(&["--kube-api-burst=-1"], "flag --kube-api-burst: must not be negative")]
+#[case(&["--kube-api-burst=-1"], "flag --kube-api-burst: burst is required to be greater than 0 when --kube-api-qps is greater than 0")]
+#[case(&["--kube-api-burst=0"], "flag --kube-api-burst: burst is required to be greater than 0 when --kube-api-qps is greater than 0")]
 #[case(&["--kube-api-qps=fast"], r#"invalid value "fast" for flag --kube-api-qps: expected a number such as 5 or 2.5"#)]
 #[case(&["--kube-api-qps=NaN"], r#"invalid value "NaN" for flag --kube-api-qps: expected a number such as 5 or 2.5"#)]
 #[case(&["--kube-api-capacity-qps=1e39"], r#"invalid value "1e39" for flag --kube-api-capacity-qps: value out of range; expected a number such as 1 or 0.5"#)]
@@ -68,6 +69,7 @@ fn rejects_with_one_line_messages(#[case] args: &[&str], #[case] message: &str) 
 #[case(&["--enable-capacity", "--capacity-threads=0"], &[("NAMESPACE", "ns"), ("POD_NAME", "p")], "flag --capacity-threads: must be greater than 0")]
 #[case(&["--enable-capacity", "--capacity-poll-interval=0s"], &[("NAMESPACE", "ns"), ("POD_NAME", "p")], "flag --capacity-poll-interval: must be greater than 0")]
 #[case(&["--enable-capacity", "--capacity-stale-action=zero"], &[("NAMESPACE", "ns"), ("POD_NAME", "p")], "flag --capacity-stale-action: zero needs --capacity-stale-after (when an object counts as stale)")]
+#[case(&["--enable-capacity", "--kube-api-capacity-burst=0"], &[("NAMESPACE", "ns"), ("POD_NAME", "p")], "flag --kube-api-capacity-burst: burst is required to be greater than 0 when --kube-api-capacity-qps is greater than 0")]
 #[case(&["--node-deployment"], &[("NODE_NAME", "")], "the NODE_NAME environment variable must be set when --node-deployment is set")]
 fn rejects_with_environment(
     #[case] args: &[&str],

@@ -137,6 +137,14 @@ impl WorkQueueMetrics {
         }
     }
 
+    /// Exports zero-valued series of queue `name` before the queue exists. client-go creates
+    /// them with a queue, and upstream builds its queues before leader election, so a standby
+    /// has them too; ours builds them on becoming leader. They stay after the queue is gone.
+    pub fn announce(&self, name: &str) {
+        let _ = self.for_queue(name);
+        self.in_flight.announced.lock().insert(name.to_string());
+    }
+
     pub(crate) fn track(&self, queue: Weak<dyn InFlight>) {
         self.in_flight.queues.lock().push(queue);
     }
@@ -186,6 +194,8 @@ impl Default for QueueMetrics {
 #[derive(Default)]
 struct InFlightCollector {
     queues: Mutex<Vec<Weak<dyn InFlight>>>,
+    /// Queue names whose gauges read 0 while no such queue lives ([`WorkQueueMetrics::announce`]).
+    announced: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for InFlightCollector {
@@ -198,7 +208,12 @@ impl Collector for InFlightCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         // Two queues may share a name (upstream has two `claims` queues): sum the work,
         // take the longest processor.
-        let mut per_name: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        let mut per_name: BTreeMap<String, (f64, f64)> = self
+            .announced
+            .lock()
+            .iter()
+            .map(|name| (name.clone(), (0.0, 0.0)))
+            .collect();
         let live: Vec<Arc<dyn InFlight>> = {
             let mut queues = self.queues.lock();
             queues.retain(|q| q.strong_count() > 0);

@@ -396,3 +396,26 @@ async fn dropped_queues_leave_the_in_flight_gauges() {
         !scrape(&registry).contains(r#"workqueue_unfinished_work_seconds{name="csitopology"}"#)
     );
 }
+
+/// A standby (no queue yet) exports every announced queue's series at zero, as upstream's
+/// replicas do from start-up.
+#[test]
+fn announced_queues_have_zero_series_before_they_exist() {
+    let metrics = WorkQueueMetrics::new();
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    metrics.announce("claims");
+    let text = scrape(&registry);
+    for series in [
+        r#"workqueue_depth{name="claims"} 0"#,
+        r#"workqueue_adds_total{name="claims"} 0"#,
+        r#"workqueue_retries_total{name="claims"} 0"#,
+        r#"workqueue_queue_duration_seconds_count{name="claims"} 0"#,
+        r#"workqueue_work_duration_seconds_count{name="claims"} 0"#,
+        r#"workqueue_unfinished_work_seconds{name="claims"} 0"#,
+        r#"workqueue_longest_running_processor_seconds{name="claims"} 0"#,
+    ] {
+        assert!(text.contains(series), "no {series} in:\n{text}");
+    }
+    assert!(!text.contains(r#"name="volumes""#), "{text}");
+}

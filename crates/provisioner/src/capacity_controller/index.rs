@@ -80,6 +80,12 @@ impl Index {
         self.objects.values()
     }
 
+    /// How many objects represent no desired key (upstream's `csistoragecapacities_obsolete`:
+    /// duplicates of a desired key are not counted, though they go too).
+    pub fn obsolete_count(&self, desired: &BTreeSet<Key>) -> usize {
+        obsolete(self.objects.values(), desired).len()
+    }
+
     /// Objects that must go: obsolete ones, and all but one per key (plan_key's survivor rule).
     pub fn doomed(&self, desired: &BTreeSet<Key>) -> BTreeSet<String> {
         let mut out: BTreeSet<String> = obsolete(self.objects.values(), desired)
@@ -160,6 +166,11 @@ mod tests {
             "duplicate loser and obsolete object"
         );
         assert_eq!(index.current(&desired), 1);
+        assert_eq!(
+            index.obsolete_count(&desired),
+            1,
+            "the duplicate is not obsolete"
+        );
         assert!(index.has_live(&a) && !index.has_live(&b));
         let doomed: Vec<bool> = ["csisc-1", "csisc-2", "csisc-3", "nope"]
             .iter()

@@ -201,7 +201,7 @@ impl metrics::Source for Shared {
         metrics::Snapshot {
             goal: state.desired.len(),
             current: state.index.current(&state.desired),
-            obsolete: state.index.doomed(&state.desired).len(),
+            obsolete: state.index.obsolete_count(&state.desired),
             conflicts: state.conflicts.len(),
             freshness: state.staleness.snapshot(tokio::time::Instant::now()),
         }
