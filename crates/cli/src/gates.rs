@@ -7,9 +7,10 @@
 //!   removed.
 //! - `AllAlpha` / `AllBeta` set every alpha / beta gate that is not named explicitly.
 //!
-//! Upstream's global gate also knows the ~50 gates of the Kubernetes libraries it links
-//! (`k8s.io/apiserver`, component-base metrics, zpages); none of them affects the sidecar and
-//! we reject them as unknown.
+//! Upstream's global gate also knows the alpha and beta gates of the Kubernetes libraries it
+//! links (`k8s.io/apiserver`, component-base metrics, zpages; [`LIBRARY_GATES`]). None of them
+//! changes what the sidecar does; they are taken and ignored, so a command line upstream
+//! starts with starts here too.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,6 +37,40 @@ pub enum Feature {
     /// Alpha, off: drain the controllers and release the Lease on SIGTERM/SIGINT.
     ReleaseLeaderElectionOnExit,
 }
+
+/// The library gates upstream v6.3.0's `--help` lists besides its own (all alpha or beta,
+/// none locked).
+pub const LIBRARY_GATES: [&str; 29] = [
+    "APIResponseCompression",
+    "APIServerIdentity",
+    "APIServingWithRoutine",
+    "AllowParsingUserUIDFromCertAuth",
+    "AllowUnsafeMalformedObjectDeletion",
+    "CBORServingAndStorage",
+    "ComponentFlagz",
+    "ComponentStatusz",
+    "ConcurrentWatchObjectDecode",
+    "ConstrainedImpersonation",
+    "CoordinatedLeaderElection",
+    "DeclarativeValidationBeta",
+    "DetectCacheInconsistency",
+    "ListFromCacheSnapshot",
+    "ManifestBasedAdmissionControlConfig",
+    "NativeHistograms",
+    "OpenAPIEnums",
+    "RemoteRequestHeaderUID",
+    "ShardedListAndWatch",
+    "SizeBasedListCostEstimate",
+    "StorageVersionAPI",
+    "StorageVersionHash",
+    "StructuredAuthenticationConfigurationEgressSelector",
+    "StructuredAuthenticationConfigurationJWKSMetrics",
+    "TokenRequestServiceAccountUIDValidation",
+    "UnauthenticatedHTTP2DOSMitigation",
+    "UnknownVersionInteroperabilityProxy",
+    "WatchCacheInitializationPostStartHook",
+    "WatchList",
+];
 
 struct Spec {
     feature: Feature,
@@ -185,6 +220,9 @@ impl FeatureGates {
                 all.push((name.as_str(), value));
                 continue;
             }
+            if LIBRARY_GATES.contains(&name.as_str()) {
+                continue;
+            }
             let spec = SPECS
                 .iter()
                 .find(|s| s.name == name)
@@ -273,6 +311,18 @@ mod tests {
         let mut g = FeatureGates::default();
         let warnings = g.set_from_map(&map)?;
         Ok((g, warnings))
+    }
+
+    #[test]
+    fn library_gates_are_taken_and_change_nothing() {
+        let (g, warnings) = gates(&["WatchList=false,APIResponseCompression=true"]).unwrap();
+        assert_eq!(g, FeatureGates::default());
+        assert!(warnings.is_empty());
+        assert!(matches!(
+            gates(&["ContextualLogging=true"]),
+            Err(GateError::Unknown(name)) if name == "ContextualLogging"
+        ));
+        assert!(gates(&["WatchList=maybe"]).is_err(), "a bad value is still refused");
     }
 
     #[test]
