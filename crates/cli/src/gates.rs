@@ -322,7 +322,10 @@ mod tests {
             gates(&["ContextualLogging=true"]),
             Err(GateError::Unknown(name)) if name == "ContextualLogging"
         ));
-        assert!(gates(&["WatchList=maybe"]).is_err(), "a bad value is still refused");
+        assert!(
+            gates(&["WatchList=maybe"]).is_err(),
+            "a bad value is still refused"
+        );
     }
 
     #[test]

@@ -54,11 +54,11 @@ pub fn list<S: AsRef<str>>(items: &[S]) -> String {
 
 /// `%v` of a `map[string]string`: `map[a:1 b:2]`, keys sorted as Go's fmt sorts them.
 pub fn map<'a>(entries: impl IntoIterator<Item = (&'a String, &'a String)>) -> String {
-    let mut pairs: Vec<String> = entries
-        .into_iter()
-        .map(|(k, v)| format!("{k}:{v}"))
-        .collect();
-    pairs.sort();
+    // Sorted by key, then formatted: sorting the "k:v" strings would put `a-b:2` before
+    // `a:1`, as '-' sorts before ':'.
+    let mut entries: Vec<(&String, &String)> = entries.into_iter().collect();
+    entries.sort();
+    let pairs: Vec<String> = entries.iter().map(|(k, v)| format!("{k}:{v}")).collect();
     format!("map[{}]", pairs.join(" "))
 }
 
@@ -134,6 +134,17 @@ mod tests {
         assert_eq!(quote_list::<&str>(&[]), "[]");
         assert_eq!(list(&["zone", "rack"]), "[zone rack]");
         assert_eq!(list::<String>(&[]), "[]");
+    }
+
+    #[test]
+    fn maps_sort_by_key_as_go() {
+        let m: Vec<(String, String)> = [("a-b", "2"), ("b", "3"), ("a", "1")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        // Go prints fmt.Sprintf("%v", map[string]string{...}) as map[a:1 a-b:2 b:3].
+        assert_eq!(map(m.iter().map(|(k, v)| (k, v))), "map[a:1 a-b:2 b:3]");
+        assert_eq!(map(std::iter::empty()), "map[]");
     }
 
     #[test]

@@ -53,15 +53,14 @@ fn active(policy: &Seen, binding: &Seen, name: &str) -> bool {
             .is_some_and(|p| p == name)
 }
 
-/// Whether a watch failed for lack of RBAC.
-fn forbidden(e: &watcher::Error) -> bool {
-    matches!(
-        e,
+/// The HTTP status of a watch's failure, if the API server answered.
+fn status(e: &watcher::Error) -> Option<u16> {
+    match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
-            | watcher::Error::WatchStartFailed(kube::Error::Api(s))
-            | watcher::Error::WatchFailed(kube::Error::Api(s))
-            if s.code == 403
-    )
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.code),
+        _ => None,
+    }
 }
 
 /// Watches until `cancel`.
@@ -95,7 +94,15 @@ pub async fn run(
         match event {
             Ok(event) if is_policy => policy.apply(event),
             Ok(event) => binding.apply(event),
-            Err(e) if forbidden(&e) => {
+            Err(e) if status(&e) == Some(404) => {
+                // Before Kubernetes 1.36 the v1 API is not served: no policy can be in force.
+                tracing::info!(policy = %name, err = %e,
+                    "This API server does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicies; the provisioner writes the creating-volume finalizer itself. Not watching");
+                metrics.set_admission_policy_active(false);
+                cancel.cancelled().await;
+                return;
+            }
+            Err(e) if status(&e) == Some(403) => {
                 tracing::warn!(policy = %name, err = %e,
                     "Cannot read MutatingAdmissionPolicies: grant get, list and watch on mutatingadmissionpolicies and mutatingadmissionpolicybindings (deploy/kubernetes/rbac.yaml does) to see whether the creating-volume finalizer is kept by the API server. Not watching");
                 metrics.set_admission_policy_active(false);

@@ -56,6 +56,58 @@ pub enum ReleaseError {
     Client(#[source] kube::Error),
     #[error("claim {0} was deleted but is still there after 60s; create it again by hand")]
     ClaimStuck(String),
+    #[error(
+        "these credentials may not {0}; nothing was changed. Run release-node as a cluster administrator (--kubeconfig), not as the provisioner's ServiceAccount"
+    )]
+    NotAllowed(String),
+}
+
+/// What the release writes, as (verb, resource): all of it is asked for before the first
+/// write, so that missing rights stop it before a PV is gone and its claim not yet re-created.
+const WRITES: [(&str, &str); 6] = [
+    ("delete", "persistentvolumes"),
+    ("patch", "persistentvolumes"),
+    ("delete", "persistentvolumeclaims"),
+    ("patch", "persistentvolumeclaims"),
+    ("create", "persistentvolumeclaims"),
+    ("update", "persistentvolumeclaims"),
+];
+
+/// Asks the API server (SelfSubjectAccessReview, open to every user) whether these
+/// credentials may make every write of [`WRITES`], in every namespace.
+async fn check_rights(client: &Client) -> Result<(), ReleaseError> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let mut missing = Vec::new();
+    for (verb, resource) in WRITES {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(verb.into()),
+                    resource: Some(resource.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|source| ReleaseError::Api {
+                what: format!("asking whether these credentials may {verb} {resource}"),
+                source,
+            })?;
+        if !answer.status.is_some_and(|s| s.allowed) {
+            missing.push(format!("{verb} {resource}"));
+        }
+    }
+    match missing.is_empty() {
+        true => Ok(()),
+        false => Err(ReleaseError::NotAllowed(missing.join(", "))),
+    }
 }
 
 /// Whether the command line asks for this subcommand.
@@ -179,6 +231,7 @@ pub async fn run(args: &Args) -> Result<usize, ReleaseError> {
         );
         return Ok(pinned.len());
     }
+    check_rights(&client).await?;
     for pv in &pinned {
         release(&client, pv).await?;
     }

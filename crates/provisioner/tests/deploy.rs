@@ -95,7 +95,7 @@ async fn every_manifest_passes_a_server_dry_run() {
 }
 
 /// A user who keeps upstream's RBAC keeps working: nothing in ours is missing from theirs but
-/// the documented VolumeAttributesClass `get` and reading the optional admission policy.
+/// the documented grants (`DOCUMENTED_EXTRAS`).
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn shipped_rbac_stays_within_upstreams() {

@@ -4,6 +4,8 @@
 //!
 //! Run with `cargo xtask test` (needs the control plane binaries).
 
+#[allow(dead_code)] // shared with tests/deploy.rs, which uses the rest
+mod deploy_support;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -699,13 +701,15 @@ async fn a_deleted_nodes_capacity_objects_are_removed_by_a_survivor() {
 
 /// Runs `csi-provisioner release-node <args>` as the admin; (exit code, stdout + stderr).
 fn release_node(args: &[&str]) -> (i32, String) {
+    release_node_as(ControlPlane::shared().kubeconfig(), args)
+}
+
+/// [`release_node`] with the credentials of `kubeconfig`.
+fn release_node_as(kubeconfig: &std::path::Path, args: &[&str]) -> (i32, String) {
     let out = std::process::Command::new(testenv::workspace_binary("csi-provisioner"))
         .arg("release-node")
         .args(args)
-        .arg(format!(
-            "--kubeconfig={}",
-            ControlPlane::shared().kubeconfig().display()
-        ))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .env_remove("KUBECONFIG")
         .output()
         .expect("run csi-provisioner release-node");
@@ -790,6 +794,17 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
     let same = s.claims().get("data").await.unwrap();
     assert_eq!(same.metadata.uid, before.metadata.uid);
     assert!(s.claims().get_opt("doomed").await.unwrap().is_some());
+
+    // The provisioner's own ServiceAccount may not delete or create claims: the release
+    // stops before its first write, rather than after a PV is gone and its claim is not back.
+    let sa = deploy_support::world::grant_shipped_rbac(&s, |_| {}).await;
+    let (code, out) = release_node_as(&sa, &[&nodes[0].node, &driver, "--dry-run=false"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("may not delete persistentvolumeclaims, patch persistentvolumeclaims, create persistentvolumeclaims; nothing was changed"),
+        "{out}"
+    );
+    assert!(s.volumes().get_opt(&old_pv).await.unwrap().is_some());
 
     // For real: the PV goes, the claim comes back and gets a volume on node b.
     let (code, out) = release_node(&[&nodes[0].node, &driver, "--dry-run=false"]);
