@@ -123,7 +123,9 @@ pub fn build_object(
 }
 
 /// The replacement for an existing object: new values, our owner appended when missing (as
-/// upstream does), everything else (labels, other owners, resourceVersion) kept.
+/// upstream does), everything else (labels, other owners, resourceVersion) kept. A reference
+/// to our owner that is not marked as the controller is replaced by ours, which is: the
+/// planner asks for our controller reference, and would otherwise ask again every poll.
 pub fn updated_object(
     existing: &CSIStorageCapacity,
     capacity: Capacity,
@@ -133,8 +135,10 @@ pub fn updated_object(
     set_values(&mut obj, capacity);
     if let Some(owner) = owner {
         let owners = obj.metadata.owner_references.get_or_insert_with(Vec::new);
-        if !owners.iter().any(|o| o.uid == owner.uid) {
-            owners.push(owner.clone());
+        match owners.iter_mut().find(|o| o.uid == owner.uid) {
+            Some(ours) if ours.controller != Some(true) => *ours = owner.clone(),
+            Some(_) => {}
+            None => owners.push(owner.clone()),
         }
     }
     obj
@@ -265,6 +269,23 @@ mod tests {
             Some(&owner("new")),
         );
         assert_eq!(again.metadata.owner_references.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn our_reference_without_the_controller_mark_becomes_ours() {
+        let mut loose = owner("ours");
+        loose.controller = None;
+        let existing = build_object(
+            &key(),
+            Capacity::from_response(1, None),
+            &template(Some(loose)),
+        );
+        let updated = updated_object(
+            &existing,
+            Capacity::from_response(1, None),
+            Some(&owner("ours")),
+        );
+        assert_eq!(updated.metadata.owner_references, Some(vec![owner("ours")]));
     }
 
     #[test]

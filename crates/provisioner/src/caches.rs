@@ -94,10 +94,12 @@ impl Caches {
                 let name = node.metadata.name.clone().unwrap_or_default();
                 // `None`: the driver reported no topology (see `NodeDeployment::node`).
                 let topology = node.metadata.labels.clone();
+                let volume_node = name.clone();
                 let claim = move |c: &PersistentVolumeClaim| {
                     provisioning::distributed::concerns_node(c, &name)
                 };
-                let volume = move |pv: &PersistentVolume| on_node(pv, topology.as_ref());
+                let volume =
+                    move |pv: &PersistentVolume| on_node(pv, topology.as_ref(), &volume_node);
                 (Box::new(claim) as Keep<_>, Box::new(volume) as Keep<_>)
             }
             None => (keep_all(), keep_all()),
@@ -281,9 +283,10 @@ fn keep_all<K>() -> Keep<K> {
 fn on_node(
     pv: &PersistentVolume,
     topology: Option<&std::collections::BTreeMap<String, String>>,
+    node_name: &str,
 ) -> bool {
     let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
-    provisioning::distributed::volume_is_accessible(affinity, topology)
+    provisioning::distributed::volume_is_accessible(affinity, topology, node_name)
 }
 
 /// Node annotations (often kilobytes per node) are never read; only labels are.

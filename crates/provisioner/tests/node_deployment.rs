@@ -878,6 +878,35 @@ async fn an_empty_node_topology_reaches_no_pinned_volume() {
     );
 }
 
+/// A hand-made PV pinned by node name (`matchFields`, which no provisioner writes) is the
+/// named node's, as the scheduler reads it: that node's instance deletes it once Released,
+/// and no other instance calls its own driver for it (upstream's all do).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_pv_pinned_by_node_name_is_deleted_by_that_node_alone() {
+    use kube::api::PostParams;
+    let (s, nodes) = nodes_with("nd-fields", &[("a", "10Gi"), ("b", "10Gi")], &[]).await;
+    let name = format!("{}-by-name", s.ns);
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": name,
+                     "annotations": {"pv.kubernetes.io/provisioned-by": s.driver}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+                 "claimRef": {"namespace": s.ns, "name": "gone", "uid": "00000000-0000-0000-0000-000000000002"},
+                 "csi": {"driver": s.driver, "volumeHandle": "vol-on-b"},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchFields": [
+                     {"key": "metadata.name", "operator": "In", "values": [nodes[1].node]}]}]}}}
+    }))
+    .unwrap();
+    s.volumes()
+        .create(&PostParams::default(), &pv)
+        .await
+        .unwrap();
+    support::wait_gone(&s.volumes(), &name).await;
+    assert_eq!(nodes[1].mock.calls_of("DeleteVolume").len(), 1);
+    assert_eq!(nodes[0].mock.calls_of("DeleteVolume").len(), 0);
+}
+
 /// A lost node's PV whose claim was bound to another PV meanwhile (its `claimRef` still names
 /// the claim's UID): `release-node` deletes only that stale PV. The claim keeps its binding and
 /// data; deleting and creating it again, as before, would have released the other PV.

@@ -80,10 +80,12 @@ pub fn node_owner(
 /// Upstream's `VolumeIsAccessible`: whether a PV's node affinity admits a node with
 /// `topology` (the driver's NodeGetInfo segments). No affinity, or a driver that reported no
 /// topology at all (`None`), admits everything; otherwise one required term must match, and
-/// an empty topology (reported, but without segments) is a node without labels.
+/// an empty topology (reported, but without segments) is a node without labels. `node_name`
+/// is this node's, for `matchFields` terms.
 pub fn volume_is_accessible(
     affinity: Option<&VolumeNodeAffinity>,
     topology: Option<&BTreeMap<String, String>>,
+    node_name: &str,
 ) -> bool {
     let Some(required) = affinity.and_then(|a| a.required.as_ref()) else {
         return true;
@@ -92,11 +94,27 @@ pub fn volume_is_accessible(
         return true;
     };
     required.node_selector_terms.iter().any(|term| {
-        // A term with fields only (never written by a provisioner) selects no labels, and an
-        // empty term selects nothing (as Kubernetes' node affinity).
+        // An empty term selects nothing (as Kubernetes' node affinity).
         let expressions = term.match_expressions.as_deref().unwrap_or_default();
-        !expressions.is_empty() && expressions.iter().all(|r| requirement_matches(r, topology))
+        let fields = term.match_fields.as_deref().unwrap_or_default();
+        (!expressions.is_empty() || !fields.is_empty())
+            && expressions.iter().all(|r| requirement_matches(r, topology))
+            && fields.iter().all(|r| field_matches(r, node_name))
     })
+}
+
+/// A `matchFields` requirement (never written by a provisioner; a hand-made PV may carry
+/// one): as the scheduler, `metadata.name` is the only field, compared with `In`/`NotIn`.
+/// Upstream matches a nameless node, for which every field term holds, so every instance
+/// deletes such a volume through its own driver; here only the named node's instance does.
+fn field_matches(r: &NodeSelectorRequirement, node_name: &str) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    let named = values.iter().any(|v| v == node_name);
+    match (r.key.as_str(), r.operator.as_str()) {
+        ("metadata.name", "In") => named,
+        ("metadata.name", "NotIn") => !named,
+        _ => false,
+    }
 }
 
 /// One node selector requirement against a label set, as Kubernetes' label selectors do.

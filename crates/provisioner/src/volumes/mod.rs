@@ -103,7 +103,11 @@ impl VolumesController {
     fn on_this_node(&self, pv: &PersistentVolume) -> bool {
         self.ctx.node.as_ref().is_none_or(|node| {
             let affinity = pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref());
-            provisioning::distributed::volume_is_accessible(affinity, node.reported_topology())
+            provisioning::distributed::volume_is_accessible(
+                affinity,
+                node.reported_topology(),
+                &node.name,
+            )
         })
     }
 

@@ -100,23 +100,63 @@ fn accessibility_matches_one_required_term() {
         (None, Some(&empty), true),
         // An empty term selects no node.
         (Some(affinity(json!([{}]))), Some(&node1), false),
+        // Fields: the node's name only, as the scheduler (this node is "n1").
+        (
+            Some(affinity(
+                json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]),
+            )),
+            Some(&node1),
+            true,
+        ),
+        (
+            Some(affinity(
+                json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]),
+            )),
+            Some(&node1),
+            false,
+        ),
+        (
+            Some(affinity(
+                json!([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n2"]}]}]),
+            )),
+            Some(&node1),
+            true,
+        ),
+        (
+            Some(affinity(
+                json!([{"matchFields": [{"key": "metadata.uid", "operator": "In", "values": ["n1"]}]}]),
+            )),
+            Some(&node1),
+            false,
+        ),
+        (
+            Some(affinity(
+                json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}],
+                              "matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]),
+            )),
+            Some(&node1),
+            false,
+        ),
     ];
     for (i, (a, t, want)) in cases.into_iter().enumerate() {
-        assert_eq!(volume_is_accessible(a.as_ref(), t), want, "case {i}");
+        assert_eq!(volume_is_accessible(a.as_ref(), t, "n1"), want, "case {i}");
     }
     let numeric = affinity(json!([{"matchExpressions": [
         {"key": "gen", "operator": "Gt", "values": ["3"]}]}]));
     assert!(volume_is_accessible(
         Some(&numeric),
-        Some(&topo(&[("gen", "4")]))
+        Some(&topo(&[("gen", "4")])),
+        "n1"
     ));
     assert!(!volume_is_accessible(
         Some(&numeric),
-        Some(&topo(&[("gen", "3")]))
+        Some(&topo(&[("gen", "3")])),
+        "n1"
     ));
     assert!(!volume_is_accessible(
         Some(&numeric),
-        Some(&topo(&[("gen", "x")]))
+        Some(&topo(&[("gen", "x")])),
+        "n1"
     ));
 }
 
