@@ -94,17 +94,15 @@ pub async fn run(
         match event {
             Ok(event) if is_policy => policy.apply(event),
             Ok(event) => binding.apply(event),
-            Err(e) if status(&e) == Some(404) => {
-                // Before Kubernetes 1.36 the v1 API is not served: no policy can be in force.
-                tracing::info!(policy = %name, err = %e,
-                    "This API server does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicies; the provisioner writes the creating-volume finalizer itself. Not watching");
-                metrics.set_admission_policy_active(false);
-                cancel.cancelled().await;
-                return;
-            }
-            Err(e) if status(&e) == Some(403) => {
-                tracing::warn!(policy = %name, err = %e,
-                    "Cannot read MutatingAdmissionPolicies: grant get, list and watch on mutatingadmissionpolicies and mutatingadmissionpolicybindings (deploy/kubernetes/rbac.yaml does) to see whether the creating-volume finalizer is kept by the API server. Not watching");
+            Err(e) if matches!(status(&e), Some(403 | 404)) => {
+                if status(&e) == Some(404) {
+                    // Before Kubernetes 1.36 the v1 API is not served: no policy is in force.
+                    tracing::info!(policy = %name, err = %e,
+                        "This API server does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicies; the provisioner writes the creating-volume finalizer itself. Not watching");
+                } else {
+                    tracing::warn!(policy = %name, err = %e,
+                        "Cannot read MutatingAdmissionPolicies: grant get, list and watch on mutatingadmissionpolicies and mutatingadmissionpolicybindings (deploy/kubernetes/rbac.yaml does) to see whether the creating-volume finalizer is kept by the API server. Not watching");
+                }
                 metrics.set_admission_policy_active(false);
                 cancel.cancelled().await;
                 return;

@@ -833,13 +833,34 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
     assert_eq!(nodes[0].mock.calls_of("DeleteVolume").len(), 0);
 }
 
+/// A PV of our driver made by hand, bound to a claim that is gone (so Released, with the
+/// Delete policy), with `terms` as its required node affinity; returns its name.
+async fn released_pv(s: &Scenario, suffix: &str, handle: &str, terms: serde_json::Value) -> String {
+    use kube::api::PostParams;
+    let name = format!("{}-{suffix}", s.ns);
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": name,
+                     "annotations": {"pv.kubernetes.io/provisioned-by": s.driver}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+                 "claimRef": {"namespace": s.ns, "name": "gone", "uid": "00000000-0000-0000-0000-000000000001"},
+                 "csi": {"driver": s.driver, "volumeHandle": handle},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": terms}}}
+    }))
+    .unwrap();
+    s.volumes()
+        .create(&PostParams::default(), &pv)
+        .await
+        .unwrap();
+    name
+}
+
 /// A driver whose NodeGetInfo names an empty topology is a node without labels, as upstream:
 /// a PV pinned to another node is not its to delete. Taken for "no topology" (every volume
 /// reachable), its instance raced the owning node's to delete it, through its own driver.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn an_empty_node_topology_reaches_no_pinned_volume() {
-    use kube::api::PostParams;
     let (s, nodes) = nodes_with("nd-empty-topo", &[("b", "10Gi")], &[]).await;
     let owner = &nodes[0];
     // The owner's DeleteVolume is slow: a wrong instance would get there first.
@@ -853,22 +874,9 @@ async fn an_empty_node_topology_reaches_no_pinned_volume() {
         .wait_for_log("Distributed provisioning", Duration::from_secs(60));
 
     // A provisioned PV on node b whose claim is gone: Released, to be deleted by b's instance.
-    let name = format!("{}-released", s.ns);
-    let pv: PersistentVolume = serde_json::from_value(json!({
-        "metadata": {"name": name,
-                     "annotations": {"pv.kubernetes.io/provisioned-by": s.driver}},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                 "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
-                 "claimRef": {"namespace": s.ns, "name": "gone", "uid": "00000000-0000-0000-0000-000000000001"},
-                 "csi": {"driver": s.driver, "volumeHandle": "vol-on-b"},
-                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                     {"key": NODE_KEY, "operator": "In", "values": [owner.node]}]}]}}}
-    }))
-    .unwrap();
-    s.volumes()
-        .create(&PostParams::default(), &pv)
-        .await
-        .unwrap();
+    let terms = json!([{"matchExpressions": [
+        {"key": NODE_KEY, "operator": "In", "values": [owner.node]}]}]);
+    let name = released_pv(&s, "released", "vol-on-b", terms).await;
     support::wait_gone(&s.volumes(), &name).await;
     assert_eq!(owner.mock.calls_of("DeleteVolume").len(), 1);
     assert_eq!(
@@ -884,24 +892,10 @@ async fn an_empty_node_topology_reaches_no_pinned_volume() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_pv_pinned_by_node_name_is_deleted_by_that_node_alone() {
-    use kube::api::PostParams;
     let (s, nodes) = nodes_with("nd-fields", &[("a", "10Gi"), ("b", "10Gi")], &[]).await;
-    let name = format!("{}-by-name", s.ns);
-    let pv: PersistentVolume = serde_json::from_value(json!({
-        "metadata": {"name": name,
-                     "annotations": {"pv.kubernetes.io/provisioned-by": s.driver}},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                 "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
-                 "claimRef": {"namespace": s.ns, "name": "gone", "uid": "00000000-0000-0000-0000-000000000002"},
-                 "csi": {"driver": s.driver, "volumeHandle": "vol-on-b"},
-                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchFields": [
-                     {"key": "metadata.name", "operator": "In", "values": [nodes[1].node]}]}]}}}
-    }))
-    .unwrap();
-    s.volumes()
-        .create(&PostParams::default(), &pv)
-        .await
-        .unwrap();
+    let terms = json!([{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": [nodes[1].node]}]}]);
+    let name = released_pv(&s, "by-name", "vol-on-b", terms).await;
     support::wait_gone(&s.volumes(), &name).await;
     assert_eq!(nodes[1].mock.calls_of("DeleteVolume").len(), 1);
     assert_eq!(nodes[0].mock.calls_of("DeleteVolume").len(), 0);
