@@ -52,6 +52,9 @@ async fn killed_mid_call(s: &mut Scenario) -> (String, String) {
     let class = s.class("imm", "Immediate", json!({})).await;
     let volume = s.claim_volume_name("data", &class, "1Gi").await;
     s.wait_create_volume_sent();
+    // The line is logged just before the request goes out: give it time to reach the driver
+    // (which then takes 4 s), or a kill under load can come first and no call is made.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     s.provisioner().kill9();
     (class, volume)
 }
