@@ -279,6 +279,7 @@ async fn capacity_controller(
         stale_zero: opts.capacity_stale_action == cli::StaleAction::Zero,
         driver_grace: opts.capacity_driver_grace,
         reservations: opts.capacity_reservations,
+        node_deployment: opts.node_deployment,
     };
     Ok(CapacityController::new(
         config,

@@ -445,6 +445,12 @@ async fn node_deployment_needs_only_the_shipped_rbac() {
         forbidden_in(&metrics)
     );
     assert_eq!(forbidden_lines(&prov.log()), Vec::<&str>::new());
+    // Upstream's node instances have the capacity queue but no topology queue.
+    assert!(
+        metrics.contains(r#"workqueue_adds_total{name="csistoragecapacity"}"#),
+        "{metrics}"
+    );
+    assert!(!metrics.contains(r#"name="csitopology""#), "{metrics}");
     assert!(prov.is_running(), "csi-provisioner exited");
     prov.stop();
 }

@@ -92,6 +92,9 @@ pub struct CapacityConfig {
     pub driver_grace: Duration,
     /// `--capacity-reservations` (ours): in-flight volumes lower the published capacity.
     pub reservations: bool,
+    /// `--node-deployment`: upstream has no `csitopology` queue there (its topology is the
+    /// node's, fixed), so ours keeps the queue for class changes but exports no series for it.
+    pub node_deployment: bool,
 }
 
 /// The change streams the capacity controller consumes (it also reads the shared caches).
@@ -377,7 +380,7 @@ impl CapacityController {
             topology: WorkQueue::new(
                 TOPOLOGY_QUEUE_NAME,
                 RateLimiter::new(start, max),
-                Some(queue_metrics),
+                (!config.node_deployment).then_some(queue_metrics),
             ),
             state: Mutex::new(State::default()),
             published: watch::channel(0).0,
