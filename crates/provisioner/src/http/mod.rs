@@ -150,8 +150,51 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         }
         Route::PprofMissing(name) => error(StatusCode::NOT_FOUND, pprof::missing(&name)),
         Route::CapacityPage | Route::CapacityJson => capacity_view(&shared, uri.path()),
+        Route::Redirect(root) => redirect(request.method(), &root, uri.query()),
         Route::NotFound => error(StatusCode::NOT_FOUND, "404 page not found\n".into()),
     }
+}
+
+/// Go's `http.Redirect` with 301, as its mux sends it: the query kept, and for GET a short
+/// HTML body naming the target.
+fn redirect(method: &http::Method, root: &str, query: Option<&str>) -> Response {
+    let location = match query {
+        Some(q) => format!("{root}?{q}"),
+        None => root.to_string(),
+    };
+    let Ok(value) = header::HeaderValue::from_str(&location) else {
+        return internal();
+    };
+    let status = StatusCode::MOVED_PERMANENTLY;
+    let mut r = if method == http::Method::GET || method == http::Method::HEAD {
+        let body = format!(
+            "<a href=\"{}\">Moved Permanently</a>.\n\n",
+            html_escape(&location)
+        );
+        text(status, "text/html; charset=utf-8", body)
+    } else {
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = status;
+        r
+    };
+    r.headers_mut().insert(header::LOCATION, value);
+    r
+}
+
+/// Go's `htmlEscape` (html.EscapeString's five characters).
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&#34;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// How often the capacity page reloads itself.

@@ -16,6 +16,9 @@ pub(crate) enum Route {
     CapacityPage,
     /// The same as JSON, for `csi-provisioner capacity --endpoint`.
     CapacityJson,
+    /// A subtree's root named without its trailing slash: Go's mux answers 301 to the root
+    /// (this path with the slash).
+    Redirect(String),
     NotFound,
 }
 
@@ -60,6 +63,10 @@ impl Routes {
                 _ => {}
             }
         }
+        let root = format!("{path}/");
+        if self.metrics_path == root || (self.pprof && root == PPROF_PREFIX) {
+            return Route::Redirect(root);
+        }
         Route::NotFound
     }
 }
@@ -101,7 +108,13 @@ mod tests {
             (&all, "/healthz/leader-election/", Route::NotFound),
             (&all, "/healthz", Route::NotFound),
             (&all, "/debug/pprof/", Route::PprofIndex),
-            (&all, "/debug/pprof", Route::NotFound),
+            (
+                &all,
+                "/debug/pprof",
+                Route::Redirect("/debug/pprof/".into()),
+            ),
+            (&bare, "/debug/pprof", Route::NotFound),
+            (&bare, "/custom", Route::Redirect("/custom/".into())),
             (&all, "/debug/pprof/cmdline", Route::PprofCmdline),
             (&all, "/debug/pprof/profile", Route::PprofProfile),
             (

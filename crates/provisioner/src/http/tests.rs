@@ -191,6 +191,14 @@ async fn pprof_routes_when_enabled() {
         "{}",
         index.text()
     );
+    // Go's mux sends the subtree's root without its slash there, keeping the query.
+    let moved = get(server.addr, "/debug/pprof?debug=1").await;
+    assert_eq!(moved.status, 301);
+    assert_eq!(moved.header("location"), Some("/debug/pprof/?debug=1"));
+    assert_eq!(
+        moved.text(),
+        "<a href=\"/debug/pprof/?debug=1\">Moved Permanently</a>.\n\n"
+    );
     let cmdline = get(server.addr, "/debug/pprof/cmdline").await;
     assert_eq!(cmdline.status, 200);
     let args: Vec<String> = std::env::args().collect();
