@@ -219,7 +219,7 @@ async fn cancel_on_signal(cancel: CancellationToken, release_lease: bool) {
 
 /// The work queues the controllers will run (upstream's topology queue is central-only).
 fn queue_names(opts: &cli::Options) -> Vec<&'static str> {
-    let mut names = vec!["claims", "volumes"];
+    let mut names = vec![crate::claims::QUEUE_NAME, crate::volumes::QUEUE_NAME];
     if opts.enable_capacity {
         names.push(crate::capacity_controller::QUEUE_NAME);
         if !opts.node_deployment {

@@ -73,6 +73,9 @@ impl ClaimKey {
     }
 }
 
+/// Name of the work queue of claims (as upstream).
+pub const QUEUE_NAME: &str = "claims";
+
 /// The claim controller.
 #[derive(Clone)]
 pub struct ClaimsController {
@@ -111,7 +114,7 @@ impl ClaimsController {
     pub fn new(ctx: Context, metrics: &WorkQueueMetrics) -> ClaimsController {
         let limiter = RateLimiter::new(ctx.opts.retry_interval_start, ctx.opts.retry_interval_max);
         ClaimsController {
-            queue: WorkQueue::new("claims", limiter, Some(metrics)),
+            queue: WorkQueue::new(QUEUE_NAME, limiter, Some(metrics)),
             ctx,
             memory: Arc::default(),
             races: Arc::default(),

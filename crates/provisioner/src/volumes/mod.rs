@@ -27,6 +27,9 @@ use provisioning::volume::steps;
 mod error;
 pub use error::VolumeError;
 
+/// Name of the work queue of PVs (as upstream).
+pub const QUEUE_NAME: &str = "volumes";
+
 /// The volume controller.
 #[derive(Clone)]
 pub struct VolumesController {
@@ -41,7 +44,7 @@ impl VolumesController {
     pub fn new(ctx: Context, metrics: &WorkQueueMetrics) -> VolumesController {
         let limiter = RateLimiter::new(ctx.opts.retry_interval_start, ctx.opts.retry_interval_max);
         VolumesController {
-            queue: WorkQueue::new("volumes", limiter, Some(metrics)),
+            queue: WorkQueue::new(QUEUE_NAME, limiter, Some(metrics)),
             ctx,
             volume_deleted: Arc::default(),
         }
