@@ -1191,11 +1191,16 @@ async fn a_clone_source_on_a_lost_node_is_released_by_another() {
         s.claims().get_opt("src").await.unwrap().is_some(),
         "the source went while its clone waited"
     );
+    // Only the source's node speaks for it: b, holding the source these 3 s, posted no
+    // WaitForClones event (an idle recorder sends within milliseconds), nor after.
+    let no_wait_event = || async {
+        let events = s.our_event_reasons("src").await;
+        assert!(!events.iter().any(|r| r == "WaitForClones"), "{events:?}");
+    };
+    no_wait_event().await;
     s.delete_claim("copy").await;
     support::wait_gone(&s.claims(), "src").await;
-    // Only the source's node speaks for it: b posted no WaitForClones event.
-    let events = s.our_event_reasons("src").await;
-    assert!(!events.iter().any(|r| r == "WaitForClones"), "{events:?}");
+    no_wait_event().await;
 }
 
 /// A node whose driver refuses every volume (a per-node volume limit GetCapacity does not

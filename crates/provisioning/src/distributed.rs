@@ -55,6 +55,19 @@ pub fn concerns_node(claim: &PersistentVolumeClaim, node: &str) -> bool {
     }
 }
 
+/// Whether the instance on `node` (`None`: central mode) posts a held clone source's
+/// `WaitForClones` event. Every node instance watches a held source (any may have to let it
+/// go, also when the source's node is lost), but only the source's own node speaks, so the
+/// event is not repeated by every node; a source without a node is everyone's.
+pub fn speaks_for_clone_source(claim: &PersistentVolumeClaim, node: Option<&str>) -> bool {
+    let Some(node) = node else {
+        return true;
+    };
+    annotation(claim, names::ANN_SELECTED_NODE)
+        .filter(|n| !n.is_empty())
+        .is_none_or(|selected| selected == node)
+}
+
 /// Upstream's `checkNode`: only the GA `selected-node` annotation counts, and an empty value
 /// means none. A class without a binding mode is Immediate (the API server's default).
 pub fn node_owner(

@@ -63,7 +63,12 @@ impl ClaimsController {
         if !pending.is_empty() {
             let changed =
                 self.clone_holds.lock().insert(uid, pending.clone()) != Some(pending.clone());
-            if changed && self.speaks_for_source(claim) {
+            if changed
+                && provisioning::distributed::speaks_for_clone_source(
+                    claim,
+                    self.ctx.node.as_ref().map(|n| n.name.as_str()),
+                )
+            {
                 klog::v!(3, claim = %claim_name(claim), clones = ?pending, "Deletion waits for pending clones");
                 self.ctx.recorder.event(
                     &provisioning::pv::claim_reference(claim),
@@ -85,18 +90,5 @@ impl ClaimsController {
             })?;
         klog::v!(3, claim = %claim_name(claim), "Removed finalizer {}", names::CLONE_SOURCE_FINALIZER);
         Ok(())
-    }
-
-    /// Whether this instance posts the source's `WaitForClones` event. In distributed
-    /// provisioning every instance watches a held source (any may have to let it go, also
-    /// when the source's node is lost), but only the source's own node speaks, so the event
-    /// is not repeated by every node; a source without a node is everyone's.
-    fn speaks_for_source(&self, claim: &PersistentVolumeClaim) -> bool {
-        let Some(node) = &self.ctx.node else {
-            return true;
-        };
-        let selected = provisioning::claim::annotation(claim, names::ANN_SELECTED_NODE)
-            .filter(|n| !n.is_empty());
-        selected.is_none_or(|n| n == node.name)
     }
 }

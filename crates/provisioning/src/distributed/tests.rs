@@ -477,3 +477,23 @@ fn a_node_that_failed_a_claim_steps_behind_every_candidate() {
         );
     }
 }
+
+#[test]
+fn only_a_held_sources_own_node_speaks_for_it() {
+    let cases = [
+        (None, None, true),
+        (Some("n2"), None, true),
+        (Some("n1"), Some("n1"), true),
+        (Some("n2"), Some("n1"), false),
+        // No node selected (or an empty value): every instance may be the one left.
+        (None, Some("n1"), true),
+        (Some(""), Some("n1"), true),
+    ];
+    for (selected, node, want) in cases {
+        assert_eq!(
+            speaks_for_clone_source(&claim(selected), node),
+            want,
+            "{selected:?} on {node:?}"
+        );
+    }
+}
