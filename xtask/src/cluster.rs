@@ -26,6 +26,7 @@ pub fn up(args: &Up<'_>) -> Result<()> {
         topology_key: args.topology_key.to_string(),
         detached: true,
         startup_timeout: Duration::from_secs(60),
+        apiserver_args: Vec::new(),
     };
     let cp = runtime.block_on(async {
         let cp = ControlPlane::start(opts).await?;

@@ -88,6 +88,7 @@ async fn story(root: &Path, dir: &Path, f: &Flavor) -> Result<()> {
         topology_key: f.topology_key.to_string(),
         detached: true,
         startup_timeout: Duration::from_secs(60),
+        apiserver_args: Vec::new(),
     })
     .await?;
     let client = cp.try_client().await?;

@@ -30,6 +30,9 @@ pub struct ControlPlaneOptions {
     pub detached: bool,
     /// How long the components get to become ready.
     pub startup_timeout: Duration,
+    /// More kube-apiserver flags, after ours (for an API server that serves less, as an
+    /// older release does).
+    pub apiserver_args: Vec<String>,
 }
 
 impl Default for ControlPlaneOptions {
@@ -42,6 +45,7 @@ impl Default for ControlPlaneOptions {
             topology_key: "topology.mock.csi/node".into(),
             detached: false,
             startup_timeout: Duration::from_secs(60),
+            apiserver_args: Vec::new(),
         }
     }
 }
@@ -118,7 +122,8 @@ impl ControlPlane {
             &etcd,
             flags::etcd(&ports, &cp.layout),
         )?;
-        let args = flags::apiserver(&ports, &cp.layout);
+        let mut args = flags::apiserver(&ports, &cp.layout);
+        args.extend(opts.apiserver_args.iter().cloned());
         cp.launch(opts.detached, "kube-apiserver", &apiserver, args)?;
         let client = cp.try_client().await?;
         cp.wait_ok(&client, "/readyz", "kube-apiserver", deadline, timeout)
