@@ -341,3 +341,57 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_th
     );
     s.assert_one_volume_made_and_deleted(&volume);
 }
+
+/// An API server without the v1 MutatingAdmissionPolicy API (as every release before
+/// Kubernetes 1.36): the provisioner says so in one line, stops watching instead of retrying,
+/// and keeps the no-leak finalizer with its own two claim writes.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn without_the_policy_api_the_provisioner_writes_the_finalizer_itself() {
+    const ACTIVE: &str = "csi_provisioner_admission_policy_active";
+    let cp = testenv::ControlPlane::start(testenv::ControlPlaneOptions {
+        apiserver_args: vec![
+            "--runtime-config=admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false,admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false".into(),
+            // The plugin would wait for the API it reads.
+            "--disable-admission-plugins=MutatingAdmissionPolicy".into(),
+        ],
+        ..Default::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("a control plane without the v1 policy API: {e}"));
+    let port = ops_support::free_port();
+    let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
+    let mut s = Scenario::new_on(&cp, "adm-old").await;
+    s.start_driver::<&str>(&[]);
+    s.start_provisioner(&[endpoint.as_str(), "-v=5"]);
+    let not_served = "does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicies";
+    s.provisioner()
+        .wait_for_log(not_served, Duration::from_secs(60));
+    let class = s.class("imm", "Immediate", json!({})).await;
+    s.claim("a", &class, "1Gi", json!({})).await;
+    // The finalizer comes and goes within a fast CreateVolume: the audit log shows both.
+    s.wait_bound("a").await;
+    eventually("the finalizer to go after the binding", || async {
+        let claim = s.claims().get("a").await.ok()?;
+        (!holds_finalizer(&claim)).then_some(())
+    })
+    .await;
+    let writes = eventually("our two claim writes in the audit log", || async {
+        let writes: Vec<_> = testenv::audit::claim_writes(&cp.audit_log(), &s.ns)
+            .expect("audit log")
+            .into_iter()
+            .filter(|w| w.user_agent.starts_with(OUR_USER_AGENT))
+            .collect();
+        (writes.len() >= 2).then_some(writes)
+    })
+    .await;
+    assert_eq!(writes.len(), 2, "add and remove the finalizer: {writes:?}");
+    let text = ops_support::scrape(port).await.expect("metrics");
+    assert_eq!(ops_support::sample(&text, ACTIVE, &[]), Some(0.0));
+    let log = s.provisioner().log();
+    assert_eq!(log.matches(not_served).count(), 1, "{log}");
+    assert!(
+        !log.contains("Watching the admission policy failed"),
+        "no retries: {log}"
+    );
+}

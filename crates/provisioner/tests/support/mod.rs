@@ -19,6 +19,8 @@ pub struct Scenario {
     pub ns: String,
     pub driver: String,
     pub dir: PathBuf,
+    /// The control plane's admin kubeconfig, which the provisioner is started with.
+    kubeconfig: PathBuf,
     mock: Option<MockDriver>,
     provisioner: Option<Provisioner>,
 }
@@ -26,7 +28,12 @@ pub struct Scenario {
 impl Scenario {
     /// A namespace, a driver name and a directory; nothing running yet.
     pub async fn new(prefix: &str) -> Scenario {
-        let client = ControlPlane::shared().client().await;
+        Scenario::new_on(ControlPlane::shared(), prefix).await
+    }
+
+    /// [`Scenario::new`] on a control plane of the test's own.
+    pub async fn new_on(cp: &ControlPlane, prefix: &str) -> Scenario {
+        let client = cp.client().await;
         let ns = testenv::create_namespace(&client, prefix).await;
         let driver = format!("{ns}.mock.csi");
         // Unix socket paths are limited to 108 bytes: keep the driver's directory short.
@@ -38,6 +45,7 @@ impl Scenario {
             ns,
             driver,
             dir,
+            kubeconfig: cp.kubeconfig().to_path_buf(),
             mock: None,
             provisioner: None,
         }
@@ -69,7 +77,6 @@ impl Scenario {
         args: &[S],
         extra_env: &[(&str, &str)],
     ) {
-        let cp = ControlPlane::shared();
         let socket = self.mock().socket.clone();
         let args: Vec<&str> = args.iter().map(|s| s.as_ref()).collect();
         let mut env = vec![("NAMESPACE", self.ns.as_str())];
@@ -77,7 +84,7 @@ impl Scenario {
         self.provisioner = Some(Provisioner::start(
             &self.dir,
             "csi-provisioner",
-            cp.kubeconfig(),
+            &self.kubeconfig,
             &socket,
             &args,
             &env,
