@@ -18,6 +18,10 @@ pub struct Hold {
     /// CreateVolume said `InvalidArgument`: upstream's slow set, which a re-created
     /// StorageClass (new UID) lifts at once.
     pub infeasible: bool,
+    /// The claim waits for its VolumeSnapshot to be ready: the snapshot watch lifts the hold
+    /// then. An ordinary backoff is not lifted by a change of the snapshot (our own finalizer
+    /// writes included).
+    pub awaits_snapshot: bool,
 }
 
 /// How long the next attempt must still wait (`None`: attempt now). `class_uid` is the UID of
@@ -31,12 +35,14 @@ pub fn wait(hold: &Hold, now: Instant, class_uid: Option<&str>) -> Option<Durati
         .filter(|d| !d.is_zero())
 }
 
-/// A hold of `wait` from now that only time lifts (not a new StorageClass).
-pub fn hold_for(wait: Duration) -> Hold {
+/// The hold of a restore that waits `wait` for its snapshot (see [`restore_hold`]): lifted by
+/// time or by the snapshot turning ready, not by a new StorageClass.
+pub fn snapshot_wait(wait: Duration) -> Hold {
     Hold {
         until: Instant::now() + wait,
         class_uid: None,
         infeasible: false,
+        awaits_snapshot: true,
     }
 }
 
@@ -58,6 +64,7 @@ pub fn hold_after_failure(
         until: now + delay,
         class_uid: class_uid.map(str::to_string),
         infeasible,
+        awaits_snapshot: false,
     }
 }
 
@@ -93,6 +100,20 @@ mod tests {
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn only_a_snapshot_wait_is_for_the_snapshot_watch_to_lift() {
+        let t0 = Instant::now();
+        assert!(snapshot_wait(300 * S).awaits_snapshot);
+        for infeasible in [false, true] {
+            let hold = hold_after_failure(t0, 4 * S, infeasible, 300 * S, Some("a"));
+            assert!(!hold.awaits_snapshot, "infeasible: {infeasible}");
+        }
+        // Time still lifts a snapshot wait, and a new class does not.
+        let hold = snapshot_wait(4 * S);
+        assert!(wait(&hold, hold.until, Some("b")).is_none());
+        assert!(wait(&hold, hold.until - S, Some("b")).is_some());
+    }
 
     #[test]
     fn an_attempt_waits_for_its_backoff() {

@@ -114,7 +114,7 @@ impl ClaimsController {
                     let failed = self.fail(claim, class, err, false).await;
                     return match (failed, self.restore_hold(&uid, source, attempt_began)) {
                         (Err(SyncError::Hold(_)), Some(wait)) => {
-                            self.memory.set_hold(&uid, Some(retry::hold_for(wait)));
+                            self.memory.set_hold(&uid, Some(retry::snapshot_wait(wait)));
                             Err(SyncError::Hold(wait))
                         }
                         (failed, _) => failed,

@@ -225,9 +225,10 @@ impl ClaimsController {
         }
     }
 
-    /// A VolumeSnapshot became ready: claims waiting for it try again now, whatever their
-    /// backoff says (the failure they wait out was most likely the snapshot itself). The
-    /// moment is remembered for attempts that were reading the snapshot meanwhile.
+    /// A VolumeSnapshot is ready (the watch saw it listed or changed): claims waiting for it
+    /// try again now. A claim on another failure's backoff keeps it, or every write to the
+    /// snapshot (our own finalizer's included) would retry it early. The moment is
+    /// remembered for attempts that were reading the snapshot meanwhile.
     pub fn snapshot_ready(&self, namespace: &str, name: &str) {
         let mut wanted = false;
         // A claim that wants a snapshot is not Bound yet.
@@ -236,7 +237,7 @@ impl ClaimsController {
                 provisioning::data_source::snapshot::wanted_by(&claim).contains(&(namespace, name));
             wanted |= wants;
             let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-            if wants && self.memory.hold(uid).is_some() {
+            if wants && self.memory.hold(uid).is_some_and(|h| h.awaits_snapshot) {
                 klog::v!(4, claim = %claim_name(&claim), snapshot = %format!("{namespace}/{name}"), "Snapshot is ready; retrying now");
                 self.memory.set_hold(uid, None);
                 self.enqueue(&claim);
