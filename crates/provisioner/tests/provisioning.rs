@@ -6,6 +6,7 @@ mod support;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
+use std::time::Duration;
 use support::{NODE_KEY, Scenario, create_pod, on_nodes, pod_node, set_unschedulable};
 
 /// An Immediate class with an unknown reserved parameter: every claim of it fails in prepare,
@@ -579,24 +580,27 @@ async fn ready_snapshot(s: &Scenario, name: &str, handle: &str) {
         .unwrap();
 }
 
-/// Two claims restore from one snapshot. The one whose CreateVolume ends first leaves our
-/// source-protection finalizer on the snapshot while the other's call still runs (upstream
-/// takes it off, and a deletion of the snapshot then goes ahead under the other restore); the
-/// last one out takes it off. One add and one removal in all.
-#[tokio::test]
-#[ignore = "needs the control plane: cargo xtask test"]
-async fn a_snapshot_keeps_its_finalizer_until_the_last_restore_from_it_ends() {
-    let mut s = support::Scenario::new("prov-restores").await;
+/// Two claims, "slow" (its CreateVolume answering after `slow_fault`'s delay, as it says) and
+/// then "fast", restore from one snapshot made by hand, with the orphan sweep off so that only
+/// the restores take our finalizer off. Returns once fast is Bound and its release has kept
+/// the finalizer for slow (asserted), with slow's call still running.
+async fn two_restores(
+    prefix: &str,
+    slow_fault: serde_json::Value,
+    prov_args: &[&str],
+) -> (Scenario, kube::Api<kube::api::DynamicObject>) {
+    let mut s = support::Scenario::new(prefix).await;
     testenv::install_snapshot_crds(&s.client)
         .await
         .expect("snapshot CRDs");
     s.start_driver(&["--restore-snapshots"]);
-    // No orphan sweep: only the restores themselves take the finalizer off here.
-    s.start_provisioner(&["-v=4", "--snapshot-orphan-sweep-interval=0"]);
+    let mut args = vec!["-v=4", "--snapshot-orphan-sweep-interval=0"];
+    args.extend_from_slice(prov_args);
+    s.start_provisioner(&args);
     ready_snapshot(&s, "snap", "handle-1").await;
-    s.mock().set_faults(
-        json!({"CreateVolume": {"delay_ms": 8000, "match_parameters": {"speed": "slow"}}}),
-    );
+    let mut fault = slow_fault;
+    fault["match_parameters"] = json!({"speed": "slow"});
+    s.mock().set_faults(json!({ "CreateVolume": fault }));
     let slow = s
         .class(
             "slow",
@@ -611,18 +615,10 @@ async fn a_snapshot_keeps_its_finalizer_until_the_last_restore_from_it_ends() {
         &s.ns,
         &testenv::volume_snapshot_resource(),
     );
-    let protected = || async {
-        let snap = snapshots.get("snap").await.unwrap();
-        snap.metadata
-            .finalizers
-            .unwrap_or_default()
-            .iter()
-            .any(|f| f == provisioning::names::SNAPSHOT_SOURCE_FINALIZER)
-    };
 
     s.claim("slow", &slow, "1Gi", source.clone()).await;
     support::eventually("our finalizer on the snapshot", || async {
-        protected().await.then_some(())
+        protected(&snapshots).await.then_some(())
     })
     .await;
     s.claim("fast", &fast, "1Gi", source).await;
@@ -635,31 +631,56 @@ async fn a_snapshot_keeps_its_finalizer_until_the_last_restore_from_it_ends() {
             .contains("other claims still restore from it")
     };
     support::eventually("the fast restore's release", || async {
-        (kept() || !protected().await).then_some(())
+        (kept() || !protected(&snapshots).await).then_some(())
     })
     .await;
-    assert!(protected().await, "the finalizer went while a restore ran");
     assert!(
-        s.mock().succeeded("CreateVolume") == 1,
+        protected(&snapshots).await,
+        "the finalizer went while a restore ran"
+    );
+    assert_eq!(
+        s.mock().succeeded("CreateVolume"),
+        1,
         "the slow restore is still running"
     );
+    (s, snapshots)
+}
 
-    s.wait_bound("slow").await;
-    support::eventually("the last restore to take the finalizer off", || async {
-        (!protected().await).then_some(())
-    })
-    .await;
-    let log = s.provisioner().log();
+/// Whether "snap" holds our source-protection finalizer.
+async fn protected(snapshots: &kube::Api<kube::api::DynamicObject>) -> bool {
+    let snap = snapshots.get("snap").await.unwrap();
+    snap.metadata
+        .finalizers
+        .unwrap_or_default()
+        .iter()
+        .any(|f| f == provisioning::names::SNAPSHOT_SOURCE_FINALIZER)
+}
+
+/// How often the provisioner's log says it added (`added=true`) or removed our finalizer.
+fn finalizer_changes(log: &str) -> (usize, usize) {
     let changed = |added: &str| {
         log.lines()
             .filter(|l| l.contains("Changed finalizer") && l.contains(added))
             .count()
     };
-    assert_eq!(
-        (changed("added=true"), changed("added=false")),
-        (1, 1),
-        "{log}"
-    );
+    (changed("added=true"), changed("added=false"))
+}
+
+/// Two claims restore from one snapshot. The one whose CreateVolume ends first leaves our
+/// source-protection finalizer on the snapshot while the other's call still runs (upstream
+/// takes it off, and a deletion of the snapshot then goes ahead under the other restore); the
+/// last one out takes it off. One add and one removal in all.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_snapshot_keeps_its_finalizer_until_the_last_restore_from_it_ends() {
+    let (mut s, snapshots) = two_restores("prov-restores", json!({"delay_ms": 8000}), &[]).await;
+    s.wait_bound("slow").await;
+    support::eventually("the last restore to take the finalizer off", || async {
+        (!protected(&snapshots).await).then_some(())
+    })
+    .await;
+    let log = s.provisioner().log();
+    assert_eq!(finalizer_changes(&log), (1, 1), "{log}");
     // Both volumes were restored from the snapshot's handle.
     let calls = s.mock().calls_of("CreateVolume");
     assert_eq!(calls.len(), 2, "{calls:#?}");
@@ -670,4 +691,34 @@ async fn a_snapshot_keeps_its_finalizer_until_the_last_restore_from_it_ends() {
             "{call:#}"
         );
     }
+}
+
+/// The restore still running when the other finished fails: the finalizer that the finished
+/// one kept for it comes off then, as upstream's first success would have taken it off (with
+/// the sweep off it stayed for good). That write to the snapshot does not retry the failed
+/// claim early: its InvalidArgument backoff (5 min) holds, and its next attempt would put the
+/// finalizer back.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_finalizer_kept_for_a_restore_that_fails_comes_off_then() {
+    let fault = json!({"delay_ms": 6000, "code": "InvalidArgument", "message": "no restore here"});
+    let (mut s, snapshots) = two_restores("prov-restore-fails", fault, &[]).await;
+    s.wait_event("slow", "ProvisioningFailed", "no restore here")
+        .await;
+    s.provisioner().wait_for_log(
+        "The last restore from the snapshot failed",
+        Duration::from_secs(30),
+    );
+    support::eventually("the owed release to take the finalizer off", || async {
+        (!protected(&snapshots).await).then_some(())
+    })
+    .await;
+    // An early retry would come at once, with its own add.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!protected(&snapshots).await, "the finalizer came back");
+    let log = s.provisioner().log();
+    assert_eq!(finalizer_changes(&log), (1, 1), "{log}");
+    let calls = s.mock().calls_of("CreateVolume");
+    assert_eq!(calls.len(), 2, "no early retry: {calls:#?}");
+    assert_eq!(s.mock().succeeded("CreateVolume"), 1);
 }

@@ -179,10 +179,12 @@ impl ClaimsController {
         }
     }
 
-    /// Runs `workers` workers until `cancel`.
+    /// Runs `workers` workers, and the releases owed to snapshots, until `cancel`.
     pub async fn run(self, workers: usize, cancel: CancellationToken) {
         let queue = self.queue.clone();
-        run_workers(queue, workers, cancel, move |key: ClaimKey| {
+        let releases = self.clone();
+        let releases_cancel = cancel.clone();
+        let workers = run_workers(queue, workers, cancel, move |key: ClaimKey| {
             let this = self.clone();
             async move {
                 // This attempt's API requests wait behind older attempts' only, so a burst of
@@ -192,8 +194,8 @@ impl ClaimsController {
                 this.metrics_remembered();
                 outcome(result)
             }
-        })
-        .await;
+        });
+        tokio::join!(workers, releases.release_owed_snapshots(releases_cancel));
     }
 
     /// A deleted claim leaves the cache: nothing about it is needed any more.

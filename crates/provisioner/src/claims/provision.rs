@@ -103,7 +103,7 @@ impl ClaimsController {
         }
         // A snapshot or claim to fill the volume from: checked, and protected from deletion
         // while the driver copies it. The restore counts as running until this attempt ends.
-        let _restoring = plan
+        let mut restoring = plan
             .data_source
             .as_ref()
             .map(|_| self.snapshot_use.attempt(&uid));
@@ -309,6 +309,9 @@ impl ClaimsController {
         // write normally waits behind this PV's (nothing orders them strictly, nor does
         // upstream), unless another of our attempts still restores from it.
         if provisioning::data_source::restored_snapshot(&claim).is_some() {
+            if let Some(restoring) = restoring.as_mut() {
+                restoring.succeeded();
+            }
             let this = self.clone();
             let claim = claim.clone();
             tokio::spawn(async move { this.release_restored_snapshot(&claim).await });

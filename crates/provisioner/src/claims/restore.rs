@@ -8,6 +8,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 use provisioning::data_source::snapshot::{
     RestoreInputs, VolumeSnapshot, VolumeSnapshotContent, has_finalizer, restore_source,
@@ -181,6 +182,29 @@ impl ClaimsController {
         };
         let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        self.release_snapshot(namespace, name, uid).await;
+    }
+
+    /// Makes the releases owed to snapshots whose last restorer failed (see `restorers.rs`)
+    /// until `cancel`.
+    pub(super) async fn release_owed_snapshots(&self, cancel: CancellationToken) {
+        let Some(mut owed) = self.snapshot_use.take_owed() else {
+            return;
+        };
+        loop {
+            let key = tokio::select! {
+                () = cancel.cancelled() => return,
+                key = owed.recv() => key,
+            };
+            let Some((namespace, name)) = key else { return };
+            klog::v!(4, snapshot = %format!("{namespace}/{name}"), "The last restore from the snapshot failed; taking off the finalizer an earlier restore kept for it");
+            self.release_snapshot(&namespace, &name, "").await;
+        }
+    }
+
+    /// Takes our finalizer off the snapshot unless an attempt other than `uid`'s (`""`: none
+    /// of ours) still restores from it.
+    async fn release_snapshot(&self, namespace: &str, name: &str, uid: &str) {
         let api = snapshots(&self.ctx.background_client, namespace);
         // A cached copy without our finalizer may predate our adding it (a fast driver): then
         // our own write is the newer version, or else the snapshot is read (upstream always
@@ -190,9 +214,13 @@ impl ClaimsController {
         let key = (namespace.to_string(), name.to_string());
         let turn = self.snapshot_use.turn(&key);
         let _turn = turn.lock().await;
-        let others = self.snapshot_use.with(|r| r.others(&key, uid));
+        let others = self.snapshot_use.with(|r| {
+            let others = r.others(&key, uid);
+            r.owe(&key, others > 0);
+            others
+        });
         if others > 0 {
-            // The last restore out takes it off (or the sweep, should that one fail).
+            // The last restore out takes it off, or the release owed once it fails.
             klog::v!(4, snapshot = %format!("{namespace}/{name}"), restores = others, "Keeping the snapshot's finalizer: other claims still restore from it");
             return;
         }

@@ -1,8 +1,10 @@
 //! Which of our attempts restore from which snapshot. A finished restore takes our
 //! source-protection finalizer off its snapshot only when no other attempt of ours still
 //! restores from it; upstream takes it off regardless, and the snapshot can then be deleted
-//! under the other restore. The last one out takes it off; a failed attempt leaves it to the
-//! orphan sweep, as upstream.
+//! under the other restore. The last one out takes it off: a successful one in its own
+//! release, a failed one by the release the kept finalizer is owed (upstream's first success
+//! would have taken it off; a retry puts it back, as upstream's would). A failed attempt with
+//! nothing owed leaves it to the orphan sweep, as upstream.
 //!
 //! One turn per snapshot orders a release's look and write against another attempt's look and
 //! add. Our last write to each snapshot is remembered against a watch that lags behind it: a
@@ -62,6 +64,8 @@ struct Written {
 pub(crate) struct Restorers {
     /// Claim UIDs whose attempt is restoring from each snapshot.
     by_snapshot: HashMap<SnapshotKey, HashSet<String>>,
+    /// Snapshots whose finished restore kept the finalizer for attempts still running.
+    owed: HashSet<SnapshotKey>,
     written: HashMap<SnapshotKey, Written>,
 }
 
@@ -73,11 +77,31 @@ impl Restorers {
             .insert(uid.to_string());
     }
 
-    pub(crate) fn end(&mut self, uid: &str) {
-        self.by_snapshot.retain(|_, uids| {
-            uids.remove(uid);
+    /// The attempt of `uid` ended. Returns the snapshots it was the last restorer of whose
+    /// release is owed, unless it succeeded: then its own release comes (and pays it).
+    pub(crate) fn end(&mut self, uid: &str, succeeded: bool) -> Vec<SnapshotKey> {
+        let mut last = Vec::new();
+        self.by_snapshot.retain(|key, uids| {
+            let left = !(uids.remove(uid) && uids.is_empty());
+            if !left {
+                last.push(key.clone());
+            }
             !uids.is_empty()
         });
+        if succeeded {
+            return Vec::new();
+        }
+        last.retain(|key| self.owed.remove(key));
+        last
+    }
+
+    /// A finished restore kept the finalizer for the others (`true`), or is taking it off.
+    pub(crate) fn owe(&mut self, key: &SnapshotKey, kept: bool) {
+        if kept {
+            self.owed.insert(key.clone());
+        } else {
+            self.owed.remove(key);
+        }
     }
 
     /// How many attempts other than `uid`'s restore from the snapshot.
@@ -129,11 +153,26 @@ impl Restorers {
     }
 }
 
-/// The shared state: the bookkeeping and the turns.
-#[derive(Debug, Default)]
+/// The shared state: the bookkeeping, the turns, and the owed releases on their way to the
+/// task that makes them (an attempt ends in a `Drop`, which cannot write).
+#[derive(Debug)]
 pub(crate) struct SnapshotUse {
     restorers: Arc<Mutex<Restorers>>,
     turns: Mutex<HashMap<SnapshotKey, Arc<tokio::sync::Mutex<()>>>>,
+    owed_tx: tokio::sync::mpsc::UnboundedSender<SnapshotKey>,
+    owed_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<SnapshotKey>>>,
+}
+
+impl Default for SnapshotUse {
+    fn default() -> Self {
+        let (owed_tx, owed_rx) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            restorers: Arc::default(),
+            turns: Mutex::default(),
+            owed_tx,
+            owed_rx: Mutex::new(Some(owed_rx)),
+        }
+    }
 }
 
 impl SnapshotUse {
@@ -151,7 +190,14 @@ impl SnapshotUse {
         Attempt {
             restorers: self.restorers.clone(),
             uid: uid.to_string(),
+            succeeded: false,
+            owed: self.owed_tx.clone(),
         }
+    }
+
+    /// The owed releases, for the one task that makes them (`None` once taken).
+    pub(crate) fn take_owed(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<SnapshotKey>> {
+        self.owed_rx.lock().take()
     }
 
     pub(crate) fn with<T>(&self, f: impl FnOnce(&mut Restorers) -> T) -> T {
@@ -164,11 +210,24 @@ impl SnapshotUse {
 pub(crate) struct Attempt {
     restorers: Arc<Mutex<Restorers>>,
     uid: String,
+    succeeded: bool,
+    owed: tokio::sync::mpsc::UnboundedSender<SnapshotKey>,
+}
+
+impl Attempt {
+    /// The volume was restored: the attempt's own release follows.
+    pub(crate) fn succeeded(&mut self) {
+        self.succeeded = true;
+    }
 }
 
 impl Drop for Attempt {
     fn drop(&mut self) {
-        self.restorers.lock().end(&self.uid);
+        let owed = self.restorers.lock().end(&self.uid, self.succeeded);
+        for key in owed {
+            // Closed only at shutdown; the sweep catches what is left then.
+            let _ = self.owed.send(key);
+        }
     }
 }
 
@@ -188,11 +247,11 @@ mod tests {
         r.begin(key("t"), "c");
         assert_eq!(r.others(&key("s"), "a"), 1);
         assert_eq!(r.others(&key("s"), "x"), 2);
-        r.end("b");
+        r.end("b", true);
         assert_eq!(r.others(&key("s"), "a"), 0);
         assert_eq!(r.others(&key("t"), "a"), 1);
-        r.end("c");
-        r.end("a");
+        r.end("c", true);
+        r.end("a", true);
         assert!(
             r.by_snapshot.is_empty(),
             "nothing is kept for ended attempts"
@@ -255,6 +314,65 @@ mod tests {
         r.wrote(key("s"), false, at("u", "1"), now);
         r.wrote(key("t"), true, at("u", "2"), now + WRITE_MEMORY);
         assert_eq!(r.written.len(), 1);
+    }
+
+    #[test]
+    fn the_last_failed_restorer_is_owed_the_release_a_finished_one_kept() {
+        let mut r = Restorers::default();
+        r.begin(key("s"), "a");
+        r.begin(key("s"), "b");
+        r.begin(key("t"), "b");
+        // a finished first and kept the finalizer of s for b.
+        r.owe(&key("s"), true);
+        assert_eq!(r.end("a", true), Vec::<SnapshotKey>::new());
+        // b fails: it was the last on s (owed) and on t (nothing owed).
+        assert_eq!(r.end("b", false), vec![key("s")]);
+        assert!(r.owed.is_empty(), "paid once");
+
+        // A failure that leaves another restorer owes nothing yet; the last one pays.
+        r.begin(key("s"), "c");
+        r.begin(key("s"), "d");
+        r.owe(&key("s"), true);
+        assert_eq!(r.end("c", false), Vec::<SnapshotKey>::new());
+        assert_eq!(r.end("d", false), vec![key("s")]);
+
+        // The last one succeeding releases it itself, and its release pays what was owed.
+        r.begin(key("s"), "e");
+        r.owe(&key("s"), true);
+        assert_eq!(r.end("e", true), Vec::<SnapshotKey>::new());
+        r.owe(&key("s"), false);
+        assert!(r.owed.is_empty());
+
+        // Nothing owed: a failed attempt leaves the finalizer to the sweep, as upstream.
+        r.begin(key("s"), "f");
+        assert_eq!(r.end("f", false), Vec::<SnapshotKey>::new());
+        // An attempt that never restored from it ends without effect on it.
+        r.begin(key("s"), "g");
+        r.owe(&key("s"), true);
+        assert_eq!(r.end("h", false), Vec::<SnapshotKey>::new());
+        assert_eq!(r.others(&key("s"), "x"), 1);
+    }
+
+    #[test]
+    fn a_failed_attempt_sends_what_it_owes_when_dropped() {
+        let uses = SnapshotUse::default();
+        let mut owed = uses.take_owed().expect("the receiver");
+        assert!(uses.take_owed().is_none(), "one task makes the releases");
+        let first = uses.attempt("a");
+        let mut second = uses.attempt("b");
+        uses.with(|r| {
+            r.begin(key("s"), "a");
+            r.begin(key("s"), "b");
+            r.owe(&key("s"), true);
+        });
+        second.succeeded();
+        drop(second);
+        assert!(
+            owed.try_recv().is_err(),
+            "a succeeded attempt releases itself"
+        );
+        drop(first);
+        assert_eq!(owed.try_recv().ok(), Some(key("s")));
     }
 
     #[test]
