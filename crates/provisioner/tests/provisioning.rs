@@ -587,16 +587,13 @@ async fn ready_snapshot(s: &Scenario, name: &str, handle: &str) {
 async fn two_restores(
     prefix: &str,
     slow_fault: serde_json::Value,
-    prov_args: &[&str],
 ) -> (Scenario, kube::Api<kube::api::DynamicObject>) {
     let mut s = support::Scenario::new(prefix).await;
     testenv::install_snapshot_crds(&s.client)
         .await
         .expect("snapshot CRDs");
     s.start_driver(&["--restore-snapshots"]);
-    let mut args = vec!["-v=4", "--snapshot-orphan-sweep-interval=0"];
-    args.extend_from_slice(prov_args);
-    s.start_provisioner(&args);
+    s.start_provisioner(&["-v=4", "--snapshot-orphan-sweep-interval=0"]);
     ready_snapshot(&s, "snap", "handle-1").await;
     let mut fault = slow_fault;
     fault["match_parameters"] = json!({"speed": "slow"});
@@ -673,7 +670,7 @@ fn finalizer_changes(log: &str) -> (usize, usize) {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_snapshot_keeps_its_finalizer_until_the_last_restore_from_it_ends() {
-    let (mut s, snapshots) = two_restores("prov-restores", json!({"delay_ms": 8000}), &[]).await;
+    let (mut s, snapshots) = two_restores("prov-restores", json!({"delay_ms": 8000})).await;
     s.wait_bound("slow").await;
     support::eventually("the last restore to take the finalizer off", || async {
         (!protected(&snapshots).await).then_some(())
@@ -702,7 +699,7 @@ async fn a_snapshot_keeps_its_finalizer_until_the_last_restore_from_it_ends() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_finalizer_kept_for_a_restore_that_fails_comes_off_then() {
     let fault = json!({"delay_ms": 6000, "code": "InvalidArgument", "message": "no restore here"});
-    let (mut s, snapshots) = two_restores("prov-restore-fails", fault, &[]).await;
+    let (mut s, snapshots) = two_restores("prov-restore-fails", fault).await;
     s.wait_event("slow", "ProvisioningFailed", "no restore here")
         .await;
     s.provisioner().wait_for_log(

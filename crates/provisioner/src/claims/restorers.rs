@@ -82,8 +82,7 @@ impl Restorers {
     pub(crate) fn end(&mut self, uid: &str, succeeded: bool) -> Vec<SnapshotKey> {
         let mut last = Vec::new();
         self.by_snapshot.retain(|key, uids| {
-            let left = !(uids.remove(uid) && uids.is_empty());
-            if !left {
+            if uids.remove(uid) && uids.is_empty() {
                 last.push(key.clone());
             }
             !uids.is_empty()
