@@ -81,18 +81,20 @@ pub struct RestoreAttempt {
     pub watch_running: bool,
 }
 
-/// The hold after a failed restore attempt (`None`: the failure's own backoff). A snapshot
-/// that became ready during the attempt retries at once; one still awaited waits for the watch,
-/// with `slow` (`--retry-interval-max`) as the backstop, rather than retrying on a backoff
-/// that could only fail the same way and spend the API budget ready claims need.
+/// The hold after a failed restore attempt (`None`: the failure's own backoff). An attempt
+/// that failed for want of its snapshot retries at once if the snapshot became ready
+/// meanwhile, and otherwise waits for the watch, with `slow` (`--retry-interval-max`) as the
+/// backstop, rather than retrying on a backoff that could only fail the same way and spend the
+/// API budget ready claims need. Any other failure keeps its own backoff, whatever the
+/// snapshot's watch saw meanwhile (another claim's write to the snapshot, say).
 pub fn restore_hold(attempt: RestoreAttempt, slow: Duration) -> Option<Duration> {
-    if !attempt.from_snapshot {
+    if !attempt.from_snapshot || !attempt.awaiting_snapshot {
         return None;
     }
     if attempt.ready_during_attempt {
         return Some(Duration::ZERO);
     }
-    (attempt.awaiting_snapshot && attempt.watch_running).then_some(slow)
+    attempt.watch_running.then_some(slow)
 }
 
 #[cfg(test)]
@@ -142,7 +144,7 @@ mod tests {
     #[rstest::rstest]
     #[case::clone_source(false, true, true, true, None)]
     #[case::ready_during_attempt(true, true, true, true, Some(Duration::ZERO))]
-    #[case::ready_during_attempt_without_watch(true, true, false, false, Some(Duration::ZERO))]
+    #[case::ready_during_an_unrelated_failure(true, true, false, true, None)]
     #[case::awaited_with_watch(true, false, true, true, Some(300 * S))]
     #[case::awaited_without_watch(true, false, true, false, None)]
     #[case::other_failure(true, false, false, true, None)]
