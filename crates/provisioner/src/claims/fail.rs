@@ -78,6 +78,18 @@ impl ClaimsController {
             provisioning::claim::annotation(claim, names::ANN_SELECTED_NODE).is_some(),
             ctx.metrics.admission_policy_active(),
         );
+        let now = Instant::now();
+        let hold = retry::hold_after_failure(
+            now,
+            self.queue.next_backoff(&ClaimKey::of(claim)),
+            failed.infeasible,
+            ctx.opts.retry_interval_max,
+            failed.class_uid,
+        );
+        let wait = hold.until - now;
+        // Held before the writes: should they fail, the claim still waits out this failure
+        // instead of calling the driver again on the next change that queues it.
+        self.memory.set_hold(&uid, Some(hold));
         if writes.reschedule || writes.release {
             update::after_failure(&ctx.client, &ctx.caches.claims, claim, writes)
                 .await
@@ -95,16 +107,6 @@ impl ClaimsController {
             }
             return Ok(());
         }
-        let now = Instant::now();
-        let hold = retry::hold_after_failure(
-            now,
-            self.queue.next_backoff(&ClaimKey::of(claim)),
-            failed.infeasible,
-            ctx.opts.retry_interval_max,
-            failed.class_uid,
-        );
-        let wait = hold.until - now;
-        self.memory.set_hold(&uid, Some(hold));
         klog::v!(2, claim = %claim_name(claim), err = %err.message, retry_in = ?wait, "Provisioning failed");
         Err(SyncError::Hold(wait))
     }
