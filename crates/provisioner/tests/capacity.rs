@@ -911,3 +911,61 @@ async fn a_waiting_claims_explanation_follows_the_capacity() {
     // Only the two volumes made behind the provisioner's back.
     assert_eq!(w.create_calls(), 2);
 }
+
+/// Central mode: a capacity refresh looks again at late-binding claims waiting for a node
+/// (their `NotEnoughCapacity` explanation), not at Immediate ones. An Immediate claim handed to
+/// a volume populator is synced once, not again on every poll: each sync is a populator event
+/// and one more failed attempt in `controller_persistentvolumeclaim_provision_failed_total`
+/// (upstream's, once per resync).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn capacity_refreshes_leave_immediate_claims_alone() {
+    let w = World::start(
+        "cap-imm",
+        &[("a", "10Gi")],
+        &[],
+        &[
+            "--capacity-for-immediate-binding",
+            "--capacity-poll-interval=1s",
+        ],
+    )
+    .await;
+    let class = w.class("imm", "Immediate").await;
+    w.wait_objects("the node's object", |o| o.len() == 1).await;
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "populated", "namespace": w.ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                 "resources": {"requests": {"storage": "1Gi"}},
+                 "dataSourceRef": {"apiGroup": "populators.example.com", "kind": "Blob", "name": "b"}},
+    }))
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(w.client.clone(), &w.ns)
+        .create(&Default::default(), &claim)
+        .await
+        .unwrap();
+    let class_label = format!("class=\"{class}\"");
+    let failed = || async {
+        let text = w.metrics().await?;
+        Some(
+            text.lines()
+                .filter(|l| {
+                    l.starts_with("controller_persistentvolumeclaim_provision_failed_total{")
+                })
+                .filter(|l| l.contains(&class_label))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>(),
+        )
+    };
+    eventually("the claim handed to its populator", || async {
+        (failed().await? >= 1.0).then_some(())
+    })
+    .await;
+    // Five polls, each refreshing the class's object.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(
+        failed().await,
+        Some(1.0),
+        "synced again on capacity refreshes"
+    );
+    assert_eq!(w.create_calls(), 0);
+}

@@ -62,6 +62,29 @@ pub fn waits_for_node(claim: &PersistentVolumeClaim) -> bool {
         && selected_node(claim).is_none()
 }
 
+/// Whether a change of published capacity is a reason to look at the claim again: an unbound
+/// claim without a node. In central mode only a late-binding one (its `NotEnoughCapacity`
+/// explanation may change); an Immediate claim is provisioned whatever is published, so
+/// looking again would only repeat a failed attempt's events and writes. With
+/// `--node-deployment` (`distributed`) an Immediate one too: which instance takes it, and
+/// whether one can, follows what the instances publish.
+pub fn rechecked_on_capacity(
+    claim: &PersistentVolumeClaim,
+    class: Option<&StorageClass>,
+    distributed: bool,
+) -> bool {
+    let unplaced = spec(claim)
+        .and_then(|s| s.volume_name.as_deref())
+        .is_none_or(str::is_empty)
+        && selected_node(claim).is_none();
+    let late = || {
+        class.is_some_and(|c| {
+            c.volume_binding_mode.as_deref() == Some(names::WAIT_FOR_FIRST_CONSUMER)
+        })
+    };
+    unplaced && (distributed || late())
+}
+
 /// The claim's StorageClass name like `GetPersistentVolumeClaimClass`: the legacy
 /// `volume.beta.kubernetes.io/storage-class` annotation wins over `spec.storageClassName`.
 pub fn class_name(claim: &PersistentVolumeClaim) -> Option<&str> {

@@ -164,16 +164,13 @@ impl ClaimsController {
     }
 
     /// Re-checks claims waiting for a node: published capacity changed, so the explanation on
-    /// them may have to change too.
+    /// them (or, in distributed provisioning, who takes them) may have to change too
+    /// ([`provisioning::claim::rechecked_on_capacity`]).
     pub fn enqueue_waiting(&self) {
+        let distributed = self.ctx.node.is_some();
         for claim in self.ctx.caches.unsettled_claims() {
-            if claim
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_deref())
-                .is_none_or(str::is_empty)
-                && provisioning::claim::selected_node(&claim).is_none()
-            {
+            let class = self.class_of(&claim);
+            if provisioning::claim::rechecked_on_capacity(&claim, class.as_deref(), distributed) {
                 self.enqueue(&claim);
             }
         }

@@ -397,3 +397,40 @@ fn a_claim_is_ours_by_its_provisioner_or_as_a_migrated_in_tree_claim() {
         );
     }
 }
+
+#[test]
+fn capacity_changes_recheck_unplaced_late_binding_claims_or_any_in_node_mode() {
+    let claim =
+        |v: serde_json::Value| -> PersistentVolumeClaim { serde_json::from_value(v).unwrap() };
+    let class = |mode: Option<&str>| -> StorageClass {
+        let mut v = serde_json::json!({"metadata": {"name": "sc"}, "provisioner": "d"});
+        if let Some(m) = mode {
+            v["volumeBindingMode"] = serde_json::json!(m);
+        }
+        serde_json::from_value(v).unwrap()
+    };
+    let pending = claim(serde_json::json!({"metadata": {}, "spec": {}}));
+    let placed = claim(serde_json::json!({"metadata": {"annotations":
+        {"volume.kubernetes.io/selected-node": "n1"}}, "spec": {}}));
+    let bound = claim(serde_json::json!({"metadata": {}, "spec": {"volumeName": "pv"}}));
+    let (late, immediate, unset) = (
+        class(Some(names::WAIT_FOR_FIRST_CONSUMER)),
+        class(Some("Immediate")),
+        class(None),
+    );
+    let cases = [
+        (&pending, Some(&late), false, true),
+        (&pending, Some(&immediate), false, false),
+        (&pending, Some(&unset), false, false),
+        (&pending, None, false, false),
+        (&pending, Some(&immediate), true, true),
+        (&pending, None, true, true),
+        (&placed, Some(&late), false, false),
+        (&placed, Some(&immediate), true, false),
+        (&bound, Some(&late), false, false),
+        (&bound, Some(&late), true, false),
+    ];
+    for (i, (c, sc, distributed, want)) in cases.into_iter().enumerate() {
+        assert_eq!(rechecked_on_capacity(c, sc, distributed), want, "case {i}");
+    }
+}
