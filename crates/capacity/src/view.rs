@@ -142,13 +142,6 @@ pub fn text(view: &View) -> String {
     out
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 /// The `/capacity` page: per class, one bar per segment (published capacity, the part held by
 /// volumes being made, stale segments marked), reloading itself every `refresh_seconds`.
 pub fn html(view: &View, refresh_seconds: u32) -> String {
@@ -162,7 +155,7 @@ pub fn html(view: &View, refresh_seconds: u32) -> String {
          <p class=\"legend\"><span class=\"sw pub\"></span>published \
          <span class=\"sw res\"></span>reserved for volumes being created \
          <span class=\"sw stale\"></span>stale (GetCapacity not answering)</p>",
-        driver = escape(&view.driver)
+        driver = gofmt::html_escape(&view.driver)
     );
     if view.rows.is_empty() {
         out.push_str("<p id=\"empty\">No CSIStorageCapacity objects are published yet.</p>");
@@ -183,7 +176,7 @@ pub fn html(view: &View, refresh_seconds: u32) -> String {
             "<section class=\"class\" data-class=\"{c}\"><h2>Class <code>{c}</code></h2><table>\
              <tr><th>Segment</th><th></th><th>Capacity</th><th>Max volume</th>\
              <th>Reserved</th><th>Last answer</th></tr>",
-            c = escape(class)
+            c = gofmt::html_escape(class)
         );
         for r in rows {
             let published = r.capacity.unwrap_or(0).max(0) as f64;
@@ -197,7 +190,7 @@ pub fn html(view: &View, refresh_seconds: u32) -> String {
                  <div class=\"res\" style=\"width:{res_pct:.1}%\"></div></div></td>\
                  <td class=\"cap\">{cap}</td><td>{max}</td><td>{res} ({n})</td>\
                  <td>{age}{fails}{mark}</td></tr>",
-                seg = escape(&r.segment),
+                seg = gofmt::html_escape(&r.segment),
                 cap = opt_bytes(r.capacity),
                 max = opt_bytes(r.maximum_volume_size),
                 res = human(r.reserved),

@@ -101,10 +101,36 @@ pub fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
+/// Go's `html.EscapeString` (the five characters `&`, `<`, `>`, `"`, `'`), as `http.Redirect`
+/// writes its target into the body.
+pub fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&#34;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rstest::rstest;
+
+    #[test]
+    fn html_escape_is_gos() {
+        assert_eq!(
+            html_escape(r#"/a?b=1&c="<x>"'"#),
+            "/a?b=1&amp;c=&#34;&lt;x&gt;&#34;&#39;"
+        );
+        assert_eq!(html_escape("plain"), "plain");
+    }
 
     // Expected values are what Go's strconv.Quote prints for the same input.
     #[rstest]

@@ -169,7 +169,7 @@ fn redirect(method: &http::Method, root: &str, query: Option<&str>) -> Response 
     let mut r = if method == http::Method::GET || method == http::Method::HEAD {
         let body = format!(
             "<a href=\"{}\">Moved Permanently</a>.\n\n",
-            html_escape(&location)
+            gofmt::html_escape(&location)
         );
         text(status, "text/html; charset=utf-8", body)
     } else {
@@ -179,22 +179,6 @@ fn redirect(method: &http::Method, root: &str, query: Option<&str>) -> Response 
     };
     r.headers_mut().insert(header::LOCATION, value);
     r
-}
-
-/// Go's `htmlEscape` (html.EscapeString's five characters).
-fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&#34;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// How often the capacity page reloads itself.
