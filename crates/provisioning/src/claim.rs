@@ -55,10 +55,14 @@ pub fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
 /// Whether the claim waits for the scheduler to pick a node: not being deleted, not bound,
 /// no `selected-node`.
 pub fn waits_for_node(claim: &PersistentVolumeClaim) -> bool {
-    claim.metadata.deletion_timestamp.is_none()
-        && spec(claim)
-            .and_then(|s| s.volume_name.as_deref())
-            .is_none_or(str::is_empty)
+    claim.metadata.deletion_timestamp.is_none() && unplaced(claim)
+}
+
+/// Not bound, and no `selected-node`.
+fn unplaced(claim: &PersistentVolumeClaim) -> bool {
+    spec(claim)
+        .and_then(|s| s.volume_name.as_deref())
+        .is_none_or(str::is_empty)
         && selected_node(claim).is_none()
 }
 
@@ -73,16 +77,12 @@ pub fn rechecked_on_capacity(
     class: Option<&StorageClass>,
     distributed: bool,
 ) -> bool {
-    let unplaced = spec(claim)
-        .and_then(|s| s.volume_name.as_deref())
-        .is_none_or(str::is_empty)
-        && selected_node(claim).is_none();
     let late = || {
         class.is_some_and(|c| {
             c.volume_binding_mode.as_deref() == Some(names::WAIT_FOR_FIRST_CONSUMER)
         })
     };
-    unplaced && (distributed || late())
+    unplaced(claim) && (distributed || late())
 }
 
 /// The claim's StorageClass name like `GetPersistentVolumeClaimClass`: the legacy
