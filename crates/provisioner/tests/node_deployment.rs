@@ -1315,6 +1315,97 @@ async fn a_clone_source_bound_without_a_node_is_released() {
     support::wait_gone(&s.claims(), "src").await;
 }
 
+/// A change of published capacity re-checks the claims that wait for a node, and only them:
+/// not the deleting source a waiting clone holds, whose check lists its namespace (an instance
+/// caches its node's claims only). The source is looked at again when the clone changes.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_capacity_change_leaves_a_waiting_clones_source_alone() {
+    let s = Scenario::new("nd-recheck").await;
+    let nodes = start_nodes(
+        &s,
+        &[("a", "10Gi")],
+        &[
+            "--enable-capacity",
+            "--capacity-ownerref-level=-1",
+            "--capacity-poll-interval=2s",
+            "--capacity-for-immediate-binding",
+        ],
+        &["--clone-volume"],
+    )
+    .await;
+    let a = &nodes[0];
+    let class = s.class("imm", "Immediate", json!({})).await;
+    published_per_instance(&s, 1).await;
+    s.claim("src", &class, "1Gi", on(&a.node)).await;
+    s.wait_bound("src").await;
+    // The clone is taken, protects its source, fails and is sent back: it waits unplaced,
+    // with this node stepping back from it for longer than the test runs.
+    let refuse = json!({"code": "ResourceExhausted", "message": "no room for clones"});
+    a.mock.set_faults(json!({"CreateVolume": refuse}));
+    let copy = json!({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}}});
+    s.claim("copy", &class, "1Gi", copy).await;
+    eventually("the clone to fail and come back", || async {
+        let copy = s.claims().get("copy").await.ok()?;
+        let unplaced = !copy
+            .annotations()
+            .contains_key("volume.kubernetes.io/selected-node");
+        (a.mock.calls_of("CreateVolume").len() == 2 && unplaced).then_some(())
+    })
+    .await;
+    let src = s.claims().get("src").await.unwrap();
+    assert!(
+        src.finalizers()
+            .iter()
+            .any(|f| f == provisioning::names::CLONE_SOURCE_FINALIZER),
+        "{:?}",
+        src.finalizers()
+    );
+    s.delete_claim("src").await;
+    s.wait_event("src", "WaitForClones", "copy").await;
+    let our_lists = || {
+        testenv::audit::claim_lists(&ControlPlane::shared().audit_log(), &s.ns)
+            .unwrap()
+            .into_iter()
+            .filter(|l| l.user_agent.starts_with("csi-provisioner/"))
+            .count()
+    };
+    // The audit log is written as responses go out.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = our_lists();
+    assert!(before >= 1, "the held source's check lists its namespace");
+    for gi in [9_i64, 8, 7] {
+        a.mock.set_faults(json!({
+            "CreateVolume": refuse,
+            "GetCapacity": {"reply": {"available_capacity": gi << 30}},
+        }));
+        let shown = format!("{gi}Gi");
+        eventually("the new capacity to be published", || async {
+            capacity_objects(&s)
+                .await
+                .iter()
+                .any(|o| o.capacity.as_ref().map(|q| q.0.as_str()) == Some(shown.as_str()))
+                .then_some(())
+        })
+        .await;
+        // The recheck waits out a second of further changes.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    assert_eq!(
+        our_lists() - before,
+        0,
+        "three capacity changes listed the namespace again"
+    );
+    assert_eq!(
+        a.mock.calls_of("CreateVolume").len(),
+        2,
+        "the node stepped back from the clone"
+    );
+    // The clone goes: its change releases the source.
+    s.delete_claim("copy").await;
+    support::wait_gone(&s.claims(), "src").await;
+}
+
 /// The `waited=` duration of a "Took claim" log line (Rust's `Debug` of a `Duration`), in
 /// seconds.
 fn waited_seconds(line: &str) -> Option<f64> {

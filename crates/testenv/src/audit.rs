@@ -1,8 +1,8 @@
-//! The API server's own record of who wrote which claim: tests count a component's writes from
-//! it instead of trusting the component's counters.
+//! The API server's own record of who wrote or listed which claims: tests count a component's
+//! requests from it instead of trusting the component's counters.
 //!
-//! Only writes to PersistentVolumeClaims are recorded (Metadata level, one JSON line when the
-//! response is sent), which keeps the log small even under the benchmarks' bursts.
+//! Only writes and lists of PersistentVolumeClaims are recorded (Metadata level, one JSON line
+//! when the response is sent), which keeps the log small even under the benchmarks' bursts.
 
 use std::path::Path;
 
@@ -16,14 +16,17 @@ kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
 rules:
 - level: Metadata
-  verbs: [create, update, patch, delete]
+  verbs: [create, update, patch, delete, list]
   resources:
   - group: \"\"
     resources: [persistentvolumeclaims]
 - level: None
 ";
 
-/// One recorded write.
+/// The verbs that change a claim (the policy also records `list`).
+const WRITE_VERBS: [&str; 4] = ["create", "update", "patch", "delete"];
+
+/// One recorded request: a write, or a list (`name` empty).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
     pub verb: String,
@@ -37,6 +40,21 @@ pub struct Write {
 
 /// The writes to claims in `namespace` recorded in `log` (missing log: none yet).
 pub fn claim_writes(log: &Path, namespace: &str) -> Result<Vec<Write>, Error> {
+    Ok(recorded(log, namespace)?
+        .into_iter()
+        .filter(|w| WRITE_VERBS.contains(&w.verb.as_str()))
+        .collect())
+}
+
+/// The lists of the claims in `namespace` (not cluster-wide ones) recorded in `log`.
+pub fn claim_lists(log: &Path, namespace: &str) -> Result<Vec<Write>, Error> {
+    Ok(recorded(log, namespace)?
+        .into_iter()
+        .filter(|w| w.verb == "list")
+        .collect())
+}
+
+fn recorded(log: &Path, namespace: &str) -> Result<Vec<Write>, Error> {
     let text = match std::fs::read_to_string(log) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -93,5 +111,31 @@ not json"#;
                 code: Some(200),
             }]
         );
+    }
+
+    #[test]
+    fn writes_and_lists_are_told_apart() {
+        let line = |verb: &str, ns: &str| {
+            format!(
+                r#"{{"stage":"ResponseComplete","verb":"{verb}","objectRef":{{"namespace":"{ns}"}}}}"#
+            )
+        };
+        let dir = std::env::temp_dir().join(format!("audit-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("audit.log");
+        let lines = [
+            line("update", "ns"),
+            line("list", "ns"),
+            line("list", "other"),
+            line("delete", "ns"),
+        ];
+        std::fs::write(&log, lines.join("\n")).unwrap();
+        let verbs = |w: Vec<Write>| w.into_iter().map(|w| w.verb).collect::<Vec<_>>();
+        assert_eq!(
+            verbs(claim_writes(&log, "ns").unwrap()),
+            ["update", "delete"]
+        );
+        assert_eq!(verbs(claim_lists(&log, "ns").unwrap()), ["list"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -165,13 +165,15 @@ impl ClaimsController {
 
     /// Re-checks claims waiting for a node: published capacity changed, so the explanation on
     /// them (or, in distributed provisioning, who takes them) may have to change too
-    /// ([`provisioning::claim::rechecked_on_capacity`]).
+    /// ([`provisioning::claim::rechecked_on_capacity`]). Not a waiting clone's source, as
+    /// [`Self::enqueue`] would queue it: the clone did not change, and with
+    /// `--node-deployment` a held source's check lists its namespace.
     pub fn enqueue_waiting(&self) {
         let distributed = self.ctx.node.is_some();
         for claim in self.ctx.caches.unsettled_claims() {
             let class = self.class_of(&claim);
             if provisioning::claim::rechecked_on_capacity(&claim, class.as_deref(), distributed) {
-                self.enqueue(&claim);
+                self.queue.add(ClaimKey::of(&claim));
             }
         }
     }
