@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{ShouldProvision, should_provision};
+use provisioning::data_source::clone::guards_source;
 use provisioning::lifecycle::{Step, bound_elsewhere, decide, has_finalizer};
 
 use super::protection;
@@ -48,7 +49,10 @@ impl ClaimsController {
         {
             return self.save_unsaved_pv(&claim, pv).await;
         }
-        if protection::is_held_source(&claim) && self.ctx.driver.capabilities.clone_volume {
+        if protection::is_held_source(&claim)
+            && self.ctx.driver.capabilities.clone_volume
+            && guards_source(&claim, &self.ctx.driver.name)
+        {
             self.protect_clone_source(&claim).await?;
         }
         let class = self.class_of(&claim);

@@ -161,7 +161,9 @@ async fn a_clone_source_bound_without_a_node_is_released() {
 
 /// A change of published capacity re-checks the claims that wait for a node, and only them:
 /// not the deleting source a waiting clone holds, whose check lists its namespace (an instance
-/// caches its node's claims only). The source is looked at again when the clone changes.
+/// caches its node's claims only). The source is looked at again when the clone changes. And
+/// an instance of another driver, which sees the held source too, leaves it to ours: starting,
+/// it re-checks every claim it caches.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_capacity_change_leaves_a_waiting_clones_source_alone() {
@@ -218,6 +220,21 @@ async fn a_capacity_change_leaves_a_waiting_clones_source_alone() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = our_lists();
     assert!(before >= 1, "the held source's check lists its namespace");
+    let other = Scenario::new("nd-recheck-other").await;
+    other.class("imm", "Immediate", json!({})).await;
+    let _other = start_nodes(
+        &other,
+        &[("b", "10Gi")],
+        &[
+            "--enable-capacity",
+            "--capacity-ownerref-level=-1",
+            "--capacity-poll-interval=2s",
+            "--capacity-for-immediate-binding",
+        ],
+        &["--clone-volume"],
+    )
+    .await;
+    published_per_instance(&other, 1).await;
     for gi in [9_i64, 8, 7] {
         a.mock.set_faults(json!({
             "CreateVolume": refuse,
@@ -238,7 +255,7 @@ async fn a_capacity_change_leaves_a_waiting_clones_source_alone() {
     assert_eq!(
         our_lists() - before,
         0,
-        "three capacity changes listed the namespace again"
+        "three capacity changes, or another driver's instance, listed the namespace again"
     );
     assert_eq!(
         a.mock.calls_of("CreateVolume").len(),

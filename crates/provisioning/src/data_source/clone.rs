@@ -204,6 +204,15 @@ fn bytes(claim: &PersistentVolumeClaim) -> i64 {
         .unwrap_or(0)
 }
 
+/// Whether the provisioner of `driver_name` looks after a held source's cloning protection. A
+/// clone is filled only from a volume of its own driver, so a source whose storage-provisioner
+/// annotation names another driver is that driver's to release; checking it here would cost
+/// every `--node-deployment` instance a list of its namespace for nothing. A source bound to a
+/// volume made beforehand has no annotation and may be ours.
+pub fn guards_source(source: &PersistentVolumeClaim, driver_name: &str) -> bool {
+    claim::provisioner_of(source).is_none() || claim::is_ours(source, driver_name)
+}
+
 /// The pending clones that hold `source`'s deletion: claims in its namespace whose
 /// `spec.dataSource` names it and that are still `Pending` (upstream's cloning-protection
 /// controller; `dataSourceRef`-only and cross-namespace clones do not count, as upstream).

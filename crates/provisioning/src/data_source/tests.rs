@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use pretty_assertions::assert_eq;
 
-use super::clone::{CloneInputs, SOURCE_NOT_BOUND, clone_source, pending_clones};
+use super::clone::{CloneInputs, SOURCE_NOT_BOUND, clone_source, guards_source, pending_clones};
 use super::snapshot::{
     RestoreInputs, SnapshotRef, VolumeSnapshot, VolumeSnapshotContent, VolumeSnapshotContentSpec,
     VolumeSnapshotContentStatus, VolumeSnapshotStatus, restore_source,
@@ -348,6 +348,46 @@ fn pending_clones_hold_the_source() {
     ];
     assert_eq!(pending_clones(&source, &claims), vec!["a", "b"]);
     assert!(pending_clones(&source, &claims[2..]).is_empty());
+}
+
+#[test]
+fn a_held_source_is_looked_after_by_its_own_driver() {
+    let annotated = |pairs: &[(&str, &str)]| {
+        let mut c = source_claim();
+        c.metadata.annotations = Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        c
+    };
+    let cases = [
+        ("made beforehand: no annotation", annotated(&[]), true),
+        (
+            "ours",
+            annotated(&[(names::ANN_STORAGE_PROVISIONER, DRIVER)]),
+            true,
+        ),
+        (
+            "ours, beta annotation only",
+            annotated(&[(names::ANN_BETA_STORAGE_PROVISIONER, DRIVER)]),
+            true,
+        ),
+        (
+            "another driver's",
+            annotated(&[(names::ANN_STORAGE_PROVISIONER, "other.csi.test")]),
+            false,
+        ),
+        (
+            "another driver's, beta annotation only",
+            annotated(&[(names::ANN_BETA_STORAGE_PROVISIONER, "other.csi.test")]),
+            false,
+        ),
+    ];
+    for (what, claim, want) in cases {
+        assert_eq!(guards_source(&claim, DRIVER), want, "{what}");
+    }
 }
 
 #[test]
