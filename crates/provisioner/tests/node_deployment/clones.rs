@@ -159,6 +159,14 @@ async fn a_clone_source_bound_without_a_node_is_released() {
     support::wait_gone(&s.claims(), "src").await;
 }
 
+/// Capacity tracking for the Immediate class, polled often enough for the test to change it.
+const PUBLISHING: &[&str] = &[
+    "--enable-capacity",
+    "--capacity-ownerref-level=-1",
+    "--capacity-poll-interval=2s",
+    "--capacity-for-immediate-binding",
+];
+
 /// A change of published capacity re-checks the claims that wait for a node, and only them:
 /// not the deleting source a waiting clone holds, whose check lists its namespace (an instance
 /// caches its node's claims only). The source is looked at again when the clone changes. And
@@ -168,18 +176,7 @@ async fn a_clone_source_bound_without_a_node_is_released() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_capacity_change_leaves_a_waiting_clones_source_alone() {
     let s = Scenario::new("nd-recheck").await;
-    let nodes = start_nodes(
-        &s,
-        &[("a", "10Gi")],
-        &[
-            "--enable-capacity",
-            "--capacity-ownerref-level=-1",
-            "--capacity-poll-interval=2s",
-            "--capacity-for-immediate-binding",
-        ],
-        &["--clone-volume"],
-    )
-    .await;
+    let nodes = start_nodes(&s, &[("a", "10Gi")], PUBLISHING, &["--clone-volume"]).await;
     let a = &nodes[0];
     let class = s.class("imm", "Immediate", json!({})).await;
     published_per_instance(&s, 1).await;
@@ -222,18 +219,7 @@ async fn a_capacity_change_leaves_a_waiting_clones_source_alone() {
     assert!(before >= 1, "the held source's check lists its namespace");
     let other = Scenario::new("nd-recheck-other").await;
     other.class("imm", "Immediate", json!({})).await;
-    let _other = start_nodes(
-        &other,
-        &[("b", "10Gi")],
-        &[
-            "--enable-capacity",
-            "--capacity-ownerref-level=-1",
-            "--capacity-poll-interval=2s",
-            "--capacity-for-immediate-binding",
-        ],
-        &["--clone-volume"],
-    )
-    .await;
+    let _other = start_nodes(&other, &[("b", "10Gi")], PUBLISHING, &["--clone-volume"]).await;
     published_per_instance(&other, 1).await;
     for gi in [9_i64, 8, 7] {
         a.mock.set_faults(json!({
