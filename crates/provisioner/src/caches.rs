@@ -64,6 +64,8 @@ pub struct Changes {
 
 /// What to watch beyond the always-needed PVCs, PVs and StorageClasses.
 pub struct CacheOptions {
+    /// Our driver's name (distributed provisioning keeps only its own held clone sources).
+    pub driver: String,
     /// Whether to watch CSINodes and Nodes (central mode): only topology and capacity tracking
     /// read them, and upstream starts their informers only for those.
     pub watch_nodes: bool,
@@ -95,8 +97,9 @@ impl Caches {
                 // `None`: the driver reported no topology (see `NodeDeployment::node`).
                 let topology = node.metadata.labels.clone();
                 let volume_node = name.clone();
+                let driver = opts.driver.clone();
                 let claim = move |c: &PersistentVolumeClaim| {
-                    provisioning::distributed::concerns_node(c, &name)
+                    provisioning::distributed::concerns_node(c, &name, &driver)
                 };
                 let volume =
                     move |pv: &PersistentVolume| on_node(pv, topology.as_ref(), &volume_node);

@@ -64,6 +64,7 @@ pub(crate) async fn run_controllers(
         &base.client,
         &base.capacity_client,
         &CacheOptions {
+            driver: base.driver.name.clone(),
             watch_attachments: base.driver.capabilities.publish_unpublish_volume,
             watch_nodes: opts.enable_capacity
                 || (base.driver.capabilities.volume_accessibility_constraints

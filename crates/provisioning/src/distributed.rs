@@ -32,17 +32,20 @@ pub enum NodeOwner {
     NotYet,
 }
 
-/// Whether an instance on `node` keeps a claim in its cache at all: claims whose
+/// Whether an instance of `driver` on `node` keeps a claim in its cache at all: claims whose
 /// `selected-node` names it, claims still waiting for a node (unbound, none selected), and
-/// clone sources that hold our cloning-protection finalizer, whatever their node (whichever
-/// node cloned them added it, and some instance must see the claim to take it off, also when
-/// the source's own node is lost). Everything else (other nodes' claims, claims bound without
-/// any node selected) no step of this instance reads, so with local storage each instance
-/// holds its own node's claims instead of the cluster's.
+/// clone sources that hold the cloning-protection finalizer and are this driver's to guard
+/// ([`crate::data_source::clone::guards_source`]), whatever their node (whichever node cloned
+/// them added it, and some instance must see the claim to take it off, also when the source's
+/// own node is lost). Everything else (other nodes' claims, claims bound without any node
+/// selected, other drivers' held sources) no step of this instance reads, so with local
+/// storage each instance holds its own node's claims instead of the cluster's.
 ///
 /// Differs from upstream: its instances cache every claim of the cluster.
-pub fn concerns_node(claim: &PersistentVolumeClaim, node: &str) -> bool {
-    if crate::data_source::snapshot::has_finalizer(&claim.metadata, names::CLONE_SOURCE_FINALIZER) {
+pub fn concerns_node(claim: &PersistentVolumeClaim, node: &str, driver: &str) -> bool {
+    if crate::data_source::snapshot::has_finalizer(&claim.metadata, names::CLONE_SOURCE_FINALIZER)
+        && crate::data_source::clone::guards_source(claim, driver)
+    {
         return true;
     }
     match annotation(claim, names::ANN_SELECTED_NODE).filter(|n| !n.is_empty()) {

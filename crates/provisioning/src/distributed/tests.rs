@@ -414,6 +414,13 @@ fn an_instance_keeps_its_own_and_waiting_claims_only() {
         c.metadata.finalizers = Some(vec![names::CLONE_SOURCE_FINALIZER.into()]);
         c
     };
+    let provisioned_by = |mut c: PersistentVolumeClaim, driver: &str| {
+        c.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(names::ANN_STORAGE_PROVISIONER.into(), driver.into());
+        c
+    };
     let bound = |selected: Option<&str>| {
         let mut c = claim(selected);
         c.spec = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
@@ -448,9 +455,24 @@ fn an_instance_keeps_its_own_and_waiting_claims_only() {
             true,
             "another node's clone source: any node may have to release it (a lost node)",
         ),
+        (
+            provisioned_by(protected(bound(Some("n2"))), "d"),
+            true,
+            "our driver's clone source on another node",
+        ),
+        (
+            provisioned_by(protected(bound(Some("n2"))), "other"),
+            false,
+            "another driver's clone source: that driver releases it",
+        ),
+        (
+            provisioned_by(protected(bound(Some("n1"))), "other"),
+            true,
+            "another driver's claim on our node is still kept as one of ours",
+        ),
     ];
     for (c, want, what) in cases {
-        assert_eq!(concerns_node(&c, "n1"), want, "{what}");
+        assert_eq!(concerns_node(&c, "n1", "d"), want, "{what}");
     }
 }
 
