@@ -55,8 +55,10 @@ pub fn paired_ratios(ours: &[(u32, f64)], upstream: &[(u32, f64)]) -> Vec<f64> {
     ours.iter()
         .filter_map(|(run, a)| {
             let (_, b) = upstream.iter().find(|(r, _)| r == run)?;
+            // A negative value (a capacity update seen before the CreateVolume it follows)
+            // over a positive one is no factor of speed: such a pair gets no ratio.
             let ratio = a / b;
-            (ratio.is_finite() && *b != 0.0).then_some(ratio)
+            (ratio.is_finite() && *a >= 0.0 && *b > 0.0).then_some(ratio)
         })
         .collect()
 }
@@ -137,6 +139,7 @@ mod tests {
         assert_eq!(paired_ratios(&ours, &upstream), vec![0.5, 0.5]);
         assert!(paired_ratios(&ours, &[]).is_empty());
         assert_eq!(paired_ratios(&[(1, 0.0)], &[(1, 2.0)]), vec![0.0]);
+        assert!(paired_ratios(&[(1, -300.0)], &[(1, 90.0)]).is_empty());
     }
 
     #[test]
