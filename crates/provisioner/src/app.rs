@@ -229,7 +229,7 @@ fn queue_names(opts: &cli::Options) -> Vec<&'static str> {
     names
 }
 
-fn limits(qps: f32, burst: i64) -> ClientLimits {
+pub(crate) fn limits(qps: f32, burst: i64) -> ClientLimits {
     ClientLimits {
         qps,
         burst: u32::try_from(burst.max(0)).unwrap_or(u32::MAX),

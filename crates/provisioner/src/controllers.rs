@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller_kit::events::EventRecorder;
+use controller_kit::events::{DeliveryConfig, EventRecorder, normal_backlog};
 use controller_kit::reflect::Change;
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -77,14 +77,26 @@ pub(crate) async fn run_controllers(
         },
     );
     let mut tasks = Tasks::default();
-    let (recorder, deliver) = EventRecorder::new(
+    // Events ride the background lane of the `--kube-api-*` budget: at most one burst of
+    // Normal ones waits for it (see `events::normal_backlog`).
+    let delivery = DeliveryConfig {
+        normal_backlog: normal_backlog(
+            crate::app::limits(opts.kube_api_qps as f32, opts.kube_api_burst)
+                .effective()
+                .map(|(_, burst)| burst),
+        ),
+        ..DeliveryConfig::default()
+    };
+    let (recorder, deliver) = EventRecorder::with_config(
         base.background_client.clone(),
         event_source(&base.driver.name),
+        delivery.clone(),
     );
     tasks.spawn("event delivery", deliver);
-    let (populator_recorder, deliver) = EventRecorder::new(
+    let (populator_recorder, deliver) = EventRecorder::with_config(
         base.background_client.clone(),
         "external-provisioner".to_string(),
+        delivery,
     );
     tasks.spawn("populator event delivery", deliver);
 

@@ -441,18 +441,19 @@ async fn under_a_tight_budget_the_oldest_claim_is_finished_first() {
     assert_eq!(s.mock().calls_of("CreateVolume").len(), CLAIMS);
 }
 
-/// Under a burst the events wait behind the claims' own requests. A claim's "Provisioning"
-/// notice still waiting when its outcome comes is replaced by it: every claim gets its
-/// ProvisioningSucceeded, and few the stale notice (the first one or two, popped for delivery
-/// before the outcome). Sent as client-go would, every claim would get both.
+/// Under a burst the events wait behind the claims' own requests, and at most one client burst
+/// of Normal events waits (`--kube-api-burst=1` here): the rest are logged, not written. So a
+/// burst costs one PV create per claim and few events, where client-go's recorder would queue
+/// a Provisioning and a ProvisioningSucceeded event for every claim. A waiting "Provisioning"
+/// notice still gives way to its outcome.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn under_a_burst_a_waiting_provisioning_notice_gives_way_to_its_outcome() {
+async fn under_a_burst_only_one_burst_of_normal_events_is_written() {
     const CLAIMS: usize = 12;
-    let s = Scenario::start(
+    let mut s = Scenario::start(
         "prov-notice",
         &[],
-        &["--kube-api-qps=2", "--kube-api-burst=1"],
+        &["--kube-api-qps=2", "--kube-api-burst=1", "-v=4"],
     )
     .await;
     let class = s.class("imm", "Immediate", json!({})).await;
@@ -460,24 +461,64 @@ async fn under_a_burst_a_waiting_provisioning_notice_gives_way_to_its_outcome() 
     for i in 0..CLAIMS {
         s.claim(&format!("c{i}"), &class, "1Gi", json!({})).await;
     }
-    let mut notices = 0;
     for i in 0..CLAIMS {
-        let name = format!("c{i}");
-        s.wait_bound(&name).await;
-        s.wait_event(&name, "ProvisioningSucceeded", "").await;
+        s.wait_bound(&format!("c{i}")).await;
     }
-    // Whatever is still queued goes out within a few seconds of the last outcome.
-    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    // The background lane is drained once the claims' finalizers are off and no event has been
+    // written for a few seconds (one event takes 0.5 s of this budget).
+    support::eventually("the creating-volume finalizers removed", || async {
+        let claims = s.claims().list(&Default::default()).await.ok()?;
+        (!claims.items.iter().any(support::holds_finalizer)).then_some(())
+    })
+    .await;
+    let mut last = (0, std::time::Instant::now());
+    while last.1.elapsed() < std::time::Duration::from_secs(4) {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let mut now = 0;
+        for i in 0..CLAIMS {
+            now += s.our_event_reasons(&format!("c{i}")).await.len();
+        }
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
+        }
+    }
+    let (mut told, mut written) = (0, 0);
     for i in 0..CLAIMS {
         let ours = s.our_event_reasons(&format!("c{i}")).await;
         let count = |reason: &str| ours.iter().filter(|r| *r == reason).count();
-        assert_eq!(count("ProvisioningSucceeded"), 1, "c{i}: {ours:?}");
-        assert_eq!(ours.len(), 1 + count("Provisioning"), "c{i}: {ours:?}");
-        notices += count("Provisioning");
+        assert!(count("ProvisioningSucceeded") <= 1, "c{i}: {ours:?}");
+        assert_eq!(
+            ours.len(),
+            count("ProvisioningSucceeded") + count("Provisioning"),
+            "c{i}: {ours:?}"
+        );
+        told += usize::from(!ours.is_empty());
+        written += ours.len();
     }
+    // The first claims' events fill the backlog; a few more get in as the background lane
+    // finds free tokens between the claims' own requests.
     assert!(
-        notices <= 3,
-        "{notices} of {CLAIMS} claims got a Provisioning event sent after it was out of date"
+        (1..=CLAIMS / 3).contains(&told),
+        "{told} of {CLAIMS} claims got events written ({written} events)"
+    );
+    // Nothing is lost from the log: every outcome is there, and so is each one not written.
+    let log = s.provisioner().log();
+    let lines = |needles: &[&str]| {
+        log.lines()
+            .filter(|l| needles.iter().all(|n| l.contains(n)))
+            .count()
+    };
+    assert_eq!(
+        lines(&[
+            "\"Successfully provisioned volume",
+            "reason=\"ProvisioningSucceeded\""
+        ]),
+        CLAIMS
+    );
+    let shed = lines(&["\"Normal event not written"]);
+    assert!(
+        shed >= CLAIMS - told,
+        "{shed} events shed, {told} claims told"
     );
     assert_eq!(s.mock().calls_of("CreateVolume").len(), CLAIMS);
 }

@@ -5,7 +5,7 @@
 //! never blocks; a background task correlates events ([`EventCorrelator`]) and creates or
 //! patches them, retrying transient failures. Unlike client-go, a progress event
 //! ([`EventRecorder::progress`]) still waiting for delivery is replaced by the next event about
-//! its object.
+//! its object, and Normal events beyond one client burst of backlog are logged, not written.
 
 mod correlator;
 mod lru;
@@ -13,7 +13,7 @@ mod queue;
 mod recorder;
 
 pub use correlator::{AGGREGATE_PREFIX, CorrelatorConfig, Decision, EventCorrelator, event_name};
-pub use recorder::{DeliveryConfig, EventRecorder, QUEUE_CAPACITY};
+pub use recorder::{DeliveryConfig, EventRecorder, QUEUE_CAPACITY, normal_backlog};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};

@@ -6,6 +6,12 @@
 //! recorded while delivery is idle waits behind nothing and is not replaced: it goes out as
 //! soon as the delivery task runs, as client-go's would, even if its outcome is recorded
 //! before that task gets a thread.
+//!
+//! Normal events have a smaller bound of their own (the client's burst, see
+//! [`super::DeliveryConfig::normal_backlog`]). Events ride the background lane, so a queue of
+//! Normal events longer than one burst means real work has held the whole budget for a while:
+//! the Normal events recorded meanwhile are logged but not written ("shed"), which keeps a
+//! burst of provisioning at one write per volume. Warnings keep the full bound.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -36,12 +42,21 @@ pub(crate) enum Pushed {
     },
     /// The queue was full, or delivery had stopped: the event is dropped.
     Dropped,
+    /// A Normal event while a full backlog of Normal events already waits: not written.
+    Shed,
+}
+
+fn is_normal(event: &Event) -> bool {
+    event.type_.as_deref() != Some("Warning")
 }
 
 /// The queue itself, without locking or waking: pure, so it is tested on its own.
 #[derive(Debug)]
 pub(crate) struct State {
     capacity: usize,
+    normal_capacity: usize,
+    /// How many of `waiting` are Normal.
+    normal_waiting: usize,
     next: u64,
     waiting: BTreeMap<u64, Event>,
     /// The waiting progress event of each object, by its place in `waiting`.
@@ -52,9 +67,12 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// Holds at most `capacity` events, of which at most `normal_capacity` Normal ones.
+    pub(crate) fn new(capacity: usize, normal_capacity: usize) -> Self {
         Self {
             capacity,
+            normal_capacity: normal_capacity.min(capacity),
+            normal_waiting: 0,
             next: 0,
             waiting: BTreeMap::new(),
             progress: HashMap::new(),
@@ -69,12 +87,17 @@ impl State {
         }
         let key = object_key(&event.involved_object);
         let replaced = match self.progress.remove(&key) {
-            Some(at) => self.waiting.remove(&at).is_some(),
+            Some(at) => self.take(at).is_some(),
             None => false,
         };
         if self.waiting.len() >= self.capacity {
             return Pushed::Dropped;
         }
+        let normal = is_normal(&event);
+        if normal && self.normal_waiting >= self.normal_capacity {
+            return Pushed::Shed;
+        }
+        self.normal_waiting += usize::from(normal);
         let at = self.next;
         self.next += 1;
         self.waiting.insert(at, event);
@@ -88,14 +111,21 @@ impl State {
 
     /// The next event to deliver; with none, the delivery task is idle until the next push.
     pub(crate) fn pop(&mut self) -> Option<Event> {
-        let Some((at, event)) = self.waiting.pop_first() else {
+        let Some(&at) = self.waiting.keys().next() else {
             self.idle = true;
             return None;
         };
+        let event = self.take(at)?;
         let key = object_key(&event.involved_object);
         if self.progress.get(&key) == Some(&at) {
             self.progress.remove(&key);
         }
+        Some(event)
+    }
+
+    fn take(&mut self, at: u64) -> Option<Event> {
+        let event = self.waiting.remove(&at)?;
+        self.normal_waiting -= usize::from(is_normal(&event));
         Some(event)
     }
 }
@@ -108,16 +138,16 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize, normal_capacity: usize) -> Self {
         Self {
-            state: Mutex::new(State::new(capacity)),
+            state: Mutex::new(State::new(capacity, normal_capacity)),
             ready: Notify::new(),
         }
     }
 
     pub(crate) fn push(&self, event: Event, progress: bool) -> Pushed {
         let pushed = self.state.lock().push(event, progress);
-        if pushed != Pushed::Dropped {
+        if matches!(pushed, Pushed::Queued { .. }) {
             self.ready.notify_one();
         }
         pushed
@@ -179,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_waiting_progress_event_is_replaced_by_the_next_about_its_object() {
-        let mut q = State::new(10);
+        let mut q = State::new(10, 10);
         assert_eq!(
             q.push(event("a", "Provisioning"), true),
             Pushed::Queued { replaced: false }
@@ -194,7 +224,7 @@ mod tests {
 
     #[test]
     fn other_events_are_never_replaced() {
-        let mut q = State::new(10);
+        let mut q = State::new(10, 10);
         q.push(event("a", "ProvisioningFailed"), false);
         q.push(event("a", "Provisioning"), true);
         q.push(event("a", "ProvisioningSucceeded"), false);
@@ -207,7 +237,7 @@ mod tests {
 
     #[test]
     fn a_delivered_progress_event_is_not_looked_for_again() {
-        let mut q = State::new(10);
+        let mut q = State::new(10, 10);
         q.push(event("a", "Provisioning"), true);
         assert_eq!(drain(&mut q), ["a-Provisioning"]);
         // Its outcome, and a later attempt's progress, queue as usual.
@@ -229,7 +259,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_new_events_but_takes_an_outcome_once_its_progress_event_goes() {
-        let mut q = State::new(2);
+        let mut q = State::new(2, 2);
         q.push(event("a", "Provisioning"), true);
         q.push(event("b", "Provisioning"), true);
         assert_eq!(q.push(event("c", "Provisioning"), true), Pushed::Dropped);
@@ -243,7 +273,7 @@ mod tests {
 
     #[test]
     fn objects_without_uid_are_told_apart_by_kind_namespace_and_name() {
-        let mut q = State::new(10);
+        let mut q = State::new(10, 10);
         let mut first = event("", "Provisioning");
         first.involved_object.name = Some("x".into());
         let mut other = event("", "Provisioning");
@@ -267,7 +297,7 @@ mod tests {
 
     #[test]
     fn a_progress_event_recorded_while_delivery_is_idle_is_sent_next() {
-        let mut q = State::new(10);
+        let mut q = State::new(10, 10);
         assert_eq!(q.pop().map(|e| e.metadata.name), None, "delivery now idle");
         q.push(event("a", "Provisioning"), true);
         // Its outcome before the delivery task ran: both go out, as client-go's would.
@@ -290,7 +320,7 @@ mod tests {
 
     #[test]
     fn only_the_first_event_after_idle_is_sent_next() {
-        let mut q = State::new(10);
+        let mut q = State::new(10, 10);
         assert!(q.pop().is_none());
         q.push(event("x", "Other"), false);
         q.push(event("a", "Provisioning"), true);
@@ -298,9 +328,78 @@ mod tests {
         assert_eq!(drain(&mut q), ["x-Other", "a-ProvisioningSucceeded"]);
     }
 
+    fn warning(uid: &str, reason: &str) -> Event {
+        Event {
+            type_: Some("Warning".into()),
+            ..event(uid, reason)
+        }
+    }
+
+    #[test]
+    fn beyond_the_normal_backlog_normal_events_are_shed_and_warnings_still_queue() {
+        let mut q = State::new(10, 2);
+        q.push(event("a", "Provisioning"), true);
+        q.push(event("b", "Provisioning"), true);
+        assert_eq!(q.push(event("c", "Provisioning"), true), Pushed::Shed);
+        assert_eq!(
+            q.push(event("c", "ProvisioningSucceeded"), false),
+            Pushed::Shed
+        );
+        assert_eq!(
+            q.push(warning("d", "ProvisioningFailed"), false),
+            Pushed::Queued { replaced: false }
+        );
+        assert_eq!(
+            drain(&mut q),
+            ["a-Provisioning", "b-Provisioning", "d-ProvisioningFailed"]
+        );
+    }
+
+    #[test]
+    fn at_the_normal_backlog_an_outcome_still_takes_its_progress_events_place() {
+        let mut q = State::new(10, 2);
+        q.push(event("a", "Provisioning"), true);
+        q.push(event("b", "Provisioning"), true);
+        assert_eq!(
+            q.push(event("a", "ProvisioningSucceeded"), false),
+            Pushed::Queued { replaced: true }
+        );
+        // A warning in a progress event's place frees a Normal slot.
+        assert_eq!(
+            q.push(warning("b", "ProvisioningFailed"), false),
+            Pushed::Queued { replaced: true }
+        );
+        assert_eq!(
+            q.push(event("c", "ProvisioningSucceeded"), false),
+            Pushed::Queued { replaced: false }
+        );
+        assert_eq!(q.push(event("e", "Other"), false), Pushed::Shed);
+        assert_eq!(
+            drain(&mut q),
+            [
+                "a-ProvisioningSucceeded",
+                "b-ProvisioningFailed",
+                "c-ProvisioningSucceeded"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_delivered_normal_event_frees_its_slot() {
+        let mut q = State::new(10, 1);
+        q.push(event("a", "Other"), false);
+        assert_eq!(q.push(event("b", "Other"), false), Pushed::Shed);
+        assert_eq!(drain(&mut q), ["a-Other"]);
+        assert_eq!(
+            q.push(event("b", "Other"), false),
+            Pushed::Queued { replaced: false }
+        );
+        assert_eq!(drain(&mut q), ["b-Other"]);
+    }
+
     #[test]
     fn a_closed_queue_takes_nothing_more() {
-        let mut q = State::new(10);
+        let mut q = State::new(10, 10);
         q.push(event("a", "Provisioning"), true);
         q.closed = true;
         assert_eq!(q.push(event("b", "Other"), false), Pushed::Dropped);

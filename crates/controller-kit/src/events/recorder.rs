@@ -27,6 +27,10 @@ pub struct DeliveryConfig {
     /// Pause between attempts; the first pause is a random fraction of it so that many
     /// clients do not retry in lockstep after an apiserver outage.
     pub retry_sleep: Duration,
+    /// Normal events allowed to wait for delivery; further ones are logged, not written.
+    /// [`QUEUE_CAPACITY`] (the default) makes them wait as client-go's do. See
+    /// [`normal_backlog`].
+    pub normal_backlog: usize,
 }
 
 impl Default for DeliveryConfig {
@@ -34,8 +38,22 @@ impl Default for DeliveryConfig {
         Self {
             max_tries: 12,
             retry_sleep: Duration::from_secs(10),
+            normal_backlog: QUEUE_CAPACITY,
         }
     }
+}
+
+/// The Normal backlog for events written through a client whose token bucket holds `burst`
+/// (`None`: no client-side limit). More Normal events waiting than one burst could send
+/// means real work has held the whole budget for a while: writing them later only adds a
+/// request per object after the fact, and under a burst of claims would double the cost of
+/// provisioning (issue 16). Small batches, and every idle provisioner, keep all their events.
+pub fn normal_backlog(burst: Option<u32>) -> usize {
+    burst.map_or(QUEUE_CAPACITY, |b| {
+        usize::try_from(b)
+            .unwrap_or(usize::MAX)
+            .clamp(1, QUEUE_CAPACITY)
+    })
 }
 
 /// Records core/v1 Events. Cheap to clone; delivery stops once every clone is dropped and
@@ -45,6 +63,7 @@ pub struct EventRecorder {
     queue: Arc<Sender>,
     source: EventSource,
     dropped: Arc<AtomicU64>,
+    shed: Arc<AtomicU64>,
 }
 
 /// The recorders' shared end of the queue: when the last recorder goes, it closes the queue.
@@ -64,11 +83,16 @@ impl EventRecorder {
         client: Client,
         source_component: String,
     ) -> (EventRecorder, impl Future<Output = ()> + Send + 'static) {
-        Self::with_sink(
-            KubeSink { client },
-            source_component,
-            DeliveryConfig::default(),
-        )
+        Self::with_config(client, source_component, DeliveryConfig::default())
+    }
+
+    /// As [`EventRecorder::new`], with `config` instead of client-go's defaults.
+    pub fn with_config(
+        client: Client,
+        source_component: String,
+        config: DeliveryConfig,
+    ) -> (EventRecorder, impl Future<Output = ()> + Send + 'static) {
+        Self::with_sink(KubeSink { client }, source_component, config)
     }
 
     pub(crate) fn with_sink<S: EventSink>(
@@ -76,7 +100,7 @@ impl EventRecorder {
         source_component: String,
         config: DeliveryConfig,
     ) -> (EventRecorder, impl Future<Output = ()> + Send + 'static) {
-        let pending = Arc::new(Pending::new(QUEUE_CAPACITY));
+        let pending = Arc::new(Pending::new(QUEUE_CAPACITY, config.normal_backlog));
         let recorder = EventRecorder {
             queue: Arc::new(Sender(pending.clone())),
             source: EventSource {
@@ -84,6 +108,7 @@ impl EventRecorder {
                 host: None,
             },
             dropped: Arc::default(),
+            shed: Arc::default(),
         };
         (recorder, deliver_all(pending, sink, config))
     }
@@ -156,12 +181,23 @@ impl EventRecorder {
                     "Unable to record event: too many queued events, dropped event"
                 );
             }
+            Pushed::Shed => {
+                self.shed.fetch_add(1, Ordering::Relaxed);
+                // Expected under a burst, once per event: the line logged above (the event's
+                // message, type and reason) is its record.
+                klog::v!(4, event = %name, reason, "Normal event not written: a full backlog of Normal events waits for the API budget");
+            }
         }
     }
 
     /// Events dropped because the queue was full (or delivery had stopped).
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Normal events not written because the Normal backlog was full.
+    pub fn shed(&self) -> u64 {
+        self.shed.load(Ordering::Relaxed)
     }
 }
 

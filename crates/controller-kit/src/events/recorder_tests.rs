@@ -274,3 +274,34 @@ async fn a_progress_event_still_waiting_gives_way_to_the_outcome() {
         "{calls:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn normal_events_beyond_the_normal_backlog_are_shed_and_counted() {
+    let sink = ScriptedSink::default();
+    let config = DeliveryConfig {
+        normal_backlog: 2,
+        ..DeliveryConfig::default()
+    };
+    let (recorder, task) = EventRecorder::with_sink(sink.clone(), "c".into(), config);
+    // The delivery task is not running yet: two Normal events wait, the rest are shed, and
+    // warnings still queue.
+    for i in 0..5 {
+        recorder.event(&claim(), EventType::Normal, "Ok", format!("n{i}"));
+        recorder.event(&claim(), EventType::Warning, "Bad", format!("w{i}"));
+    }
+    assert_eq!((recorder.shed(), recorder.dropped()), (3, 0));
+    drop(recorder);
+    task.await;
+    let reasons = sink.reasons.lock().clone();
+    let count = |r: &str| reasons.iter().filter(|x| *x == r).count();
+    assert_eq!((count("Ok"), count("Bad")), (2, 5), "{reasons:?}");
+}
+
+#[test]
+fn the_normal_backlog_is_one_client_burst() {
+    assert_eq!(normal_backlog(Some(10)), 10);
+    assert_eq!(normal_backlog(Some(200)), 200);
+    assert_eq!(normal_backlog(Some(0)), 1, "at least one waits");
+    assert_eq!(normal_backlog(Some(1_000_000)), QUEUE_CAPACITY);
+    assert_eq!(normal_backlog(None), QUEUE_CAPACITY, "no client-side limit");
+}
