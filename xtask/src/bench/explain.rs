@@ -130,8 +130,7 @@ pub fn explain(r: &ScenarioResult) -> String {
                  (kube-controller-manager's annotation and binding), and under the burst at \
                  most one client burst of Normal events waits for the budget (the rest are \
                  logged, not written), so ours writes the PV and little else ({} requests per \
-                 volume, of which {} are events; upstream {}: the PV, and events sent once every \
-                 PV existed; time ratio until all PVs exist {}, until all Bound \
+                 volume, of which {} are events; upstream {}: the PV and its events; time ratio until all PVs exist {}, until all Bound \
                  {}, where kube-controller-manager's binder at its default client QPS 20/30 \
                  sets the pace for both). At 100/200 the binder is the shared limit (time ratio \
                  {} without, {} with the policy).",
