@@ -225,7 +225,7 @@ async fn upstream_rbac_client(admin: &kube::Client, ns: &str) -> kube::Client {
     let binding = RoleBinding {
         metadata: meta("csi-provisioner-role-cfg"),
         role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
             kind: "Role".into(),
             name: "external-provisioner-cfg".into(),
         },
@@ -242,10 +242,10 @@ async fn upstream_rbac_client(admin: &kube::Client, ns: &str) -> kube::Client {
         .expect("binding");
 
     let request = TokenRequest {
-        spec: TokenRequestSpec {
+        spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
             ..Default::default()
-        },
+        }),
         ..Default::default()
     };
     let token = Api::<ServiceAccount>::namespaced(admin.clone(), ns)
@@ -253,8 +253,8 @@ async fn upstream_rbac_client(admin: &kube::Client, ns: &str) -> kube::Client {
         .await
         .expect("token request")
         .status
-        .expect("token status")
-        .token;
+        .and_then(|s| s.token)
+        .expect("token status with a token");
 
     let path = testenv::ControlPlane::shared().kubeconfig();
     let mut kubeconfig = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");

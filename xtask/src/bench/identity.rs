@@ -93,7 +93,7 @@ pub async fn create(
         .await
         .context("requesting a token")?
         .status
-        .map(|s| s.token)
+        .and_then(|s| s.token)
         .context("TokenRequest without a token")?;
     let admin = std::fs::read_to_string(admin_kubeconfig)
         .with_context(|| format!("reading {}", admin_kubeconfig.display()))?;

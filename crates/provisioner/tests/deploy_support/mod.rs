@@ -217,7 +217,10 @@ pub async fn mint_token(client: &Client, ns: &str, sa: &str) -> String {
         .create_token_request(sa, &PostParams::default(), &request)
         .await
         .unwrap_or_else(|e| panic!("TokenRequest for {ns}/{sa}: {e}"));
-    answer.status.expect("TokenRequest status").token
+    answer
+        .status
+        .and_then(|s| s.token)
+        .expect("TokenRequest status with a token")
 }
 
 /// Writes a kubeconfig that authenticates with `token`, taking the server and CA from `admin`.
