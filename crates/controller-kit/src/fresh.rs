@@ -151,7 +151,13 @@ where
 /// An informer cache seen through our own pending writes. Cheap to clone; clones share both.
 pub struct Fresh<K: Resource<DynamicType = ()> + 'static> {
     store: Arc<Backing<K>>,
+    /// Our writes not yet confirmed. Readers take this lock *before* they read the store, as
+    /// [`Fresh::observe`] does: a watch event landing between a store read and the lock would
+    /// otherwise drop the write the read did not see, hiding a just-created object.
     pending: Arc<Mutex<HashMap<Name, Pending<K>>>>,
+    /// Runs right after a reader's store read: lets a test land a watch event exactly there.
+    #[cfg(test)]
+    after_store_read: Arc<Mutex<Option<Box<dyn FnMut() + Send>>>>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for Fresh<K> {
@@ -159,6 +165,8 @@ impl<K: Resource<DynamicType = ()> + 'static> Clone for Fresh<K> {
         Fresh {
             store: self.store.clone(),
             pending: self.pending.clone(),
+            #[cfg(test)]
+            after_store_read: self.after_store_read.clone(),
         }
     }
 }
@@ -169,17 +177,28 @@ where
 {
     /// Reads `store` through the writes recorded here.
     pub fn new(store: Store<K>) -> Fresh<K> {
-        Fresh {
-            store: Arc::new(Backing::Decoded(store)),
-            pending: Arc::default(),
-        }
+        Fresh::over(Backing::Decoded(store))
     }
 
     /// Reads a [`CompactStore`] through the writes recorded here.
     pub fn compact(store: CompactStore<K>) -> Fresh<K> {
+        Fresh::over(Backing::Compact(store))
+    }
+
+    fn over(store: Backing<K>) -> Fresh<K> {
         Fresh {
-            store: Arc::new(Backing::Compact(store)),
+            store: Arc::new(store),
             pending: Arc::default(),
+            #[cfg(test)]
+            after_store_read: Arc::default(),
+        }
+    }
+
+    /// Runs the test hook `after_store_read`; nothing outside tests.
+    fn store_read(&self) {
+        #[cfg(test)]
+        if let Some(hook) = self.after_store_read.lock().as_mut() {
+            hook();
         }
     }
 
@@ -196,12 +215,13 @@ where
 
     /// The object as we last know it: the cache's, or our write the cache does not show yet.
     pub fn get(&self, reference: &ObjectRef<K>) -> Option<Arc<K>> {
-        let cached = self.store.get(reference);
         let name = Name {
             namespace: reference.namespace.clone(),
             name: reference.name.clone(),
         };
         let mut pending = self.pending.lock();
+        let cached = self.store.get(reference);
+        self.store_read();
         let Some(p) = pending.get(&name) else {
             return cached;
         };
@@ -215,8 +235,9 @@ where
     /// Every object as we last know it: the cache's, with our pending writes applied (objects
     /// we deleted left out, objects we created added).
     pub fn state(&self) -> Vec<Arc<K>> {
-        let cached = self.store.state();
         let mut pending = self.pending.lock();
+        let cached = self.store.state();
+        self.store_read();
         if pending.is_empty() {
             return cached;
         }
@@ -252,8 +273,9 @@ where
     /// decoding a compact cache: for walking every object one at a time with [`Fresh::get`]
     /// instead of holding all of them decoded at once, as [`Fresh::state`] does.
     pub fn references(&self) -> Vec<ObjectRef<K>> {
-        let mut refs = self.store.references();
         let pending = self.pending.lock();
+        let mut refs = self.store.references();
+        self.store_read();
         if pending.is_empty() {
             return refs;
         }

@@ -254,3 +254,62 @@ fn references_and_any_read_through_pending_writes() {
         assert!(!fresh.any(|c| data(Some(Arc::new(c.clone()))).as_deref() == Some("zz")));
     }
 }
+
+/// Lands the watch event of our own create at the worst moment: right after a reader has read
+/// the store (which did not have the object yet), before it looks at the pending writes. The
+/// event's `observe` runs on another thread and is given 200 ms; a reader that holds the lock
+/// across its store read makes it wait, and the reader still shows our write. Returns what
+/// `read` saw.
+fn read_while_our_create_lands<W: Feed + Send + 'static>(
+    fresh: &Fresh<ConfigMap>,
+    writer: W,
+    read: impl Fn(&Fresh<ConfigMap>) -> Option<String>,
+) -> Option<String> {
+    let ours = cm("a", "5", "ours");
+    fresh.created(ours.clone());
+    let mut writer = Some(writer);
+    let watcher = fresh.clone();
+    *fresh.after_store_read.lock() = Some(Box::new(move || {
+        let Some(mut writer) = writer.take() else {
+            return;
+        };
+        let (done, landed) = std::sync::mpsc::channel();
+        let (watcher, ours) = (watcher.clone(), ours.clone());
+        std::thread::spawn(move || {
+            writer.apply_watcher_event(&Event::Apply(ours.clone()));
+            watcher.observe(&Change::Applied(ours));
+            let _ = done.send(());
+        });
+        let _ = landed.recv_timeout(Duration::from_millis(200));
+    }));
+    let seen = read(fresh);
+    *fresh.after_store_read.lock() = None;
+    seen
+}
+
+#[test]
+fn our_create_stays_visible_when_its_watch_event_lands_during_a_read() {
+    let get = |f: &Fresh<ConfigMap>| data(f.get(&r("a")));
+    let state = |f: &Fresh<ConfigMap>| data(f.state().into_iter().next());
+    let refs = |f: &Fresh<ConfigMap>| f.references().first().map(|r| r.name.clone());
+    let (decoded, writer) = store();
+    assert_eq!(
+        read_while_our_create_lands(&Fresh::new(decoded), writer, get),
+        Some("ours".into())
+    );
+    let (compact, writer) = crate::compact::store();
+    assert_eq!(
+        read_while_our_create_lands(&Fresh::compact(compact), writer, get),
+        Some("ours".into())
+    );
+    let (decoded, writer) = store();
+    assert_eq!(
+        read_while_our_create_lands(&Fresh::new(decoded), writer, state),
+        Some("ours".into())
+    );
+    let (decoded, writer) = store();
+    assert_eq!(
+        read_while_our_create_lands(&Fresh::new(decoded), writer, refs),
+        Some("a".into())
+    );
+}

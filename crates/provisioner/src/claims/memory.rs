@@ -11,10 +11,6 @@ use provisioning::attempt::{VolumeState, may_release};
 use provisioning::retry::Hold;
 use tokio::task::AbortHandle;
 
-/// How long a saved PV counts as existing without the PV cache showing it: as long as the
-/// caches trust a pending write of ours ([`controller_kit::fresh::MAX_PENDING`]).
-pub const SAVED_PV_TRUSTED: std::time::Duration = controller_kit::fresh::MAX_PENDING;
-
 /// Per-claim memory, keyed by claim UID.
 #[derive(Default)]
 pub struct Memory {
@@ -60,9 +56,6 @@ struct ClaimMemory {
     explained: Option<String>,
     /// The failed attempt's hold on the next one.
     hold: Option<Hold>,
-    /// When this process saved the claim's PV: until the PV cache shows it, this is what says
-    /// the PV exists (see [`Memory::pv_saved`]).
-    saved_pv: Option<Instant>,
     /// Finalizer releases that failed in a row: the backoff of the next (a release runs on its
     /// own task, after the sync that started it was counted a success).
     release_failures: u32,
@@ -156,29 +149,6 @@ impl Memory {
     /// Drops everything remembered for a claim (deleted, or settled with its PV).
     pub fn forget(&self, uid: &str) {
         self.claims.lock().remove(uid);
-    }
-
-    /// The claim's PV was saved: everything else is dropped, and for [`SAVED_PV_TRUSTED`] the
-    /// claim counts as having its PV even if the PV cache does not show it (a cache can lose
-    /// sight of a just-created object for a moment, and a claim provisioned again in that
-    /// moment costs a second CreateVolume).
-    pub fn pv_was_saved(&self, uid: &str) {
-        self.claims.lock().insert(
-            uid.to_string(),
-            ClaimMemory {
-                saved_pv: Some(Instant::now()),
-                ..ClaimMemory::default()
-            },
-        );
-    }
-
-    /// Whether this process saved the claim's PV less than [`SAVED_PV_TRUSTED`] ago.
-    pub fn pv_saved(&self, uid: &str) -> bool {
-        self.claims
-            .lock()
-            .get(uid)
-            .and_then(|m| m.saved_pv)
-            .is_some_and(|at| at.elapsed() < SAVED_PV_TRUSTED)
     }
 
     /// How many claims have an entry: bounded by the live claims of our driver.
@@ -325,23 +295,6 @@ mod tests {
         assert_eq!(m.topology("u", Some("n2")), None);
         m.forget_topology("u");
         assert_eq!(m.topology("u", Some("n1")), None);
-    }
-
-    #[test]
-    fn a_saved_pv_is_remembered_alone_until_forgotten() {
-        let m = Memory::default();
-        m.set_volume_state("u", VolumeState::Created("v".into()), None);
-        assert!(!m.pv_saved("u"));
-        m.pv_was_saved("u");
-        assert!(m.pv_saved("u"));
-        assert_eq!(
-            m.volume_state("u", false),
-            VolumeState::None,
-            "the rest is dropped"
-        );
-        assert!(!m.pv_saved("other"));
-        m.forget("u");
-        assert!(!m.pv_saved("u"));
     }
 
     #[test]

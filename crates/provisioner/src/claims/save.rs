@@ -96,7 +96,8 @@ impl ClaimsController {
                 .into());
             }
         }
-        self.memory.pv_was_saved(&uid);
+        // The PV owns the volume now; the PV cache shows our create until the watch does.
+        self.memory.forget(&uid);
         let reference = provisioning::pv::claim_reference(claim);
         ctx.recorder.event(
             &reference,

@@ -81,8 +81,8 @@ impl ClaimsController {
             }
         }
         let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
-        // Our own save counts too: the PV cache may not show a just-created PV yet.
-        let pv_exists = self.pv_exists(&claim) || self.memory.pv_saved(&uid);
+        // Read through our own writes: a PV we just saved counts before the watch shows it.
+        let pv_exists = self.pv_exists(&claim);
         // After a restart the finalizer (without the admission policy) is what says a call
         // may have been made.
         let may_exist = ours
