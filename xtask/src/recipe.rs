@@ -72,6 +72,20 @@ pub const COMPONENTS: &[Component] = &[
         optional: false,
         files: &[],
     },
+    // kubectl as users run it: `kubectl apply`'s three-way merge reads the last-applied
+    // annotation our claim writes must keep. Its own wrapper module, so that adding it did
+    // not change the control plane's cache key.
+    Component {
+        name: "kubectl",
+        source: Source::Wrapper {
+            dir: "tools/testenv/kubectl",
+            module: "k8s.io/kubernetes",
+        },
+        packages: &["k8s.io/kubernetes/cmd/kubectl"],
+        outputs: &[("kubectl", "kubectl")],
+        optional: false,
+        files: &[],
+    },
     Component {
         name: "csi-sanity",
         source: Source::Wrapper {
@@ -160,7 +174,7 @@ pub const HOSTPATH_DIR: &str = "../shared/third_party/csi-driver-host-path";
 pub fn ldflags(component: &str, version: &str) -> String {
     let mut flags = String::from("-s -w");
     match component {
-        "k8s" => {
+        "k8s" | "kubectl" => {
             let minor = version
                 .trim_start_matches('v')
                 .split('.')
@@ -333,6 +347,7 @@ mod tests {
         let root = testenv::workspace_root();
         let want = [
             ("k8s", "v1.36.3"),
+            ("kubectl", "v1.36.3"),
             ("csi-sanity", "v5.5.0"),
             ("external-provisioner", "v6.3.0"),
         ];

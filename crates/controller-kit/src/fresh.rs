@@ -148,6 +148,10 @@ where
     }
 }
 
+/// What a test runs right after a reader's store read.
+#[cfg(test)]
+type StoreReadHook = Box<dyn FnMut() + Send>;
+
 /// An informer cache seen through our own pending writes. Cheap to clone; clones share both.
 pub struct Fresh<K: Resource<DynamicType = ()> + 'static> {
     store: Arc<Backing<K>>,
@@ -157,7 +161,7 @@ pub struct Fresh<K: Resource<DynamicType = ()> + 'static> {
     pending: Arc<Mutex<HashMap<Name, Pending<K>>>>,
     /// Runs right after a reader's store read: lets a test land a watch event exactly there.
     #[cfg(test)]
-    after_store_read: Arc<Mutex<Option<Box<dyn FnMut() + Send>>>>,
+    after_store_read: Arc<Mutex<Option<StoreReadHook>>>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for Fresh<K> {

@@ -11,11 +11,14 @@
 //!   thousands.
 //! - [`fresh`]: read-your-writes over those caches: our own writes shown until the cache
 //!   catches up.
+//! - [`patch`]: writes of objects others own, as the difference alone (JSON merge patch), or
+//!   applied to the stored object where only `update` is allowed.
 
 pub mod client;
 pub mod compact;
 pub mod events;
 pub mod fresh;
+pub mod patch;
 pub mod reflect;
 pub mod workqueue;
 

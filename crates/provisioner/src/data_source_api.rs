@@ -97,6 +97,10 @@ pub async fn set_snapshot_finalizer(
             Some(f) => object.metadata.finalizers = Some(f),
             None => return Ok(None),
         }
+        // The whole snapshot as read (a dynamic object keeps every field; upstream's RBAC
+        // grants no patch), without managedFields: left out, the API server keeps them, while
+        // an empty list would reset every owner's fields.
+        object.metadata.managed_fields = None;
         match api.replace(&name, &PostParams::default(), &object).await {
             Ok(stored) => {
                 klog::v!(3, snapshot = %format!("{}/{name}", object.metadata.namespace.as_deref().unwrap_or_default()), added = add, "Changed finalizer {}", names::SNAPSHOT_SOURCE_FINALIZER);

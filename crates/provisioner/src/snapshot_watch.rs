@@ -18,7 +18,7 @@ use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use kube::runtime::{WatchStreamExt, reflector};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
 use crate::claims::ClaimsController;
@@ -92,10 +92,11 @@ impl Watch {
         } = self;
         let writer = Writer::new(resource);
         let cache = writer.as_reader();
-        // managedFields are never read, and an update that leaves them out keeps them.
+        // managedFields are never read. Dropped, not emptied: an update that leaves them out
+        // keeps them, while an empty list would reset every owner's fields.
         let events = watcher::watcher(api, watcher::Config::default())
             .default_backoff()
-            .modify(|o| o.managed_fields_mut().clear());
+            .modify(|o| o.metadata.managed_fields = None);
         let mut events = reflector::reflector(writer, events).boxed();
         loop {
             let event = tokio::select! {

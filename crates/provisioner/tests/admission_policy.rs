@@ -75,6 +75,31 @@ async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim(
     .await;
 }
 
+/// With the policy the finalizer comes and goes through the API server's own mutation of
+/// kubectl's and the binder's writes: a claim managed with `kubectl apply` keeps its
+/// last-applied annotation and field managers, and a second apply that drops a label drops it.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn kubectl_apply_keeps_its_merge_with_the_policy() {
+    let (s, class) = with_policy("adm-apply", &[], 0).await;
+    support::kubectl_apply_claim(&s, "data", &class, json!({"app": "db", "tier": "gold"}));
+    s.wait_finalizer("data").await;
+    let claim = support::wait_bound_and_released(&s, "data").await;
+    support::assert_still_kubectls(&claim);
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 1);
+    support::kubectl_apply_claim(&s, "data", &class, json!({"app": "db"}));
+    assert_eq!(
+        support::claim_labels(&s, "data").await,
+        support::labels(&[("app", "db")])
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ours = our_claim_writes(&s);
+    assert!(
+        ours.is_empty(),
+        "our provisioner wrote the claim: {ours:#?}"
+    );
+}
+
 /// Rendered with the provisioner's own `--volume-name-prefix` and `--volume-name-uuid-length`,
 /// the policy recognises the claim's own PV (`vol-<first 8 of the UID>`) and drops the
 /// finalizer with that binding, as with the default names: no claim write of ours.

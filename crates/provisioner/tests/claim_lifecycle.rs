@@ -632,3 +632,42 @@ async fn refuse_claim_updates(s: &Scenario, name: &str, allowed: &str, message: 
     )
     .await;
 }
+
+/// A claim managed with `kubectl apply` stays kubectl's after we provision it: our two writes
+/// (the creating-volume finalizer added before CreateVolume, released after binding) are
+/// patches of the finalizer list alone, so the last-applied annotation (which our cache does
+/// not keep) and kubectl's field manager entry survive, and a second apply that drops a label
+/// drops it. A PUT of our cached copy removed the annotation, and kubectl then kept the label.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn kubectl_apply_keeps_its_merge_on_a_claim_we_provisioned() {
+    let s = Scenario::start("prov-apply", &[], &[]).await;
+    let class = s.class("imm", "Immediate", json!({})).await;
+    support::kubectl_apply_claim(&s, "data", &class, json!({"app": "db", "tier": "gold"}));
+    let claim = support::wait_bound_and_released(&s, "data").await;
+    support::assert_still_kubectls(&claim);
+    let log = testenv::ControlPlane::shared().audit_log();
+    let ours: Vec<String> = eventually("our two claim writes in the audit log", || async {
+        let verbs: Vec<String> = testenv::audit::claim_writes(&log, &s.ns)
+            .unwrap()
+            .into_iter()
+            .filter(|w| w.user_agent.starts_with("csi-provisioner/"))
+            .map(|w| w.verb)
+            .collect();
+        (verbs.len() >= 2).then_some(verbs)
+    })
+    .await;
+    assert_eq!(ours, ["patch", "patch"], "the finalizer's add and release");
+    assert_eq!(
+        s.create_calls(&claim.spec.unwrap().volume_name.unwrap())
+            .len(),
+        1
+    );
+    support::kubectl_apply_claim(&s, "data", &class, json!({"app": "db"}));
+    let labels = support::claim_labels(&s, "data").await;
+    assert_eq!(
+        labels,
+        support::labels(&[("app", "db")]),
+        "kubectl's three-way merge removes the label it no longer applies"
+    );
+}

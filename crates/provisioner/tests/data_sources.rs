@@ -325,14 +325,29 @@ async fn restore_from_a_snapshot_and_clone_a_claim_carry_the_data() {
     );
     // Our protection finalizer was put on for the restore and comes off (on the background
     // lane) once the volume exists.
-    eventually("the snapshot's protection finalizer removed", || async {
+    let after = eventually("the snapshot's protection finalizer removed", || async {
         let after = w.snapshots().get("snap").await.unwrap();
         (!finalizers(&after.metadata)
             .iter()
             .any(|f| f == names::SNAPSHOT_SOURCE_FINALIZER))
-        .then_some(())
+        .then_some(after)
     })
     .await;
+    // Those two writes changed the finalizers only: every field manager the snapshot had
+    // before (its creator, snapshot-controller) still owns its fields.
+    let managers = |o: &DynamicObject| -> std::collections::BTreeSet<String> {
+        o.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|m| m.manager.clone())
+            .collect()
+    };
+    let (before, now) = (managers(&snap), managers(&after));
+    assert!(
+        !before.is_empty() && before.is_subset(&now),
+        "field managers before the restore {before:?}, after {now:?}"
+    );
     // The snapshot was ready before the claim came: the restore read it from the watch's
     // cache, not from the API server (counted by our client, as requests are sent). Only a
     // write that met someone else's (a 409: snapshot-controller's status, another test's

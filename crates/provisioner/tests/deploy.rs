@@ -229,13 +229,15 @@ async fn shipped_rbac_is_enough_for_provisioning_and_capacity() {
     w.prov.stop();
 }
 
-/// The same run with `update` on claims removed: the provisioner cannot add its finalizer, so
-/// no volume is created, and both signals the test above relies on show the refusal.
+/// The same run with `update` and `patch` on claims removed: the provisioner cannot add its
+/// finalizer, so no volume is created, and both signals the test above relies on show the
+/// refusal.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_missing_verb_shows_up_as_forbidden() {
     let mut w = RbacWorld::start("rbac-cut", |objects| {
         assert_eq!(drop_verb(objects, "persistentvolumeclaims", "update"), 1);
+        assert_eq!(drop_verb(objects, "persistentvolumeclaims", "patch"), 1);
     })
     .await;
     let s = &w.s;
@@ -453,4 +455,49 @@ async fn node_deployment_needs_only_the_shipped_rbac() {
     assert!(!metrics.contains(r#"name="csitopology""#), "{metrics}");
     assert!(prov.is_running(), "csi-provisioner exited");
     prov.stop();
+}
+
+/// Upstream's RBAC (`update` on claims, no `patch`): a claim write reads the claim and PUTs it
+/// whole with our change applied, so a claim managed with `kubectl apply` keeps its
+/// last-applied annotation and field managers all the same. One refused patch, then updates
+/// only (the provisioner remembers the refusal).
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn without_patch_on_claims_writes_keep_what_kubectl_applied() {
+    let mut w = RbacWorld::start("rbac-nopatch", |objects| {
+        assert_eq!(drop_verb(objects, "persistentvolumeclaims", "patch"), 1);
+    })
+    .await;
+    let s = &w.s;
+    let imm = s.class("imm", "Immediate", json!({})).await;
+    support::kubectl_apply_claim(s, "data", &imm, json!({"app": "db", "tier": "gold"}));
+    let claim = support::wait_bound_and_released(s, "data").await;
+    support::assert_still_kubectls(&claim);
+    let log = testenv::ControlPlane::shared().audit_log();
+    let ours: Vec<(String, Option<i64>)> =
+        eventually("our claim writes in the audit log", || async {
+            let writes: Vec<(String, Option<i64>)> = testenv::audit::claim_writes(&log, &s.ns)
+                .unwrap()
+                .into_iter()
+                .filter(|w| w.user_agent.starts_with("csi-provisioner/"))
+                .map(|w| (w.verb, w.code))
+                .collect();
+            (writes.len() >= 3).then_some(writes)
+        })
+        .await;
+    assert_eq!(
+        ours,
+        [
+            ("patch".to_string(), Some(403)),
+            ("update".to_string(), Some(200)),
+            ("update".to_string(), Some(200)),
+        ],
+        "one refused patch, then the finalizer's add and release as updates"
+    );
+    support::kubectl_apply_claim(s, "data", &imm, json!({"app": "db"}));
+    assert_eq!(
+        support::claim_labels(s, "data").await,
+        support::labels(&[("app", "db")])
+    );
+    w.prov.stop();
 }

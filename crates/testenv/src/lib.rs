@@ -21,6 +21,7 @@ mod detached;
 mod error;
 mod flags;
 mod hostpath;
+mod kubectl;
 mod mock_driver;
 mod objects;
 mod paths;
@@ -43,6 +44,7 @@ pub use detached::{is_running as detached_is_running, record_detached, stop_deta
 pub use error::Error;
 pub use flags::COMPONENTS;
 pub use hostpath::{HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, HostpathVolume};
+pub use kubectl::kubectl;
 pub use mock_driver::MockDriver;
 pub use paths::{
     bin_dir, bin_dir_unchecked, etcd_binary, go_binary, target_dir, try_go_binary,

@@ -1,16 +1,27 @@
-//! Writes to claims. The stock RBAC grants `update` on PVCs but not `patch`, so every change
-//! is a GET-modify-PUT guarded by resourceVersion; a conflict re-reads and re-applies. Every
-//! write is recorded in the claim cache's read-your-writes view, so the next sync sees it.
+//! Writes to claims, which users own: each write sends only what it changes (a JSON merge
+//! patch guarded by the resourceVersion the change was decided on), so the claim keeps its
+//! last-applied annotation, its field managers and any field our API types do not know
+//! ([`controller_kit::patch`]). The stock RBAC grants `update` on PVCs but not `patch`: there
+//! the change is applied to the claim as read from the API server and written back with PUT.
+//! A conflict re-reads and re-applies. Every write is recorded in the claim cache's
+//! read-your-writes view, so the next sync sees it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use controller_kit::fresh::Fresh;
+use controller_kit::patch::{apply_to, guarded, merge_diff, refused_verb};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::PostParams;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use provisioning::lifecycle::finalizers_with;
 use provisioning::names::CREATING_VOLUME_FINALIZER;
 
 /// How often a conflicting write is re-read and retried before giving up to the work queue.
 const CONFLICT_RETRIES: usize = 3;
+
+/// Set once the API server refused us `patch` on claims (upstream's RBAC): from then on every
+/// write reads the claim and PUTs it, without first trying a patch that cannot pass.
+static PATCH_REFUSED: AtomicBool = AtomicBool::new(false);
 
 /// Applies `change` to the claim and writes it. `change` returns `false` when the claim already
 /// looks right (nothing is written). Starts from `claim` and re-reads it on conflict. Returns the
@@ -32,17 +43,21 @@ pub async fn modify_claim(
             // Deleted and re-created under the same name: not our claim any more.
             return Ok(None);
         }
-        if !change(&mut current) {
+        let mut after = current.clone();
+        if !change(&mut after) {
             return Ok(Some(current));
         }
-        match api.replace(name, &PostParams::default(), &current).await {
-            Ok(stored) => {
+        match write(client, &api, &current, &after).await {
+            Ok(mut stored) => {
+                // As the cache keeps claims: the next change is diffed against the same shape.
+                controller_kit::reflect::strip_metadata(&mut stored);
                 claims.updated(replaced.iter().map(String::as_str), stored.clone());
                 return Ok(Some(stored));
             }
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < CONFLICT_RETRIES => {
                 match api.get_opt(name).await? {
-                    Some(fresh) => {
+                    Some(mut fresh) => {
+                        controller_kit::reflect::strip_metadata(&mut fresh);
                         replaced.extend(fresh.metadata.resource_version.clone());
                         current = fresh;
                     }
@@ -54,6 +69,69 @@ pub async fn modify_claim(
         }
     }
     unreachable!("the last attempt returns")
+}
+
+/// Writes the difference between `before` (the version the change was decided on) and
+/// `after`, and nothing else.
+async fn write(
+    client: &Client,
+    api: &Api<PersistentVolumeClaim>,
+    before: &PersistentVolumeClaim,
+    after: &PersistentVolumeClaim,
+) -> Result<PersistentVolumeClaim, kube::Error> {
+    let name = before.metadata.name.as_deref().unwrap_or_default();
+    let version = before
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap_or_default();
+    let diff = merge_diff(
+        &serde_json::to_value(before).map_err(kube::Error::SerdeError)?,
+        &serde_json::to_value(after).map_err(kube::Error::SerdeError)?,
+    )
+    .unwrap_or_else(|| serde_json::json!({}));
+    let patch = guarded(diff, version);
+    if !PATCH_REFUSED.load(Ordering::Relaxed) {
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 403 && refused_verb(&e.message, "patch") => {
+                if !PATCH_REFUSED.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        "Not allowed to patch PersistentVolumeClaims: each claim write reads the claim first (one GET more), so that it keeps what others wrote. Grant patch on persistentvolumeclaims to save it"
+                    );
+                }
+            }
+            other => return other,
+        }
+    }
+    // Only `update`: the same change, applied to the whole claim as the API server has it.
+    let namespace = before.metadata.namespace.as_deref().unwrap_or_default();
+    let raw: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::erase::<PersistentVolumeClaim>(&()),
+    );
+    let stored = raw.get(name).await?;
+    if stored.metadata.resource_version.as_deref() != Some(version) {
+        // Changed since the decision: what a guarded patch would be told.
+        return Err(kube::Error::Api(Box::new(kube::core::Status {
+            code: 409,
+            reason: "Conflict".into(),
+            message: format!("claim {namespace}/{name} changed since version {version}"),
+            ..Default::default()
+        })));
+    }
+    let body = apply_to(
+        serde_json::to_value(&stored).map_err(kube::Error::SerdeError)?,
+        &patch,
+    );
+    let object: DynamicObject = serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
+    let written = raw.replace(name, &PostParams::default(), &object).await?;
+    serde_json::to_value(written)
+        .and_then(serde_json::from_value)
+        .map_err(kube::Error::SerdeError)
 }
 
 /// Adds the creating-volume finalizer.

@@ -3,9 +3,7 @@
 //! the TokenRequest API, and the two Forbidden signals (metric and log).
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -19,36 +17,7 @@ pub fn manifests_dir() -> PathBuf {
     testenv::workspace_root().join("deploy").join("kubernetes")
 }
 
-/// Runs `/usr/bin/kubectl` (or the one on PATH) against `kubeconfig`, feeding `stdin`.
-/// `Err` carries stderr; a missing kubectl fails the test with how to get it.
-pub fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
-    let program = if Path::new("/usr/bin/kubectl").exists() {
-        "/usr/bin/kubectl"
-    } else {
-        "kubectl"
-    };
-    let mut child = Command::new(program)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("kubectl is needed for this test (the project's machines have /usr/bin/kubectl): {e}")
-        });
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(text.as_bytes())
-            .expect("writing kubectl's stdin");
-    }
-    let out = child.wait_with_output().expect("waiting for kubectl");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if out.status.success() {
-        Ok(stdout)
-    } else {
-        Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
-    }
-}
+pub use testenv::kubectl;
 
 /// The objects of a manifest file as JSON, parsed by kubectl (no YAML parser needed here).
 pub fn load_objects(kubeconfig: &Path, file: &Path) -> Vec<Value> {
@@ -181,9 +150,11 @@ pub const UPSTREAM_V6_3_0: &[(&str, &str, &str, &[&str])] = &[
 /// Grants beyond upstream's that are documented in rbac.yaml: upstream's code GETs the
 /// VolumeAttributesClass too, its example RBAC just lacks the rule; and reading the optional
 /// MutatingAdmissionPolicy of `csi-provisioner admission-policy` (ours); watching
-/// VolumeSnapshotContents, so that restores read them from a cache (ours).
+/// VolumeSnapshotContents, so that restores read them from a cache (ours); patching claims,
+/// so that a write sends only what it changes without reading the claim first (ours).
 #[rustfmt::skip]
 pub const DOCUMENTED_EXTRAS: &[(&str, &str, &str, &str)] = &[
+    ("cluster", "", "persistentvolumeclaims", "patch"),
     ("cluster", "storage.k8s.io", "volumeattributesclasses", "get"),
     ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "get"),
     ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "list"),

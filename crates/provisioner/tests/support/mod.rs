@@ -697,3 +697,73 @@ fn admission_resource(kind: &str) -> kube::api::ApiResource {
         kind,
     ))
 }
+
+/// `kubectl apply`s claim `name` (class `class`, 1Gi) with `labels`, as the admin, the way a
+/// user manages it: kubectl keeps the last-applied annotation and owns its fields as
+/// `kubectl-client-side-apply`.
+pub fn kubectl_apply_claim(s: &Scenario, name: &str, class: &str, labels: serde_json::Value) {
+    let claim = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": s.ns, "labels": labels},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    });
+    testenv::kubectl(
+        &s.kubeconfig,
+        &["apply", "-f", "-"],
+        Some(&claim.to_string()),
+    )
+    .unwrap_or_else(|e| panic!("kubectl apply of claim {name}: {e}"));
+}
+
+/// The claim still carries what `kubectl apply` needs for its three-way merge: the
+/// last-applied annotation and kubectl's field manager entry.
+pub fn assert_still_kubectls(claim: &PersistentVolumeClaim) {
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    assert!(
+        claim
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("kubectl.kubernetes.io/last-applied-configuration")),
+        "claim {name} lost its last-applied annotation: {:?}",
+        claim.metadata.annotations
+    );
+    let managers: Vec<&str> = claim
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.as_deref())
+        .collect();
+    assert!(
+        managers.contains(&"kubectl-client-side-apply"),
+        "claim {name} lost kubectl's field manager entry: {managers:?}"
+    );
+}
+
+/// Waits until claim `name` is Bound and holds no creating-volume finalizer (released after
+/// binding when the provisioner added it).
+pub async fn wait_bound_and_released(s: &Scenario, name: &str) -> PersistentVolumeClaim {
+    testenv::wait_for(
+        &s.claims(),
+        name,
+        "be Bound without the creating-volume finalizer",
+        |c: &PersistentVolumeClaim| {
+            c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+                && !holds_finalizer(c)
+        },
+    )
+    .await
+}
+
+/// The labels of claim `name` now.
+pub async fn claim_labels(s: &Scenario, name: &str) -> BTreeMap<String, String> {
+    s.claims()
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default()
+}
