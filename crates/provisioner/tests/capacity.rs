@@ -617,6 +617,54 @@ async fn volumes_refresh_capacity_at_once() {
     .await;
 }
 
+/// What someone else put on one of our objects stays when a new reading updates it: kubectl's
+/// last-applied annotation (which our cache drops), another annotation and a label. The update
+/// is a merge patch of the values alone; a PUT of our cached copy removed the annotation.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn an_update_keeps_what_someone_else_put_on_the_object() {
+    const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+    let w = World::start(
+        "cap-keep",
+        &[("a", "10Gi")],
+        &[],
+        &["--capacity-poll-interval=10m"],
+    )
+    .await;
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    let a = key(&class, &w.node("a"));
+    let objects = w
+        .wait_objects("10Gi on a", |o| o.get(&a).and_then(bytes) == Some(10 * GI))
+        .await;
+    let name = objects[&a].metadata.name.clone().unwrap();
+    let theirs = json!({"metadata": {
+        "annotations": {LAST_APPLIED: "{\"kept\":true}", "team": "storage"},
+        "labels": {"audit": "yes"}}});
+    w.capacities()
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&theirs))
+        .await
+        .unwrap();
+    w.claim_and_pod("first", &class, "6Gi").await;
+    w.wait_objects("4Gi left on a", |o| {
+        o.get(&a).and_then(bytes) == Some(4 * GI)
+    })
+    .await;
+    let after = w.capacities().get(&name).await.unwrap();
+    let annotations = after.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        (
+            annotations.get(LAST_APPLIED).map(String::as_str),
+            annotations.get("team").map(String::as_str)
+        ),
+        (Some("{\"kept\":true}"), Some("storage")),
+        "{annotations:?}"
+    );
+    assert_eq!(
+        after.metadata.labels.unwrap_or_default().get("audit"),
+        Some(&"yes".to_string())
+    );
+}
+
 /// Test 5: kill -9 and restart: the same objects are adopted and updated, none recreated.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]

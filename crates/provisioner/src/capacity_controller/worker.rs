@@ -348,8 +348,10 @@ impl Shared {
         Outcome::Done
     }
 
-    /// Replaces the object; after a conflict (the cache lagged behind someone's write) reads
-    /// it once and tries again.
+    /// Patches the object's values (and our owner reference) alone, guarded by the version
+    /// they were computed from, so what someone else put on it stays (the cache drops the
+    /// last-applied annotation); after a conflict (the cache lagged behind someone's write)
+    /// reads it once and tries again.
     async fn update(
         &self,
         mut base: Arc<CSIStorageCapacity>,
@@ -360,7 +362,7 @@ impl Shared {
         let first = base.metadata.resource_version.clone();
         for attempt in 0..2 {
             let obj = updated_object(&base, reading, self.config.owner.as_ref());
-            match self.api.replace(&name, &PostParams::default(), &obj).await {
+            match self.patch_values(&name, &base, &obj).await {
                 Ok(updated) => {
                     klog::v!(3, name = %name, capacity = reading.available, "Updated CSIStorageCapacity");
                     let replaced = [first.as_deref(), base.metadata.resource_version.as_deref()];
@@ -379,6 +381,41 @@ impl Shared {
             }
         }
         Err(CapacityError::Conflict { name })
+    }
+
+    /// Sends the difference between `base` and `obj` as a merge patch guarded by `base`'s
+    /// resourceVersion. Upstream's RBAC grants `patch` here; an older copy of ours did not, so
+    /// an RBAC refusal falls back to replacing the object, as before.
+    async fn patch_values(
+        &self,
+        name: &str,
+        base: &CSIStorageCapacity,
+        obj: &CSIStorageCapacity,
+    ) -> Result<CSIStorageCapacity, kube::Error> {
+        use controller_kit::patch::{guarded, merge_diff, refused_verb};
+        use kube::api::{Patch, PatchParams};
+        let diff = merge_diff(
+            &serde_json::to_value(base).map_err(kube::Error::SerdeError)?,
+            &serde_json::to_value(obj).map_err(kube::Error::SerdeError)?,
+        )
+        .unwrap_or_else(|| serde_json::json!({}));
+        let version = base
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default();
+        let patch = guarded(diff, version);
+        match self
+            .api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 403 && refused_verb(&e.message, "patch") => {
+                tracing::warn!(name = %name, "Not allowed to patch CSIStorageCapacity objects; replacing instead, which drops their last-applied annotation (grant patch on csistoragecapacities, as upstream's RBAC does)");
+                self.api.replace(name, &PostParams::default(), obj).await
+            }
+            other => other,
+        }
     }
 
     /// Records our write (`replaced`: the versions it replaced; `None` for a create), so the
