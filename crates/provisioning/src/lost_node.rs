@@ -9,6 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::names;
 
+pub mod life;
+pub mod record;
+
 /// Annotations that tie a claim to its old volume or node; a re-created claim drops them.
 const BINDING_ANNOTATIONS: [&str; 6] = [
     "pv.kubernetes.io/bind-completed",
@@ -90,6 +93,51 @@ pub fn holds_volume_of(claim: &PersistentVolumeClaim, pv: &PersistentVolume) -> 
         && volume_name == pv.metadata.name.as_deref()
 }
 
+/// What releasing a lost node does to the claim of one of its pinned PVs (the PV itself is
+/// force-deleted in every case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PvClaimStep {
+    /// No claim holds this PV's volume (none, another incarnation, bound elsewhere since):
+    /// only the PV goes.
+    PvOnly,
+    /// The claim holds the volume and is alive: created again, without the volume.
+    Recreate,
+    /// The claim holds the volume but is being deleted (Terminating, e.g. held by
+    /// pvc-protection while its pod is stuck on the lost node): the user wants it gone, so it is
+    /// let go (our finalizers removed), never created again.
+    LetGo,
+}
+
+/// The step for the claim `claim` (as read, `None` when absent) of the pinned PV `pv`.
+pub fn pv_claim_step(claim: Option<&PersistentVolumeClaim>, pv: &PersistentVolume) -> PvClaimStep {
+    match claim {
+        Some(c) if holds_volume_of(c, pv) => match c.metadata.deletion_timestamp {
+            Some(_) => PvClaimStep::LetGo,
+            None => PvClaimStep::Recreate,
+        },
+        _ => PvClaimStep::PvOnly,
+    }
+}
+
+/// Finalizers this project's provisioner puts on claims; release-node removes them from a
+/// claim it lets go. kube-controller-manager's pvc-protection is not ours: it goes by itself
+/// once no pod uses the claim (pod garbage collection removes the lost node's pods).
+pub const OUR_CLAIM_FINALIZERS: [&str; 2] = [
+    names::CREATING_VOLUME_FINALIZER,
+    names::CLONE_SOURCE_FINALIZER,
+];
+
+/// The claim's finalizers without ours, or `None` when it holds none of ours (nothing to write).
+pub fn without_our_finalizers(claim: &PersistentVolumeClaim) -> Option<Vec<String>> {
+    let all = claim.metadata.finalizers.as_deref().unwrap_or_default();
+    let kept: Vec<String> = all
+        .iter()
+        .filter(|f| !OUR_CLAIM_FINALIZERS.contains(&f.as_str()))
+        .cloned()
+        .collect();
+    (kept.len() != all.len()).then_some(kept)
+}
+
 /// What releasing a lost node does to a claim without a volume that the scheduler sent there:
 /// no instance on that node will ever provision it or let it go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +217,69 @@ mod tests {
         )
         .unwrap();
         assert!(!holds_volume_of(&no_claim_uid, &no_uid));
+    }
+
+    #[test]
+    fn a_terminating_claim_is_let_go_never_created_again() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let pv: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": "pv"},
+            "spec": {"claimRef": {"namespace": "ns", "name": "c", "uid": "u1"}}}))
+        .unwrap();
+        let claim = |uid: &str, volume: &str, deleted: bool| {
+            let mut c: PersistentVolumeClaim = serde_json::from_value(json!({
+                "metadata": {"name": "c", "namespace": "ns", "uid": uid},
+                "spec": {"volumeName": volume}}))
+            .unwrap();
+            if deleted {
+                c.metadata.deletion_timestamp =
+                    Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+            }
+            c
+        };
+        let cases = [
+            (Some(claim("u1", "pv", false)), PvClaimStep::Recreate),
+            (Some(claim("u1", "pv", true)), PvClaimStep::LetGo),
+            // Not this PV's claim (any more): only the PV goes, deleted or not.
+            (Some(claim("u1", "static", true)), PvClaimStep::PvOnly),
+            (Some(claim("u1", "static", false)), PvClaimStep::PvOnly),
+            (Some(claim("u2", "pv", false)), PvClaimStep::PvOnly),
+            (Some(claim("u2", "pv", true)), PvClaimStep::PvOnly),
+            (None, PvClaimStep::PvOnly),
+        ];
+        for (i, (c, want)) in cases.into_iter().enumerate() {
+            assert_eq!(pv_claim_step(c.as_ref(), &pv), want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn only_our_finalizers_are_removed() {
+        let claim = |finalizers: &[&str]| {
+            let mut c = PersistentVolumeClaim::default();
+            c.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
+            c
+        };
+        let protection = names::PVC_PROTECTION_FINALIZER;
+        let cases: [(&[&str], Option<Vec<&str>>); 5] = [
+            (&[protection], None),
+            (&[], None),
+            (
+                &[protection, names::CREATING_VOLUME_FINALIZER],
+                Some(vec![protection]),
+            ),
+            (
+                &[names::CLONE_SOURCE_FINALIZER, "other/x"],
+                Some(vec!["other/x"]),
+            ),
+            (&[names::CREATING_VOLUME_FINALIZER], Some(vec![])),
+        ];
+        for (have, want) in cases {
+            let want = want.map(|w| w.into_iter().map(String::from).collect::<Vec<_>>());
+            assert_eq!(without_our_finalizers(&claim(have)), want, "{have:?}");
+        }
+        assert_eq!(
+            without_our_finalizers(&PersistentVolumeClaim::default()),
+            None
+        );
     }
 
     #[test]
