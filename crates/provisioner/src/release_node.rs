@@ -747,16 +747,22 @@ async fn let_go_of(
             println!("  claim {ns}/{name}: selected node removed; the scheduler picks again");
         }
         ClaimStep::LetGo => {
-            // Only our entry goes; the resourceVersion makes a concurrent change fail instead
-            // of being overwritten.
-            let mut kept = claim.clone();
-            kept.metadata.managed_fields = None;
-            kept.metadata
+            // Only our entry goes, as a patch of the finalizer list alone (a PUT of the claim
+            // would drop what our API types do not know); the resourceVersion makes a
+            // concurrent change fail instead of being overwritten.
+            let kept: Vec<&String> = claim
+                .metadata
                 .finalizers
-                .get_or_insert_with(Vec::new)
-                .retain(|f| f != CREATING_VOLUME_FINALIZER);
+                .iter()
+                .flatten()
+                .filter(|f| *f != CREATING_VOLUME_FINALIZER)
+                .collect();
+            let patch = serde_json::json!({"metadata": {
+                "finalizers": kept,
+                "resourceVersion": claim.metadata.resource_version,
+                "uid": claim.metadata.uid}});
             claims
-                .replace(&name, &PostParams::default(), &kept)
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(api_err("removing the creating-volume finalizer from"))?;
             println!("  claim {ns}/{name}: creating-volume finalizer removed");
