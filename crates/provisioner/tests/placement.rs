@@ -1,6 +1,6 @@
 //! Placement beyond upstream (issue 20) against the real control plane and kube-scheduler:
-//! reservations for volumes being created (`--capacity-reservations`) and foreign objects that
-//! overlap ours.
+//! reservations for volumes being created (`--capacity-reservations`), foreign objects that
+//! overlap ours, and the claims of one pod placed together (`--capacity-pod-aware`).
 
 #[path = "capacity/world.rs"]
 #[allow(dead_code)] // shared with tests/capacity.rs, which uses the rest
@@ -578,4 +578,202 @@ async fn a_pod_whose_claims_do_not_fit_together_lands_where_they_do() {
         .filter_map(|e| e.message.as_deref())
         .any(|m| m.contains("need 128849018880 bytes together on node") && m.contains(&a));
     assert!(said, "{failed:#?}");
+}
+
+/// `--capacity-pod-aware` with a `maximumVolumeSize` (issue 46 item 6): it limits each
+/// volume, not their sum. Nodes a (100Gi) and b (200Gi), the driver's largest volume 50Gi, a
+/// pod of three 40Gi claims that prefers a: each claim passes a's filter (40Gi <= 50Gi), but
+/// together (120Gi) they do not fit a's 100Gi, so none is made on a and a is shown too small;
+/// on b they fit (120Gi <= 200Gi, each <= 50Gi): three CreateVolume calls, all on b, all
+/// claims bound. Comparing the sum with `maximumVolumeSize` refused the pod on every node,
+/// and a block that lowered only `capacity` left a's `maximumVolumeSize` passing the claims.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn pod_claims_are_limited_each_by_maximum_volume_size_and_together_by_capacity() {
+    let w = World::start(
+        "cap-pod-max",
+        &[("a", "100Gi"), ("b", "200Gi")],
+        &["--max-volume-size=50Gi"],
+        &["--capacity-poll-interval=10m", "--capacity-pod-aware"],
+    )
+    .await;
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    w.wait_objects("2 objects", |o| o.len() == 2).await;
+    let (a, b) = (w.node("a"), w.node("b"));
+    let names = ["one", "two", "three"];
+    let claims: Vec<_> = names.iter().map(|n| (*n, class.as_str(), "40Gi")).collect();
+    pod_with_claims(&w, "three-volumes", &a, &claims).await;
+
+    assert_eq!(w.wait_scheduled("three-volumes").await, b);
+    wait_bound(&w, &names).await;
+    assert_eq!(volumes_per_node(&w).await, BTreeMap::from([(b.clone(), 3)]));
+    assert_eq!(w.mock.succeeded("CreateVolume"), 3);
+    assert_eq!(
+        w.create_calls(),
+        3,
+        "{:#?}",
+        w.mock.calls_of("CreateVolume")
+    );
+    // Refused on a for their sum, never on b.
+    let refusals = pod_refusals(&w).await;
+    assert!(refusals.iter().all(|m| m.contains(&a)), "{refusals:#?}");
+    assert!(
+        refusals
+            .iter()
+            .any(|m| m.contains("need 128849018880 bytes together")),
+        "{refusals:#?}"
+    );
+}
+
+/// `--capacity-pod-aware` with classes that draw on separate pools (issue 46 item 7): node a
+/// has a 100Gi pool of kind fast and one of kind slow (b: 200Gi of each), one StorageClass per
+/// kind, and a pod that prefers a with a 60Gi claim of each class. Each claim fits its own
+/// pool, so the pod is placed on a and both volumes are made there, one per pool: two
+/// CreateVolume calls, no refusal. Adding the claims of both classes up (120Gi) against one
+/// class's 100Gi object refused a and sent the pod to b.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn pod_claims_of_two_classes_are_added_up_per_class() {
+    let w = start_with_kinds(
+        "cap-pod-kinds",
+        &[
+            ("fast", "a", "100Gi"),
+            ("slow", "a", "100Gi"),
+            ("fast", "b", "200Gi"),
+            ("slow", "b", "200Gi"),
+        ],
+        &["--capacity-poll-interval=10m", "--capacity-pod-aware"],
+    )
+    .await;
+    let fast = class_of_kind(&w, "fast").await;
+    let slow = class_of_kind(&w, "slow").await;
+    w.wait_objects("4 objects", |o| o.len() == 4).await;
+    let a = w.node("a");
+    let claims = [
+        ("one", fast.as_str(), "60Gi"),
+        ("two", slow.as_str(), "60Gi"),
+    ];
+    pod_with_claims(&w, "two-pools", &a, &claims).await;
+
+    assert_eq!(w.wait_scheduled("two-pools").await, a);
+    wait_bound(&w, &["one", "two"]).await;
+    assert_eq!(
+        volumes_per_node(&w).await,
+        BTreeMap::from([(a.clone(), 1 + 1)])
+    );
+    assert_eq!(w.mock.succeeded("CreateVolume"), 2);
+    assert_eq!(
+        w.create_calls(),
+        2,
+        "{:#?}",
+        w.mock.calls_of("CreateVolume")
+    );
+    // One volume in each pool.
+    let pvs: Api<PersistentVolume> = Api::all(w.client.clone());
+    let mut kinds: Vec<String> = pvs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|pv| pv.spec?.csi.filter(|c| c.driver == w.driver))
+        .filter_map(|csi| csi.volume_attributes?.get("kind").cloned())
+        .collect();
+    kinds.sort();
+    assert_eq!(kinds, ["fast", "slow"]);
+    let refusals = pod_refusals(&w).await;
+    assert!(refusals.is_empty(), "{refusals:#?}");
+}
+
+/// Claims (name, class, size) and a pod using them all that prefers `node`.
+async fn pod_with_claims(w: &World, pod: &str, node: &str, claims: &[(&str, &str, &str)]) {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(w.client.clone(), &w.ns);
+    let mut volumes = Vec::new();
+    for (i, (name, class, size)) in claims.iter().enumerate() {
+        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": size}}},
+        }))
+        .unwrap();
+        api.create(&Default::default(), &claim).await.unwrap();
+        volumes
+            .push(json!({"name": format!("v{i}"), "persistentVolumeClaim": {"claimName": name}}));
+    }
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": pod},
+        "spec": {
+            "containers": [{"name": "c", "image": "registry.invalid/none"}],
+            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "preference": {"matchExpressions": [
+                    {"key": world::KEY, "operator": "In", "values": [node]}]}}]}},
+            "volumes": volumes,
+        },
+    }))
+    .unwrap();
+    w.pods().create(&Default::default(), &pod).await.unwrap();
+}
+
+/// Messages of the pod-aware check's refusals (`ProvisioningFailed` events).
+async fn pod_refusals(w: &World) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(w.client.clone(), &w.ns);
+    events
+        .list(&ListParams::default().fields("reason=ProvisioningFailed"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.message)
+        .filter(|m| m.contains("together on node"))
+        .collect()
+}
+
+/// [`World::start`] with pools of several kinds, (kind, node suffix, size); a class picks its
+/// pools by the parameter `kind` ([`class_of_kind`]).
+async fn start_with_kinds(prefix: &str, pools: &[(&str, &str, &str)], prov_args: &[&str]) -> World {
+    let cp = testenv::ControlPlane::shared();
+    let client = cp.client().await;
+    let ns = testenv::create_namespace(&client, prefix).await;
+    let driver = format!("{ns}.mock.csi");
+    let dir = std::path::PathBuf::from(format!("/tmp/{ns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    testenv::create_csi_driver(&client, &driver, true).await;
+    let mut nodes: Vec<String> = pools.iter().map(|(_, n, _)| format!("{ns}-{n}")).collect();
+    nodes.dedup();
+    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    testenv::create_fake_nodes(&client, &driver, world::KEY, &names).await;
+    let mut args = vec![format!("--driver-name={driver}")];
+    for (kind, node, size) in pools {
+        args.push(format!("--pool={kind}@{}={ns}-{node}:{size}", world::KEY));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mock = testenv::MockDriver::start(&dir, &args);
+    let port = world::free_port();
+    let prov = world::start_provisioner(&dir, &mock, &ns, port, prov_args, &[]);
+    eprintln!("world {ns}: logs in {}", dir.display());
+    World {
+        client,
+        ns,
+        driver,
+        dir,
+        mock,
+        prov,
+        port,
+    }
+}
+
+/// A WaitForFirstConsumer class of our driver whose volumes go to pools of `kind`.
+async fn class_of_kind(w: &World, kind: &str) -> String {
+    let name = format!("{}-{kind}", w.ns);
+    let sc: k8s_openapi::api::storage::v1::StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": name}, "provisioner": w.driver,
+        "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Delete",
+        "parameters": {"kind": kind},
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::storage::v1::StorageClass>::all(w.client.clone())
+        .create(&Default::default(), &sc)
+        .await
+        .unwrap();
+    name
 }

@@ -129,10 +129,17 @@ impl RefreshHandle {
         state.desired.contains(&key).then_some(key)
     }
 
-    /// Whether `uid` (a pod's block) holds (`class`, `node`) now.
-    pub fn blocks(&self, uid: &str, class: &str, node: &str) -> bool {
+    /// Whether `uid` (a pod's block) holds an object of `node`'s segment now, of any class:
+    /// a pod refused on a node for one class is refused there for all.
+    pub fn blocks(&self, uid: &str, node: &str) -> bool {
         let state = self.shared.state.lock();
-        Self::key_of(&state, class, node).is_some_and(|k| state.ledger.holds(uid, &k))
+        let Some(segment) = state.node_segments.get(node) else {
+            return false;
+        };
+        state
+            .ledger
+            .key_of(uid)
+            .is_some_and(|k| &k.segment == segment && state.ledger.holds(uid, k))
     }
 
     /// Whether the claim `uid` has a reservation.
@@ -162,8 +169,8 @@ impl RefreshHandle {
             let key = Self::key_of(&state, class, node)?;
             let &(reading, round) = state.readings.get(&key)?;
             // Without this pod's earlier block, or a second claim of it would hold nothing.
-            let published = apply(reading, state.ledger.reserved(&key, round, Some(uid)).bytes);
-            let bytes = capacity::pod::block(published.limit(), largest);
+            let reserved = state.ledger.reserved(&key, round, Some(uid)).bytes;
+            let bytes = capacity::pod::block(reading, reserved, largest);
             // No reading ever shows a block: it counts for every one.
             state.ledger.hold(uid, key.clone(), bytes, u64::MAX);
             key

@@ -1,9 +1,12 @@
 //! `--capacity-pod-aware` (ours): before a volume of a pod with several claims of ours is
-//! made, the claims selected to the same node are added up ([`capacity::pod::check`]). If
-//! they do not fit together, none is made: the claim goes back to the scheduler and the node
-//! is shown too small for the pod's largest claim for [`POD_BLOCK`], so the scheduler's next
-//! try lands elsewhere. Each claim of the pod comes to the same answer on its own turn.
+//! made, the claims selected to the same node are added up per storage class, each class
+//! against its own object for the node ([`capacity::pod::check`]). If they do not fit
+//! together, none is made: the claim goes back to the scheduler and the node is shown too
+//! small for the largest claim of the class that did not fit for [`POD_BLOCK`], so the
+//! scheduler's next try lands elsewhere. Each claim of the pod comes to the same answer on its
+//! own turn.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use capacity::pod::{PodCheck, Sibling, check};
@@ -26,7 +29,6 @@ impl ClaimsController {
     pub(super) async fn pod_check(
         &self,
         claim: &PersistentVolumeClaim,
-        class: &str,
         node: &str,
     ) -> Result<(), ProvisionError> {
         let ctx = &self.ctx;
@@ -45,17 +47,18 @@ impl ClaimsController {
         let names = claim_names(&pod);
         let block = format!("pod:{}", pod.metadata.uid.as_deref().unwrap_or_default());
         let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-        let refuse = |total: String| {
+        let refuse = |what: &str, why: &str| {
             ProvisionError::reschedule(format!(
-                "the claims of pod {namespace}/{pod_name} need {total} bytes together on \
-                 node {node}, more than it can hold; none is created there and the pod goes \
-                 back to the scheduler (the node is shown too small for it for {}s)",
+                "the claims of pod {namespace}/{pod_name} need {what} on node {node}{why}, more \
+                 than it can hold; none is created there and the pod goes back to the \
+                 scheduler (the node is shown too small for it for {}s)",
                 POD_BLOCK.as_secs()
             ))
         };
-        // A sibling already found they do not fit here (and went back first): same answer.
-        if capacity.blocks(&block, class, node) {
-            return Err(refuse("more".into()));
+        // A sibling already found they do not fit here (and went back first): same answer,
+        // whatever the class of this one.
+        if capacity.blocks(&block, node) {
+            return Err(refuse("more bytes together", ""));
         }
         let deadline = Instant::now() + SIBLINGS_WAIT;
         loop {
@@ -70,30 +73,63 @@ impl ClaimsController {
                 })
                 .collect();
             let uids: Vec<&str> = siblings.iter().map(|(u, _)| u.as_str()).collect();
-            let Some((reading, reserved)) = capacity.room(class, node, &uids) else {
+            // Each class's own object for the node: classes may draw on separate pools.
+            let mut rooms = BTreeMap::new();
+            for (_, s) in &siblings {
+                if rooms.contains_key(&s.class) {
+                    continue;
+                }
+                if let Some(room) = capacity.room(&s.class, node, &uids) {
+                    rooms.insert(s.class.clone(), room);
+                }
+            }
+            if rooms.is_empty() {
                 return Ok(());
-            };
+            }
             let claims: Vec<Sibling> = siblings.iter().map(|(_, s)| s.clone()).collect();
-            let decision = check(node, &claims, reading, reserved);
+            let decision = check(node, &claims, &rooms);
             klog::v!(4, claim = %format!("{namespace}/{name}"), pod = pod.metadata.name.as_deref().unwrap_or_default(), decision = ?decision, claims = ?claims, "Pod-aware capacity check");
             match decision {
                 PodCheck::Alone | PodCheck::Fits => return Ok(()),
                 // Gone back meanwhile and blocked here: the same answer for this one.
-                PodCheck::Wait if capacity.blocks(&block, class, node) => {
-                    return Err(refuse("more".into()));
+                PodCheck::Wait if capacity.blocks(&block, node) => {
+                    return Err(refuse("more bytes together", ""));
                 }
                 PodCheck::Wait if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 PodCheck::Wait => return Ok(()),
-                PodCheck::TooBig { total, largest } => {
-                    if let Some(hold) = capacity.block(&block, class, node, largest) {
+                PodCheck::TooBig {
+                    class: too_big,
+                    total,
+                    largest,
+                } => {
+                    if let Some(hold) = capacity.block(&block, &too_big, node, largest) {
                         tokio::spawn(async move {
                             tokio::time::sleep(POD_BLOCK).await;
                             drop(hold);
                         });
                     }
-                    return Err(refuse(total.to_string()));
+                    // `check` judges only classes it has a room for.
+                    let shown = rooms
+                        .get(&too_big)
+                        .map_or_else(String::new, |(r, reserved)| {
+                            let max = r
+                                .maximum_volume_size
+                                .map(|m| format!(", maximumVolumeSize {m} bytes"))
+                                .unwrap_or_default();
+                            format!(
+                                "; its object there shows capacity {} bytes{max}, less {reserved} \
+                             bytes of volumes being made",
+                                r.available
+                            )
+                        });
+                    return Err(refuse(
+                        &format!("{total} bytes together"),
+                        &format!(
+                            " in storage class {too_big} (largest claim {largest} bytes{shown})"
+                        ),
+                    ));
                 }
             }
         }
@@ -138,6 +174,7 @@ impl ClaimsController {
             .as_ref()
             .is_some_and(|s| s.volume_name.as_deref().is_some_and(|v| !v.is_empty()));
         let sibling = Sibling {
+            class: class.metadata.name.clone()?,
             bytes: provisioning::claim::requested_bytes(c).ok()?,
             node: provisioning::claim::selected_node(c).map(String::from),
             counted: bound || capacity.is_held(&uid),

@@ -34,7 +34,7 @@ impl ClaimsController {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         let fresh = *before == VolumeState::None;
         if fresh {
-            self.pod_check(claim, class, node).await?;
+            self.pod_check(claim, node).await?;
         }
         // Only with --strict-topology is the selected node all the driver may use: without it
         // the driver may put the volume elsewhere, and the answer is the driver's.
