@@ -81,7 +81,7 @@ async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim(
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn kubectl_apply_keeps_its_merge_with_the_policy() {
-    let (s, class) = with_policy("adm-apply", &[], 0).await;
+    let (s, class) = with_policy("adm-apply", &[], 1500).await;
     support::kubectl_apply_claim(&s, "data", &class, json!({"app": "db", "tier": "gold"}));
     s.wait_finalizer("data").await;
     let claim = support::wait_bound_and_released(&s, "data").await;

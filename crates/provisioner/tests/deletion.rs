@@ -294,9 +294,9 @@ async fn requests(port: u16, resource: &str, [a, b]: [&str; 2]) -> Option<(f64, 
     Some((count(a), count(b)))
 }
 
-/// Our (updates, gets) of claims.
+/// Our (patches, gets) of claims.
 async fn claim_requests(port: u16) -> Option<(f64, f64)> {
-    requests(port, "persistentvolumeclaims", ["update", "get"]).await
+    requests(port, "persistentvolumeclaims", ["patch", "get"]).await
 }
 
 /// Our (patches, gets) of PVs.
@@ -368,7 +368,7 @@ async fn a_deleted_claim_is_released_after_pvc_protection_with_one_write() {
     assert_eq!(
         claim_requests(port).await,
         Some((1.0, 0.0)),
-        "one claim update and no re-read for the release"
+        "one claim patch and no re-read for the release"
     );
 }
 
