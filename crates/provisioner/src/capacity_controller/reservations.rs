@@ -1,11 +1,13 @@
 //! Reservations for in-flight volumes (`--capacity-reservations`, ours): the shell around
 //! [`capacity::ledger`]. A claim worker holds its size before CreateVolume; the hold lowers
-//! the published objects of its (segment, class) at once, without asking the driver; the
-//! drop after the call queues the GetCapacity that will show the real value.
+//! the published objects of its (segment, class) at once, without asking the driver. When
+//! the call may have made a volume, the drop queues the GetCapacity that will show the real
+//! value; otherwise (a final error, no call, a lifted block) the reservation ends at once and
+//! the last reading is published again, whether or not GetCapacity answers.
 
 use std::sync::Arc;
 
-use capacity::ledger::{apply, fits};
+use capacity::ledger::{Ledger, apply, fits};
 use capacity::segment::display;
 use capacity::{Capacity, Key};
 use controller_kit::workqueue::Outcome;
@@ -18,6 +20,17 @@ use super::{Item, RefreshHandle, Shared};
 pub struct Hold {
     shared: Arc<Shared>,
     uid: String,
+    /// A volume may be in the backend when this is dropped: the reservation then waits for a
+    /// reading that shows it. Otherwise nothing was made and it ends at once.
+    may_exist: bool,
+}
+
+impl Hold {
+    /// Says whether the attempt may have left a volume: `true` before CreateVolume is sent (a
+    /// call cut short may still make one), then what the call's answer showed.
+    pub fn may_exist(&mut self, may_exist: bool) {
+        self.may_exist = may_exist;
+    }
 }
 
 impl std::fmt::Debug for Hold {
@@ -28,6 +41,10 @@ impl std::fmt::Debug for Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
+        if !self.may_exist {
+            self.shared.end(&self.uid, Ledger::end);
+            return;
+        }
         let key = {
             let mut state = self.shared.state.lock();
             let Some(key) = state.ledger.key_of(&self.uid).cloned() else {
@@ -115,6 +132,7 @@ impl RefreshHandle {
         Ok(Some(Hold {
             shared: shared.clone(),
             uid: uid.to_string(),
+            may_exist: false,
         }))
     }
 }
@@ -169,14 +187,33 @@ impl RefreshHandle {
             key
         };
         shared.queue.add_urgent(Item::Publish(key));
+        // No reading ever shows a block: lifted, it ends at once.
         Some(Hold {
             shared: shared.clone(),
             uid: uid.to_string(),
+            may_exist: false,
         })
     }
 }
 
+impl RefreshHandle {
+    /// The claim `uid`'s volume was deleted (or shown never made): a reservation that waited
+    /// for a reading to show it ends now, as no reading will.
+    pub fn volume_gone(&self, uid: &str) {
+        self.shared.end(uid, Ledger::deleted);
+    }
+}
+
 impl Shared {
+    /// Ends the reservation of `uid` with `how` ([`Ledger::end`] or [`Ledger::deleted`]) and
+    /// publishes its key again from the last reading.
+    fn end(&self, uid: &str, how: fn(&mut Ledger, &str) -> Option<Key>) {
+        let key = how(&mut self.state.lock().ledger, uid);
+        if let Some(key) = key {
+            self.queue.add_urgent(Item::Publish(key));
+        }
+    }
+
     /// The last reading of `key` less what is on its way, published without asking the driver.
     pub(super) async fn publish_reserved(&self, key: Key) -> Outcome {
         let value = {
