@@ -1,11 +1,13 @@
-//! Reservations (`--capacity-reservations`) end with their attempts (issue 46, item 8), against
-//! the real control plane with the mock CSI driver.
+//! Reservations (`--capacity-reservations`) end with their attempts, and give way to the
+//! driver when the scheduler does not use capacity (issue 46, items 8 and 10), against the real
+//! control plane with the mock CSI driver.
 
 #[path = "capacity/world.rs"]
 #[allow(dead_code)] // shared with tests/capacity.rs, which uses the rest
 mod world;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kube::Api;
@@ -43,6 +45,19 @@ fn creates_for(w: &World, uid: &str) -> Vec<Value> {
         .into_iter()
         .filter(|c| c["request"]["name"] == name.as_str())
         .collect()
+}
+
+/// Waits until the claim `name` no longer names a node (sent back to the scheduler).
+async fn wait_sent_back(w: &World, name: &str) {
+    eventually(
+        &format!("claim {name} sent back to the scheduler"),
+        || async {
+            let c = claims(w).get(name).await.ok()?;
+            let a = c.metadata.annotations.unwrap_or_default();
+            (!a.contains_key(SELECTED_NODE)).then_some(())
+        },
+    )
+    .await;
 }
 
 async fn wait_bound(w: &World, name: &str) {
@@ -173,4 +188,111 @@ async fn failed_attempts_end_their_reservations_while_getcapacity_fails() {
         "no reading came in between: the ledger alone gave the space back"
     );
     assert_eq!(w.mock.succeeded("CreateVolume"), 1);
+}
+
+/// Issue 46 item 10. With the CSIDriver's `storageCapacity: false` the scheduler ignores our
+/// objects and the driver decides: a 50Gi claim sent to a 10Gi node gets its CreateVolume,
+/// the driver answers ResourceExhausted and the claim goes back to the scheduler; its size
+/// never lowers the published object. Flipped to `true` (read again at run time), the same
+/// claim goes back without a CreateVolume, as the scheduler would not have sent it there.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn without_the_schedulers_capacity_check_the_driver_decides() {
+    let w = World::start(
+        "cap-nocheck",
+        &[("a", "10Gi")],
+        &[],
+        &["--capacity-poll-interval=10m", "--strict-topology"],
+    )
+    .await;
+    testenv::create_csi_driver(&w.client, &w.driver, false).await;
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    let node = w.node("a");
+    let mine = key(&class, &node);
+    w.wait_objects("10Gi on a", |o| {
+        o.get(&mine).and_then(bytes) == Some(10 * GI)
+    })
+    .await;
+    let (shown, recorder) = record_values(&w).await;
+    // Slow enough that a reservation would show on the object.
+    w.mock
+        .set_faults(json!({"CreateVolume": {"delay_ms": 2000}}));
+
+    let uid = claim_on(&w, "big", &class, "50Gi", &node).await;
+    wait_sent_back(&w, "big").await;
+    let calls = creates_for(&w, &uid);
+    assert_eq!(calls.len(), 1, "the driver was asked once: {calls:#?}");
+    assert_eq!(calls[0]["error"]["code"], "ResourceExhausted", "{calls:#?}");
+    let events = failed_events(&w, "big").await;
+    assert!(
+        events.iter().any(|m| m.contains("ResourceExhausted")),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().all(|m| !m.contains("not enough storage")),
+        "{events:?}"
+    );
+    // Let a reservation's publish land if there was one, then look at every value shown.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    recorder.abort();
+    let values = shown
+        .lock()
+        .unwrap()
+        .get(&mine)
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        values.iter().all(|v| *v == Some(10 * GI)),
+        "the object was lowered: {values:?}"
+    );
+
+    testenv::create_csi_driver(&w.client, &w.driver, true).await;
+    // The provisioner reads the field again once its last reading is older than 5 s.
+    tokio::time::sleep(capacity::scheduler::REUSE + Duration::from_secs(1)).await;
+    let uid = claim_on(&w, "big2", &class, "50Gi", &node).await;
+    wait_sent_back(&w, "big2").await;
+    assert_eq!(creates_for(&w, &uid).len(), 0, "no CreateVolume once true");
+    let events = failed_events(&w, "big2").await;
+    assert!(
+        events
+            .iter()
+            .any(|m| m.contains(&format!("not enough storage on node {node}"))),
+        "{events:?}"
+    );
+    assert_eq!(w.create_calls(), 1, "one call in all");
+}
+
+type Shown = std::sync::Arc<std::sync::Mutex<BTreeMap<(String, String), Vec<Option<i64>>>>>;
+
+/// Every capacity value each of our objects shows from now on, in order. Returns once the
+/// initial list is in.
+async fn record_values(w: &World) -> (Shown, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let shown = Shown::default();
+    let (ready, listed) = tokio::sync::oneshot::channel();
+    let api = w.capacities();
+    let record = shown.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+        let mut ready = Some(ready);
+        while let Some(event) = stream.next().await {
+            match event.unwrap() {
+                Event::InitDone => {
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
+                }
+                Event::Apply(o) | Event::InitApply(o) => {
+                    let value = bytes(&o);
+                    for (key, _) in world::by_key(vec![o]) {
+                        record.lock().unwrap().entry(key).or_default().push(value);
+                    }
+                }
+                Event::Delete(_) | Event::Init => {}
+            }
+        }
+    });
+    listed.await.unwrap();
+    (shown, task)
 }

@@ -8,9 +8,11 @@
 use std::sync::Arc;
 
 use capacity::ledger::{Ledger, apply, fits};
+use capacity::scheduler::{Allowed, REUSE, Remembered, SchedulerCheck, allowed, reuse};
 use capacity::segment::display;
 use capacity::{Capacity, Key};
 use controller_kit::workqueue::Outcome;
+use k8s_openapi::api::storage::v1::CSIDriver;
 use tokio::time::Instant;
 
 use super::{Item, RefreshHandle, Shared};
@@ -201,6 +203,44 @@ impl RefreshHandle {
     /// for a reading to show it ends now, as no reading will.
     pub fn volume_gone(&self, uid: &str) {
         self.shared.end(uid, Ledger::deleted);
+    }
+
+    /// What reservations may do for the next claim, from the CSIDriver's
+    /// `spec.storageCapacity` ([`capacity::scheduler`]), read again once older than [`REUSE`].
+    /// Nothing is read while reservations are off.
+    pub async fn allowed(&self) -> Allowed {
+        let shared = &self.shared;
+        if !shared.config.reservations {
+            return allowed(SchedulerCheck::Off);
+        }
+        // One read at a time: claims deciding together wait for it rather than each asking.
+        let mut last = shared.scheduler_check.lock().await;
+        if let Some(check) = reuse(last.as_ref(), std::time::Instant::now(), REUSE) {
+            return allowed(check);
+        }
+        let name = shared.config.driver_name.as_str();
+        let api: kube::Api<CSIDriver> = kube::Api::all(shared.api.clone().into_client());
+        let check = match api.get_opt(name).await {
+            Ok(found) => SchedulerCheck::from_field(found.map(|d| d.spec.storage_capacity)),
+            Err(e) => {
+                if last.is_none_or(|l| l.check != SchedulerCheck::Unknown) {
+                    tracing::warn!(csidriver = %name, err = %crate::api_error::message(&e),
+                        "Cannot read the CSIDriver to learn whether the scheduler uses capacity \
+                         (spec.storageCapacity); until it can be read, in-flight volumes still lower \
+                         the published capacity but no claim is sent back without asking the driver. \
+                         Grant get on storage.k8s.io csidrivers");
+                }
+                SchedulerCheck::Unknown
+            }
+        };
+        if last.is_none_or(|l| l.check != check) {
+            klog::v!(2, csidriver = %name, check = ?check, "Scheduler capacity check of the driver");
+        }
+        *last = Some(Remembered {
+            check,
+            read_at: std::time::Instant::now(),
+        });
+        allowed(check)
     }
 }
 

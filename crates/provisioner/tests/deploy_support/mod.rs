@@ -181,9 +181,11 @@ pub const UPSTREAM_V6_3_0: &[(&str, &str, &str, &[&str])] = &[
 /// Grants beyond upstream's that are documented in rbac.yaml: upstream's code GETs the
 /// VolumeAttributesClass too, its example RBAC just lacks the rule; and reading the optional
 /// MutatingAdmissionPolicy of `csi-provisioner admission-policy` (ours); watching
-/// VolumeSnapshotContents, so that restores read them from a cache (ours).
+/// VolumeSnapshotContents, so that restores read them from a cache (ours); reading the
+/// CSIDriver's storageCapacity for capacity reservations (ours).
 #[rustfmt::skip]
 pub const DOCUMENTED_EXTRAS: &[(&str, &str, &str, &str)] = &[
+    ("cluster", "storage.k8s.io", "csidrivers", "get"),
     ("cluster", "storage.k8s.io", "volumeattributesclasses", "get"),
     ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "get"),
     ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "list"),
