@@ -11,6 +11,12 @@
 //! later round can show the new volume, so readings up to the ticket still subtract it; later
 //! ones do not, and the entry is forgotten.
 //!
+//! An attempt that leaves no volume ends its reservation at once, whatever GetCapacity does: a
+//! final error (nothing was made), no call at all, a deleted volume, a lifted block. Only a
+//! volume that may be in the backend waits for a reading, so the bytes hidden by the ledger are
+//! at most those of the claims calling now or whose volume may exist unseen (one entry each),
+//! and a failing GetCapacity cannot pile them up.
+//!
 //! Two sums, for two uses. What is *published* subtracts every reservation a reading may not
 //! show: a volume made while GetCapacity ran may be counted twice for a moment, which only
 //! makes the scheduler careful. A claim is *refused* without asking the driver only on
@@ -77,6 +83,20 @@ impl Ledger {
         let entry = self.entries.get_mut(uid)?;
         entry.released = Some(round);
         Some(entry.key.clone())
+    }
+
+    /// The claim's attempt ended and left no volume (a final error, no call made, a block
+    /// lifted): no reading needs it subtracted. Returns the key, to be published again.
+    pub fn end(&mut self, uid: &str) -> Option<Key> {
+        self.entries.remove(uid).map(|e| e.key)
+    }
+
+    /// The claim's volume was deleted: a reservation whose call had returned ends (the
+    /// reading it waited for would not show the volume either); one held by a running call
+    /// stays. Returns the key, to be published again.
+    pub fn deleted(&mut self, uid: &str) -> Option<Key> {
+        self.entries.get(uid)?.released?;
+        self.end(uid)
     }
 
     /// What a reading of `key` taken in refresh round `round` does not show: the held
@@ -282,6 +302,117 @@ mod tests {
             }
         );
         assert_eq!(l.certain(&a, 7, &[]).bytes, 0);
+    }
+
+    /// One step of a claim's attempt, or of the driver's readings.
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        /// The claim holds its size and calls CreateVolume.
+        Hold(&'static str, i64),
+        /// The call ended with a final error (or was never made): nothing exists.
+        Failed(&'static str),
+        /// The call returned a volume (or may have made one) during round `round`.
+        Made(&'static str, u64),
+        /// The claim's volume was deleted.
+        Deleted(&'static str),
+        /// A successful GetCapacity of round `round`.
+        Reading(u64),
+    }
+
+    /// What stays subtracted from the last good reading (round 1) while GetCapacity fails:
+    /// only the claims calling now and the volumes made since, never failed attempts or
+    /// deleted volumes, however many there were.
+    #[test]
+    fn reservations_end_with_their_attempts_whatever_getcapacity_does() {
+        use Step::*;
+        let cases: &[(&str, &[Step], i64, usize)] = &[
+            ("calling", &[Hold("c1", 10)], 10, 1),
+            ("failed at once", &[Hold("c1", 10), Failed("c1")], 0, 0),
+            (
+                "many failures pile nothing up",
+                &[
+                    Hold("c1", 45),
+                    Failed("c1"),
+                    Hold("c2", 45),
+                    Failed("c2"),
+                    Hold("c3", 45),
+                    Failed("c3"),
+                    Hold("c1", 45),
+                    Failed("c1"),
+                ],
+                0,
+                0,
+            ),
+            (
+                "a made volume waits for a reading",
+                &[Hold("c1", 45), Made("c1", 1)],
+                45,
+                1,
+            ),
+            (
+                "a retried claim counts once",
+                &[Hold("c1", 45), Made("c1", 1), Hold("c1", 45), Made("c1", 1)],
+                45,
+                1,
+            ),
+            (
+                "a deleted volume ends it",
+                &[Hold("c1", 45), Made("c1", 1), Deleted("c1")],
+                0,
+                0,
+            ),
+            (
+                "a deletion does not end a running call",
+                &[Hold("c1", 45), Deleted("c1")],
+                45,
+                1,
+            ),
+            (
+                "a later reading shows the volume",
+                &[Hold("c1", 45), Made("c1", 1), Reading(2)],
+                0,
+                0,
+            ),
+            (
+                "mixed",
+                &[
+                    Hold("c1", 10),
+                    Hold("c2", 20),
+                    Hold("c3", 40),
+                    Failed("c1"),
+                    Made("c2", 1),
+                ],
+                60,
+                2,
+            ),
+        ];
+        let a = key("a");
+        for (what, steps, bytes, entries) in cases {
+            let mut l = Ledger::default();
+            for step in *steps {
+                match *step {
+                    Hold(uid, b) => l.hold(uid, a.clone(), b, 1),
+                    Failed(uid) => assert_eq!(l.end(uid), Some(a.clone()), "{what}"),
+                    Made(uid, round) => assert_eq!(l.release(uid, round), Some(a.clone())),
+                    Deleted(uid) => drop(l.deleted(uid)),
+                    Reading(round) => l.settle(&a, round),
+                }
+            }
+            assert_eq!(l.reserved(&a, 1, None).bytes, *bytes, "{what}: published");
+            assert!(l.certain(&a, 1, &[]).bytes <= *bytes, "{what}: refusal");
+            assert_eq!(l.len(), *entries, "{what}: entries");
+        }
+    }
+
+    #[test]
+    fn end_and_deleted_name_the_key_to_publish() {
+        let mut l = Ledger::default();
+        l.hold("c1", key("a"), 10, 0);
+        assert_eq!(l.deleted("c1"), None, "still calling");
+        l.release("c1", 0);
+        assert_eq!(l.deleted("c1"), Some(key("a")));
+        assert_eq!(l.deleted("c1"), None);
+        assert_eq!(l.end("nobody"), None);
     }
 
     #[test]

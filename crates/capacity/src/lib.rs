@@ -40,6 +40,7 @@ pub mod published;
 mod quantity;
 pub mod refresh;
 pub mod resync;
+pub mod scheduler;
 pub mod segment;
 pub mod value;
 pub mod view;

@@ -163,6 +163,8 @@ struct Shared {
     /// reservation's publish of the same key would otherwise each compute a value and write
     /// it, and the older value could land last.
     turns: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+    /// The CSIDriver's `storageCapacity` as last read ([`RefreshHandle::allowed`]).
+    scheduler_check: tokio::sync::Mutex<Option<capacity::scheduler::Remembered>>,
 }
 
 impl Shared {
@@ -372,6 +374,7 @@ impl CapacityController {
             csi,
             caches,
             turns: Mutex::default(),
+            scheduler_check: tokio::sync::Mutex::default(),
             queue: WorkQueue::new(
                 QUEUE_NAME,
                 RateLimiter::new(start, max),

@@ -1,14 +1,18 @@
 //! Reservations for in-flight volumes (`--capacity-reservations`, ours): the shell around
 //! [`capacity::ledger`]. A claim worker holds its size before CreateVolume; the hold lowers
-//! the published objects of its (segment, class) at once, without asking the driver; the
-//! drop after the call queues the GetCapacity that will show the real value.
+//! the published objects of its (segment, class) at once, without asking the driver. When
+//! the call may have made a volume, the drop queues the GetCapacity that will show the real
+//! value; otherwise (a final error, no call, a lifted block) the reservation ends at once and
+//! the last reading is published again, whether or not GetCapacity answers.
 
 use std::sync::Arc;
 
-use capacity::ledger::{apply, fits};
+use capacity::ledger::{Ledger, apply, fits};
+use capacity::scheduler::{Allowed, REUSE, Remembered, SchedulerCheck, allowed, reuse};
 use capacity::segment::display;
 use capacity::{Capacity, Key};
 use controller_kit::workqueue::Outcome;
+use k8s_openapi::api::storage::v1::CSIDriver;
 use tokio::time::Instant;
 
 use super::{Item, RefreshHandle, Shared};
@@ -18,6 +22,17 @@ use super::{Item, RefreshHandle, Shared};
 pub struct Hold {
     shared: Arc<Shared>,
     uid: String,
+    /// A volume may be in the backend when this is dropped: the reservation then waits for a
+    /// reading that shows it. Otherwise nothing was made and it ends at once.
+    may_exist: bool,
+}
+
+impl Hold {
+    /// Says whether the attempt may have left a volume: `true` before CreateVolume is sent (a
+    /// call cut short may still make one), then what the call's answer showed.
+    pub fn may_exist(&mut self, may_exist: bool) {
+        self.may_exist = may_exist;
+    }
 }
 
 impl std::fmt::Debug for Hold {
@@ -28,6 +43,10 @@ impl std::fmt::Debug for Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
+        if !self.may_exist {
+            self.shared.end(&self.uid, Ledger::end);
+            return;
+        }
         let key = {
             let mut state = self.shared.state.lock();
             let Some(key) = state.ledger.key_of(&self.uid).cloned() else {
@@ -115,6 +134,7 @@ impl RefreshHandle {
         Ok(Some(Hold {
             shared: shared.clone(),
             uid: uid.to_string(),
+            may_exist: false,
         }))
     }
 }
@@ -176,14 +196,71 @@ impl RefreshHandle {
             key
         };
         shared.queue.add_urgent(Item::Publish(key));
+        // No reading ever shows a block: lifted, it ends at once.
         Some(Hold {
             shared: shared.clone(),
             uid: uid.to_string(),
+            may_exist: false,
         })
     }
 }
 
+impl RefreshHandle {
+    /// The claim `uid`'s volume was deleted (or shown never made): a reservation that waited
+    /// for a reading to show it ends now, as no reading will.
+    pub fn volume_gone(&self, uid: &str) {
+        self.shared.end(uid, Ledger::deleted);
+    }
+
+    /// What reservations may do for the next claim, from the CSIDriver's
+    /// `spec.storageCapacity` ([`capacity::scheduler`]), read again once older than [`REUSE`].
+    /// Nothing is read while reservations are off.
+    pub async fn allowed(&self) -> Allowed {
+        let shared = &self.shared;
+        if !shared.config.reservations {
+            return allowed(SchedulerCheck::Off);
+        }
+        // One read at a time: claims deciding together wait for it rather than each asking.
+        let mut last = shared.scheduler_check.lock().await;
+        if let Some(check) = reuse(last.as_ref(), std::time::Instant::now(), REUSE) {
+            return allowed(check);
+        }
+        let name = shared.config.driver_name.as_str();
+        let api: kube::Api<CSIDriver> = kube::Api::all(shared.api.clone().into_client());
+        let check = match api.get_opt(name).await {
+            Ok(found) => SchedulerCheck::from_field(found.map(|d| d.spec.storage_capacity)),
+            Err(e) => {
+                if last.is_none_or(|l| l.check != SchedulerCheck::Unknown) {
+                    tracing::warn!(csidriver = %name, err = %crate::api_error::message(&e),
+                        "Cannot read the CSIDriver to learn whether the scheduler uses capacity \
+                         (spec.storageCapacity); until it can be read, in-flight volumes still lower \
+                         the published capacity but no claim is sent back without asking the driver. \
+                         Grant get on storage.k8s.io csidrivers");
+                }
+                SchedulerCheck::Unknown
+            }
+        };
+        if last.is_none_or(|l| l.check != check) {
+            klog::v!(2, csidriver = %name, check = ?check, "Scheduler capacity check of the driver");
+        }
+        *last = Some(Remembered {
+            check,
+            read_at: std::time::Instant::now(),
+        });
+        allowed(check)
+    }
+}
+
 impl Shared {
+    /// Ends the reservation of `uid` with `how` ([`Ledger::end`] or [`Ledger::deleted`]) and
+    /// publishes its key again from the last reading.
+    fn end(&self, uid: &str, how: fn(&mut Ledger, &str) -> Option<Key>) {
+        let key = how(&mut self.state.lock().ledger, uid);
+        if let Some(key) = key {
+            self.queue.add_urgent(Item::Publish(key));
+        }
+    }
+
     /// The last reading of `key` less what is on its way, published without asking the driver.
     pub(super) async fn publish_reserved(&self, key: Key) -> Outcome {
         let value = {

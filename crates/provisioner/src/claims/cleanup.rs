@@ -47,7 +47,7 @@ impl ClaimsController {
             other => other,
         };
         if let Cleanup::Delete(volume_id) = step {
-            match self.delete_own_volume(&volume_id, secrets).await {
+            match self.delete_own_volume(&uid, &volume_id, secrets).await {
                 Ok(true) => {
                     klog::v!(2, claim = %claim_name(claim), volume = %volume_id, "Deleted the volume of a claim deleted or bound elsewhere before its PV existed");
                     self.refresh_capacity(claim);
@@ -111,10 +111,11 @@ impl ClaimsController {
         }
     }
 
-    /// DeleteVolume for a volume a CreateVolume of ours returned and no PV of ours will own.
-    /// `Ok(false)`: a PV names it, so that PV owns it and it is left alone.
+    /// DeleteVolume for a volume a CreateVolume of ours (for the claim `uid`) returned and no
+    /// PV of ours will own. `Ok(false)`: a PV names it, so that PV owns it and it is left alone.
     pub(super) async fn delete_own_volume(
         &self,
+        uid: &str,
         volume_id: &str,
         secrets: std::collections::HashMap<String, String>,
     ) -> Result<bool, tonic::Status> {
@@ -127,6 +128,7 @@ impl ClaimsController {
             secrets,
         };
         self.ctx.driver.client.delete_volume(request).await?;
+        self.volume_gone(uid);
         Ok(true)
     }
 
@@ -160,7 +162,10 @@ impl ClaimsController {
                     message: csi::status::go_error_string(&status),
                 }
                 .into()),
-                ProbeFailure::NothingMade => Ok(Cleanup::Release),
+                ProbeFailure::NothingMade => {
+                    self.volume_gone(claim.metadata.uid.as_deref().unwrap_or_default());
+                    Ok(Cleanup::Release)
+                }
                 ProbeFailure::Unknown => Err(self.cleanup_failed(
                     claim,
                     format!(
@@ -272,6 +277,14 @@ impl ClaimsController {
             message,
         }
         .into()
+    }
+
+    /// Nothing of the claim `uid`'s attempts is in the backend any more: its reservation,
+    /// if it waited for a reading, ends now.
+    fn volume_gone(&self, uid: &str) {
+        if let Some(capacity) = &self.ctx.capacity {
+            capacity.volume_gone(uid);
+        }
     }
 
     fn refresh_capacity(&self, claim: &PersistentVolumeClaim) {

@@ -170,9 +170,21 @@ impl ClaimsController {
             }
         };
         let client = ctx.driver.client.migrated(plan.migrated_from.is_some());
+        let mut hold = hold;
+        if let Some(hold) = hold.as_mut() {
+            // A call cut short may still make the volume.
+            hold.may_exist(true);
+        }
         let called = client.create_volume(request.clone()).await;
-        // The call ended: the next GetCapacity shows what it did, and ends the reservation.
-        drop(hold);
+        // The call ended. A volume it may have made keeps the reservation until GetCapacity
+        // shows it; a final error ends it now, whatever GetCapacity does.
+        if let Some(mut hold) = hold {
+            hold.may_exist(volume_may_exist(
+                &before,
+                called.as_ref().err().map(|s| s.code()),
+                may_reschedule(ctx.supports_topology(), selected),
+            ));
+        }
         let volume = match called {
             Ok(resp) => match resp.volume {
                 // An id is what every later call names the volume by: without one there is
@@ -233,7 +245,7 @@ impl ClaimsController {
             CapacityDecision::TooSmall { got, want } => {
                 // Upstream deletes the volume and retries in the background.
                 let mut message = too_small_message(got, want);
-                if self.delete_unkept(&volume.volume_id, &request).await {
+                if self.delete_unkept(&uid, &volume.volume_id, &request).await {
                     let state = after_call(&before, &CallResult::Final);
                     self.memory.set_volume_state(&uid, state, Some(request));
                 } else {
@@ -252,7 +264,7 @@ impl ClaimsController {
             self.provisioner_config().cross_namespace_data_sources,
         ) {
             // The driver made an empty volume where data was asked for: it goes again.
-            let deleted = self.delete_unkept(&volume.volume_id, &request).await;
+            let deleted = self.delete_unkept(&uid, &volume.volume_id, &request).await;
             let mut message = "volume content source missing".to_string();
             if deleted {
                 let state = after_call(&before, &CallResult::Final);
@@ -294,7 +306,7 @@ impl ClaimsController {
                 Err(e) => {
                     // No PV can be written for it: the volume goes again. Upstream keeps it and
                     // retries CreateVolume, which finds the same volume and fails the same way.
-                    if self.delete_unkept(&volume.volume_id, &request).await {
+                    if self.delete_unkept(&uid, &volume.volume_id, &request).await {
                         let state = after_call(&before, &CallResult::Final);
                         self.memory.set_volume_state(&uid, state, Some(request));
                     }
@@ -323,11 +335,12 @@ impl ClaimsController {
     /// whose PV cannot be written); whether it is gone.
     pub(super) async fn delete_unkept(
         &self,
+        uid: &str,
         volume_id: &str,
         request: &csi::v1::CreateVolumeRequest,
     ) -> bool {
         match self
-            .delete_own_volume(volume_id, request.secrets.clone())
+            .delete_own_volume(uid, volume_id, request.secrets.clone())
             .await
         {
             Ok(deleted) => deleted,
@@ -355,8 +368,48 @@ impl ClaimsController {
     }
 }
 
+/// Whether a CreateVolume that ended with `error` (`None`: it returned) may have left a
+/// volume of the claim in the backend, `before` being what may have existed before it.
+fn volume_may_exist(before: &VolumeState, error: Option<tonic::Code>, reschedule: bool) -> bool {
+    let Some(code) = error else {
+        return true;
+    };
+    let state = classify_create_volume_error(code, reschedule);
+    !provisioning::attempt::may_release(&after_call(before, &failed_call(code, state)))
+}
+
 /// What a failed clean-up of an unwanted volume adds to the event: upstream says the volume is
 /// orphaned; ours is found again by the next CreateVolume under the same name, and deleted then.
 fn cleanup_later(volume: &str) -> String {
     format!(". cleanup of volume {volume} failed, it is deleted on the next attempt")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    /// Only an answer that shows nothing was made (and nothing before it) ends a reservation
+    /// at once; a returned volume or an unfinished call waits for a reading.
+    #[test]
+    fn which_calls_may_have_left_a_volume() {
+        let none = VolumeState::None;
+        let may = VolumeState::MayExist;
+        let cases = [
+            (&none, None, true, true),
+            (&none, Some(Code::ResourceExhausted), true, false),
+            (&none, Some(Code::InvalidArgument), true, false),
+            (&none, Some(Code::InvalidArgument), false, false),
+            (&none, Some(Code::DeadlineExceeded), true, true),
+            (&none, Some(Code::Unavailable), true, true),
+            (&may, Some(Code::ResourceExhausted), true, true),
+        ];
+        for (before, error, reschedule, want) in cases {
+            assert_eq!(
+                volume_may_exist(before, error, reschedule),
+                want,
+                "{before:?} {error:?}"
+            );
+        }
+    }
 }

@@ -13,8 +13,8 @@ impl ClaimsController {
     /// The reservation for this attempt, held until the caller drops it after CreateVolume.
     /// `before` is what may exist of the claim's volume: a volume that may be in the
     /// backend already is counted but never refused (its space may be in the reading).
-    /// Refusing on the driver's behalf needs `--strict-topology`; the pod check
-    /// (`--capacity-pod-aware`) comes first.
+    /// Refusing on the driver's behalf needs `--strict-topology` and the CSIDriver's
+    /// `storageCapacity: true`; the pod check (`--capacity-pod-aware`) comes first.
     pub(super) async fn reserve(
         &self,
         claim: &PersistentVolumeClaim,
@@ -31,8 +31,14 @@ impl ClaimsController {
         else {
             return Ok(None);
         };
+        // With the CSIDriver's storageCapacity off the scheduler reads no object of ours and
+        // the driver decides: nothing is held and nothing refused on its behalf.
+        let allowed = capacity.allowed().await;
+        if !allowed.hold {
+            return Ok(None);
+        }
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        let fresh = *before == VolumeState::None;
+        let fresh = *before == VolumeState::None && allowed.refuse;
         if fresh {
             self.pod_check(claim, node).await?;
         }

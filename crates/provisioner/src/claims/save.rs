@@ -135,7 +135,7 @@ impl ClaimsController {
         };
         match (created, self.memory.last_request(&uid)) {
             (Some(id), Some(request)) => {
-                if self.delete_unkept(&id, &request).await {
+                if self.delete_unkept(&uid, &id, &request).await {
                     self.memory
                         .set_volume_state(&uid, VolumeState::MayExist, Some(request));
                 } else {

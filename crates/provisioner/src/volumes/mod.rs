@@ -157,6 +157,11 @@ impl VolumesController {
             }
             self.volume_deleted.lock().insert(uid.clone());
             if let Some(capacity) = &self.ctx.capacity {
+                // A reservation still waiting for a reading to show this volume ends now.
+                let claim = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+                if let Some(claim) = claim.and_then(|c| c.uid.as_deref()) {
+                    capacity.volume_gone(claim);
+                }
                 capacity.refresh(Refresh::Volume {
                     class,
                     affinity: pv.spec.as_ref().and_then(|s| s.node_affinity.as_ref()),

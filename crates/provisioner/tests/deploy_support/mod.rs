@@ -151,10 +151,12 @@ pub const UPSTREAM_V6_3_0: &[(&str, &str, &str, &[&str])] = &[
 /// VolumeAttributesClass too, its example RBAC just lacks the rule; and reading the optional
 /// MutatingAdmissionPolicy of `csi-provisioner admission-policy` (ours); watching
 /// VolumeSnapshotContents, so that restores read them from a cache (ours); patching claims,
-/// so that a write sends only what it changes without reading the claim first (ours).
+/// so that a write sends only what it changes without reading the claim first (ours); reading
+/// the CSIDriver's storageCapacity for capacity reservations (ours).
 #[rustfmt::skip]
 pub const DOCUMENTED_EXTRAS: &[(&str, &str, &str, &str)] = &[
     ("cluster", "", "persistentvolumeclaims", "patch"),
+    ("cluster", "storage.k8s.io", "csidrivers", "get"),
     ("cluster", "storage.k8s.io", "volumeattributesclasses", "get"),
     ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "get"),
     ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "list"),
