@@ -10,6 +10,8 @@ mod support;
 
 #[path = "node_deployment/clones.rs"]
 mod clones;
+#[path = "node_deployment/may_exist.rs"]
+mod may_exist;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
