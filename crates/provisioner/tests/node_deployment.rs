@@ -10,6 +10,8 @@ mod support;
 
 #[path = "node_deployment/clones.rs"]
 mod clones;
+#[path = "node_deployment/may_exist.rs"]
+mod may_exist;
 #[path = "node_deployment/release_node.rs"]
 mod release_node;
 
@@ -800,7 +802,11 @@ async fn with_the_admission_policy_an_unclaimed_deleted_claim_is_let_go_without_
 /// With the admission policy, a claim waiting for a node holds the policy's finalizer: an
 /// Immediate claim while the nodes take none (`--node-deployment-immediate-binding=false`), and
 /// a late-binding claim its node gave back after a failure (rescheduled, no pod to pick again).
-/// Deleted, both go: no node will ever take them.
+/// Deleted, both go: no node will ever take them. The late claim's node asks once more first:
+/// the claim held the finalizer before its call and was made within a minute of the
+/// provisioner's start, so an earlier process may have called for it
+/// (`provisioning::attempt::earlier_attempt_possible`), and node a gave it back holding it
+/// with its own finalizer, as the central clean-up would probe (refused: nothing to delete).
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn with_the_admission_policy_a_deleted_claim_waiting_for_a_node_is_let_go() {
@@ -833,7 +839,7 @@ async fn with_the_admission_policy_a_deleted_claim_waiting_for_a_node_is_let_go(
     s.delete_claim("late").await;
     support::wait_gone(&s.claims(), "imm").await;
     support::wait_gone(&s.claims(), "late").await;
-    assert_eq!(nodes[0].mock.calls_of("CreateVolume").len(), 1);
+    assert_eq!(nodes[0].mock.calls_of("CreateVolume").len(), 2);
     assert_eq!(nodes[1].mock.calls_of("CreateVolume").len(), 0);
     for i in &nodes {
         assert_eq!(i.mock.calls_of("DeleteVolume").len(), 0, "{}", i.node);

@@ -119,6 +119,12 @@ pub struct FailureWrites {
     pub reschedule: bool,
     /// Remove our finalizer: nothing of ours can exist.
     pub release: bool,
+    /// Distributed provisioning: add this node's finalizer
+    /// ([`crate::distributed::node_finalizer`]). The claim leaves this node while a volume
+    /// its driver may have made exists; whichever node provisions the claim next releases the
+    /// shared finalizer knowing nothing of it, so this node holds the claim on its own until
+    /// it has cleaned that volume up.
+    pub hold_here: bool,
 }
 
 /// The writes after an attempt that failed with `failed` (upstream's state), given the claim's
@@ -128,17 +134,22 @@ pub struct FailureWrites {
 /// `policy`: the admission policy is in force. It puts the finalizer back on every write to an
 /// unbound claim, so removing it would only cost a write; it goes with the binding or, for a
 /// deleted claim, with the clean-up.
+///
+/// `distributed`: `--node-deployment`, where a rescheduled claim leaves this node's hands.
 pub fn after_failure(
     failed: crate::ProvisioningState,
     state: &VolumeState,
     holds_finalizer: bool,
     has_selected_node: bool,
     policy: bool,
+    distributed: bool,
 ) -> FailureWrites {
+    let reschedule = crate::errors::effective_state(failed, has_selected_node)
+        == crate::ProvisioningState::Reschedule;
     FailureWrites {
-        reschedule: crate::errors::effective_state(failed, has_selected_node)
-            == crate::ProvisioningState::Reschedule,
+        reschedule,
         release: holds_finalizer && may_release(state) && !policy,
+        hold_here: distributed && reschedule && !may_release(state),
     }
 }
 
@@ -334,6 +345,7 @@ mod tests {
         let w = |reschedule, release| FailureWrites {
             reschedule,
             release,
+            hold_here: false,
         };
         // (failed, state, holds finalizer, has selected node, policy in force) → writes
         let cases = [
@@ -366,10 +378,36 @@ mod tests {
         ];
         for ((failed, state, holds, selected, policy), want) in cases {
             assert_eq!(
-                after_failure(failed, &state, holds, selected, policy),
+                after_failure(failed, &state, holds, selected, policy, false),
                 want,
                 "{failed:?} {state:?} {holds} {selected} {policy}"
             );
+        }
+    }
+
+    #[test]
+    fn a_node_giving_a_claim_back_holds_it_while_its_volume_may_exist() {
+        use crate::ProvisioningState as P;
+        // (failed, state, has selected node, policy) → this node holds the claim
+        let cases = [
+            // Timed out, then ResourceExhausted: the first call's volume may exist.
+            ((P::Reschedule, S::MayExist, true, false), true),
+            ((P::Reschedule, S::MayExist, true, true), true),
+            ((P::Reschedule, S::Created("v".into()), true, false), true),
+            ((P::Reschedule, S::Unknown, true, false), true),
+            ((P::Reschedule, S::None, true, false), false),
+            ((P::Reschedule, S::Collision, true, false), false),
+            // Not given back: it stays this node's claim.
+            ((P::Reschedule, S::MayExist, false, false), false),
+            ((P::Finished, S::MayExist, true, false), false),
+            ((P::Background, S::MayExist, true, false), false),
+        ];
+        for ((failed, state, selected, policy), want) in cases {
+            let writes = after_failure(failed, &state, true, selected, policy, true);
+            assert_eq!(writes.hold_here, want, "{failed:?} {state:?} {selected}");
+            // Central mode never holds a claim per node.
+            let central = after_failure(failed, &state, true, selected, policy, false);
+            assert!(!central.hold_here);
         }
     }
 

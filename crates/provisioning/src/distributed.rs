@@ -41,11 +41,17 @@ pub enum NodeOwner {
 /// selected, other drivers' held sources) no step of this instance reads, so with local
 /// storage each instance holds its own node's claims instead of the cluster's.
 ///
+/// A claim holding this node's [`node_finalizer`] is kept whatever its node: a volume this
+/// node made for it may exist, and only this instance can clean it up ([`leftover`]).
+///
 /// Differs from upstream: its instances cache every claim of the cluster.
 pub fn concerns_node(claim: &PersistentVolumeClaim, node: &str, driver: &str) -> bool {
     if crate::data_source::snapshot::has_finalizer(&claim.metadata, names::CLONE_SOURCE_FINALIZER)
         && crate::data_source::clone::guards_source(claim, driver)
     {
+        return true;
+    }
+    if crate::data_source::snapshot::has_finalizer(&claim.metadata, &node_finalizer(node)) {
         return true;
     }
     match annotation(claim, names::ANN_SELECTED_NODE).filter(|n| !n.is_empty()) {
@@ -55,6 +61,66 @@ pub fn concerns_node(claim: &PersistentVolumeClaim, node: &str, driver: &str) ->
             .as_ref()
             .and_then(|s| s.volume_name.as_deref())
             .is_none_or(str::is_empty),
+    }
+}
+
+/// The finalizer by which the instance on `node` keeps a claim it gave back (rescheduled)
+/// while a volume its driver may have made for it exists: the shared creating-volume
+/// finalizer is released by whichever node provisions the claim in the end, which knows
+/// nothing of this node's volume. Only this node's instance removes it, once that volume is
+/// known not to exist (deleted, or its driver's answer shows none). Ours, not upstream's.
+///
+/// `creating-volume-on-NODE` under the creating-volume finalizer's domain; a node name too
+/// long for a finalizer's 63-character name keeps its first 35 characters and gets an FNV-32
+/// hash of the whole name, so it stays unique and recognisable.
+pub fn node_finalizer(node: &str) -> String {
+    const PREFIX: &str = "creating-volume-on-";
+    let domain = names::CREATING_VOLUME_FINALIZER
+        .split_once('/')
+        .map_or(names::CREATING_VOLUME_FINALIZER, |(d, _)| d);
+    if PREFIX.len() + node.len() <= 63 {
+        return format!("{domain}/{PREFIX}{node}");
+    }
+    let head: String = node.chars().take(35).collect();
+    format!("{domain}/{PREFIX}{head}-{:08x}", fnv32(node.as_bytes()))
+}
+
+/// What the instance on a node does about a claim that holds its [`node_finalizer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leftover {
+    /// Nothing beyond the claim's usual handling (no such finalizer, or the claim is this
+    /// node's again: its provisioning, clean-up and release drop the finalizer along with the
+    /// creating-volume one).
+    AsUsual,
+    /// The claim is still in play elsewhere (waiting for a node, or being provisioned on
+    /// another): keep the finalizer and the record, and handle the claim as usual.
+    Hold,
+    /// Deleted, or bound to a PV: clean up this node's volume (probe with the request sent
+    /// last, delete what it returns), then drop the finalizer.
+    CleanUp,
+    /// Bound to its own PV on this node: that PV holds the volume; just drop the finalizer.
+    Drop,
+}
+
+/// [`Leftover`] for a claim: whether it holds this node's finalizer (`holds`), names this node
+/// in `selected-node` (`here`), still holds the creating-volume finalizer (`creating`), is
+/// being deleted, is bound (`spec.volumeName` set), and has its own PV on this node (`own_pv`).
+pub fn leftover(
+    holds: bool,
+    here: bool,
+    creating: bool,
+    deleted: bool,
+    bound: bool,
+    own_pv: bool,
+) -> Leftover {
+    match () {
+        _ if !holds => Leftover::AsUsual,
+        // This node's claim again: its own steps see to both finalizers.
+        _ if here && creating => Leftover::AsUsual,
+        _ if here && own_pv => Leftover::Drop,
+        _ if deleted || bound => Leftover::CleanUp,
+        _ if here => Leftover::AsUsual,
+        _ => Leftover::Hold,
     }
 }
 

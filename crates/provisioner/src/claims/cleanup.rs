@@ -23,27 +23,68 @@ pub const CLEANUP_FAILED: &str = "ProvisioningCleanupFailed";
 
 impl ClaimsController {
     pub(super) async fn clean_up(&self, claim: &PersistentVolumeClaim) -> Result<(), SyncError> {
+        self.clean_up_in(claim, None).await
+    }
+
+    /// Distributed provisioning: the clean-up of a claim this node gave back while a volume of
+    /// it may exist here (`provisioning::distributed::Leftover::CleanUp`), held by this
+    /// node's finalizer: the claim is deleted, or bound to a PV (on another node). Then the
+    /// node's finalizer goes, and the creating-volume one too when the claim is deleted and no
+    /// node holds it (as [`Self::let_go_unclaimed`] would).
+    pub(super) async fn clean_up_left(
+        &self,
+        claim: &PersistentVolumeClaim,
+        node: &str,
+    ) -> Result<(), SyncError> {
+        self.clean_up_in(claim, Some(node)).await
+    }
+
+    /// `left`: the node of [`Self::clean_up_left`], whose volume is the one to find. Its record
+    /// is this node's own; without one (a restart), this node's finalizer says a call was made,
+    /// and the request is rebuilt as for this node. The claim's PV, if any, is on another
+    /// node and holds that node's volume, so only a PV this node's cache holds (its own
+    /// node's) keeps the volume found here.
+    async fn clean_up_in(
+        &self,
+        claim: &PersistentVolumeClaim,
+        left: Option<&str>,
+    ) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let state = self
-            .memory
-            .volume_state(&uid, self.earlier_attempt_possible(claim));
+        let earlier = match left {
+            None => self.earlier_attempt_possible(claim),
+            Some(_) => provisioning::attempt::earlier_attempt_possible(
+                true,
+                claim
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_second()),
+                self.started,
+            ),
+        };
+        let state = self.memory.volume_state(&uid, earlier);
         let last_request = self.memory.last_request(&uid);
         let secrets = last_request
             .as_ref()
             .map(|r| r.secrets.clone())
             .unwrap_or_default();
+        // As the first attempt here asked: for this node.
+        let rebuilt_for = match left {
+            Some(node) => super::race::on_node(claim, node),
+            None => claim.clone(),
+        };
         let (step, secrets) = match cleanup(&state, self.name_taken(claim)) {
             Cleanup::ProbeLastRequest => match last_request {
                 Some(request) => (self.probe(claim, request).await?, secrets),
-                None => self.probe_rebuilt(claim).await?,
+                None => self.probe_rebuilt(&rebuilt_for).await?,
             },
-            Cleanup::ProbeRebuilt => self.probe_rebuilt(claim).await?,
+            Cleanup::ProbeRebuilt => self.probe_rebuilt(&rebuilt_for).await?,
             other => (other, secrets),
         };
         // The cache may not show a PV saved a moment ago (a claim deleted while its PV was
         // being written): the API server decides before a volume is deleted.
         let step = match step {
-            Cleanup::Delete(_) => unless_saved(step, self.pv_saved(claim).await?),
+            Cleanup::Delete(_) if left.is_none() => unless_saved(step, self.pv_saved(claim).await?),
             other => other,
         };
         if let Cleanup::Delete(volume_id) = step {
@@ -62,7 +103,34 @@ impl ClaimsController {
                 }
             }
         }
-        self.remove_finalizer(claim).await?;
+        let node_finalizer = self.node_finalizer();
+        let creating = match left {
+            // Another node's claim: its finalizer is that node's to drop.
+            Some(_) => {
+                claim.metadata.deletion_timestamp.is_some()
+                    && provisioning::claim::annotation(
+                        claim,
+                        provisioning::names::ANN_SELECTED_NODE,
+                    )
+                    .is_none_or(str::is_empty)
+            }
+            None => true,
+        };
+        update::remove_finalizers(
+            &self.ctx.client,
+            &self.ctx.caches.claims,
+            claim,
+            &[
+                creating.then_some(provisioning::names::CREATING_VOLUME_FINALIZER),
+                node_finalizer.as_deref(),
+            ],
+        )
+        .await
+        .map_err(|source| ClaimError::ClaimWrite {
+            claim: claim_name(claim),
+            what: "remove the finalizer from",
+            source,
+        })?;
         // A queued sync reads the claim through this write: no finalizer, nothing to clean.
         self.memory.forget(&uid);
         Ok(())
@@ -73,7 +141,7 @@ impl ClaimsController {
         &self,
         claim: &PersistentVolumeClaim,
     ) -> Result<(), ClaimError> {
-        update::remove_finalizer(&self.ctx.client, &self.ctx.caches.claims, claim)
+        update::remove_finalizer(&self.ctx.client, &self.ctx.caches.claims, claim, None)
             .await
             .map(drop)
             .map_err(|source| ClaimError::ClaimWrite {

@@ -77,6 +77,7 @@ impl ClaimsController {
             // the alpha one alone the failure is final and retried, not sent back.
             provisioning::claim::annotation(claim, names::ANN_SELECTED_NODE).is_some(),
             ctx.metrics.admission_policy_active(),
+            ctx.node.is_some(),
         );
         let now = Instant::now();
         let hold = retry::hold_after_failure(
@@ -90,14 +91,21 @@ impl ClaimsController {
         // Held before the writes: should they fail, the claim still waits out this failure
         // instead of calling the driver again on the next change that queues it.
         self.memory.set_hold(&uid, Some(hold));
-        if writes.reschedule || writes.release {
-            update::after_failure(&ctx.client, &ctx.caches.claims, claim, writes)
-                .await
-                .map_err(|source| ClaimError::ClaimWrite {
-                    claim: claim_name(claim),
-                    what: "reschedule or release",
-                    source,
-                })?;
+        if writes.reschedule || writes.release || writes.hold_here {
+            let node_finalizer = self.node_finalizer();
+            update::after_failure(
+                &ctx.client,
+                &ctx.caches.claims,
+                claim,
+                writes,
+                node_finalizer.as_deref(),
+            )
+            .await
+            .map_err(|source| ClaimError::ClaimWrite {
+                claim: claim_name(claim),
+                what: "reschedule or release",
+                source,
+            })?;
         }
         if writes.reschedule {
             self.memory.set_hold(&uid, None);

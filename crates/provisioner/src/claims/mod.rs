@@ -246,6 +246,15 @@ impl ClaimsController {
         provisioning::volume_name::make_volume_name(&self.ctx.opts.volume_name_prefix, uid, len)
     }
 
+    /// Distributed provisioning: this node's own finalizer
+    /// ([`provisioning::distributed::node_finalizer`]).
+    fn node_finalizer(&self) -> Option<String> {
+        self.ctx
+            .node
+            .as_ref()
+            .map(|n| provisioning::distributed::node_finalizer(&n.name))
+    }
+
     fn class_of(&self, claim: &PersistentVolumeClaim) -> Option<Arc<StorageClass>> {
         let name = provisioning::claim::class_name(claim)?;
         self.ctx.caches.classes.get(&ObjectRef::new(name))

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{annotation, requested_bytes};
 use provisioning::distributed::{
-    NodeOwner, Published, Turn, after_own_failures, claim_turn, node_owner, reports,
+    Leftover, NodeOwner, Published, Turn, after_own_failures, claim_turn, node_owner, reports,
 };
 use provisioning::names::ANN_SELECTED_NODE;
 use provisioning::prepare::Prepared;
@@ -176,17 +176,76 @@ impl ClaimsController {
         }
     }
 
+    /// Distributed provisioning: a claim that holds this node's own finalizer, which this node
+    /// put on it when it gave the claim back while a volume of it may exist here
+    /// ([`provisioning::distributed::leftover`]). `None`: handle the claim as usual.
+    pub(super) async fn left_here(
+        &self,
+        claim: &PersistentVolumeClaim,
+    ) -> Option<Result<(), SyncError>> {
+        let node = self.ctx.node.as_ref()?;
+        let holds = provisioning::data_source::snapshot::has_finalizer(
+            &claim.metadata,
+            &provisioning::distributed::node_finalizer(&node.name),
+        );
+        if !holds {
+            return None;
+        }
+        let step = provisioning::distributed::leftover(
+            holds,
+            annotation(claim, ANN_SELECTED_NODE) == Some(node.name.as_str()),
+            provisioning::lifecycle::has_finalizer(claim),
+            claim.metadata.deletion_timestamp.is_some(),
+            claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .is_some_and(|v| !v.is_empty()),
+            self.pv_exists(claim),
+        );
+        klog::v!(5, claim = %claim_name(claim), step = ?step, "Claim held by this node's finalizer");
+        match step {
+            Leftover::AsUsual | Leftover::Hold => None,
+            Leftover::CleanUp => Some(self.clean_up_left(claim, &node.name).await),
+            Leftover::Drop => {
+                let name = provisioning::distributed::node_finalizer(&node.name);
+                let dropped = update::set_finalizer(
+                    &self.ctx.client,
+                    &self.ctx.caches.claims,
+                    claim,
+                    &name,
+                    false,
+                )
+                .await;
+                Some(dropped.map(drop).map_err(|source| {
+                    ClaimError::ClaimWrite {
+                        claim: claim_name(claim),
+                        what: "remove this node's finalizer from",
+                        source,
+                    }
+                    .into()
+                }))
+            }
+        }
+    }
+
     /// A deleted claim that no node holds. Either no node ever took it, or the last one gave it
     /// up on the driver's final answer (`provisioning::attempt::after_failure`), which CSI makes
     /// the existing volume's id if there was one: no volume can exist, and a finalizer (the
-    /// admission policy's) only has to go.
+    /// admission policy's) only has to go. A node that gave it up while a volume of it may
+    /// exist holds it with its own finalizer ([`Self::left_here`]); should this node still
+    /// remember such a call without that finalizer, it cleans up before letting go.
     pub(super) async fn let_go_unclaimed(
         &self,
         claim: &PersistentVolumeClaim,
     ) -> Result<(), SyncError> {
-        self.races
-            .lock()
-            .forget(claim.metadata.uid.as_deref().unwrap_or_default());
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        if let Some(node) = &self.ctx.node
+            && self.memory.volume_may_exist(uid, false)
+        {
+            return self.clean_up_left(claim, &node.name).await;
+        }
+        self.races.lock().forget(uid);
         if provisioning::lifecycle::has_finalizer(claim) {
             self.remove_finalizer(claim).await?;
         }
@@ -520,7 +579,7 @@ fn restricted(class: &StorageClass) -> bool {
 }
 
 /// The claim as if our node were selected: what provisioning here would ask for.
-fn on_node(claim: &PersistentVolumeClaim, node: &str) -> PersistentVolumeClaim {
+pub(super) fn on_node(claim: &PersistentVolumeClaim, node: &str) -> PersistentVolumeClaim {
     let mut here = claim.clone();
     here.metadata
         .annotations

@@ -24,13 +24,18 @@ impl ClaimsController {
         }
         let (memory, claim, task_uid) = (self.memory.clone(), claim.clone(), uid.clone());
         let claims = self.ctx.caches.claims.clone();
+        // This node's own finalizer goes too: the claim is back here and its PV holds the
+        // volume this node may have made before.
+        let node_finalizer = self.node_finalizer();
         let queue = self.queue.clone();
         let (start, max) = (
             self.ctx.opts.retry_interval_start,
             self.ctx.opts.retry_interval_max,
         );
         let task = tokio::spawn(async move {
-            match update::remove_finalizer(&client, &claims, &claim).await {
+            match update::remove_finalizer(&client, &claims, &claim, node_finalizer.as_deref())
+                .await
+            {
                 // The PV owns the volume now; later syncs read the claim through our write.
                 Ok(_) => memory.forget(&task_uid),
                 Err(e) => {

@@ -56,6 +56,10 @@ impl ClaimsController {
             self.protect_clone_source(&claim).await?;
         }
         let class = self.class_of(&claim);
+        // A claim this node gave back while a volume of it may exist here.
+        if ours && let Some(done) = self.left_here(&claim).await {
+            return done;
+        }
         if ours {
             match self.node_step(&claim, class.as_deref()) {
                 NodeStep::Continue => {}

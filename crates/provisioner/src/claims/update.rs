@@ -143,13 +143,42 @@ pub async fn add_finalizer(
     set_finalizer(client, claims, claim, CREATING_VOLUME_FINALIZER, true).await
 }
 
-/// Removes the creating-volume finalizer.
+/// Removes the creating-volume finalizer, and in the same write `also` (this node's
+/// finalizer, `provisioning::distributed::node_finalizer`, when the step settles this node's
+/// volume too).
 pub async fn remove_finalizer(
     client: &Client,
     claims: &Fresh<PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
+    also: Option<&str>,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-    set_finalizer(client, claims, claim, CREATING_VOLUME_FINALIZER, false).await
+    remove_finalizers(
+        client,
+        claims,
+        claim,
+        &[Some(CREATING_VOLUME_FINALIZER), also],
+    )
+    .await
+}
+
+/// Removes every finalizer `names` gives (nothing is written when none is there).
+pub async fn remove_finalizers(
+    client: &Client,
+    claims: &Fresh<PersistentVolumeClaim>,
+    claim: &PersistentVolumeClaim,
+    names: &[Option<&str>],
+) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
+    modify_claim(client, claims, claim, |c| {
+        let mut changed = false;
+        for name in names.iter().flatten() {
+            if let Some(f) = finalizers_with(c.metadata.finalizers.as_ref(), name, false) {
+                c.metadata.finalizers = Some(f);
+                changed = true;
+            }
+        }
+        changed
+    })
+    .await
 }
 
 /// Adds (`present`) or removes the finalizer `name` (nothing is written when it already is
@@ -174,16 +203,25 @@ pub async fn set_finalizer(
 }
 
 /// After a failed attempt, in one write, what [`provisioning::attempt::after_failure`] asks:
-/// remove `volume.kubernetes.io/selected-node` so the scheduler picks another node, and our
-/// finalizer when nothing of ours can exist.
+/// remove `volume.kubernetes.io/selected-node` so the scheduler picks another node, our
+/// finalizer when nothing of ours can exist, and add this node's finalizer (`node_finalizer`)
+/// when the claim leaves the node while a volume of it may exist here.
 pub async fn after_failure(
     client: &Client,
     claims: &Fresh<PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
     writes: provisioning::attempt::FailureWrites,
+    node_finalizer: Option<&str>,
 ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
     modify_claim(client, claims, claim, |c| {
         let mut changed = false;
+        if writes.hold_here
+            && let Some(name) = node_finalizer
+            && let Some(f) = finalizers_with(c.metadata.finalizers.as_ref(), name, true)
+        {
+            c.metadata.finalizers = Some(f);
+            changed = true;
+        }
         if writes.reschedule {
             changed |= c
                 .metadata

@@ -429,7 +429,29 @@ fn an_instance_keeps_its_own_and_waiting_claims_only() {
         });
         c
     };
+    let held_by = |mut c: PersistentVolumeClaim, node: &str| {
+        c.metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(node_finalizer(node));
+        c
+    };
     let cases = [
+        (
+            held_by(claim(Some("n2")), "n1"),
+            true,
+            "another node's, but a volume of ours may exist",
+        ),
+        (
+            held_by(bound(Some("n2")), "n1"),
+            true,
+            "bound on another node while a volume of ours may exist",
+        ),
+        (
+            held_by(bound(Some("n2")), "n2"),
+            false,
+            "another node's own finalizer",
+        ),
         (claim(None), true, "waiting for a node"),
         (claim(Some("")), true, "empty selected-node is none"),
         (claim(Some("n1")), true, "ours"),
@@ -516,6 +538,114 @@ fn only_a_held_sources_own_node_speaks_for_it() {
             speaks_for_clone_source(&claim(selected), node),
             want,
             "{selected:?} on {node:?}"
+        );
+    }
+}
+
+#[test]
+fn a_node_finalizer_names_its_node_within_a_finalizers_limits() {
+    assert_eq!(
+        node_finalizer("node-1"),
+        "external-provisioner.volume.kubernetes.io/creating-volume-on-node-1"
+    );
+    let long = "ip-10-0-1-23.eu-west-1.compute.internal.example.com";
+    let a = node_finalizer(long);
+    let b = node_finalizer(&format!("{long}x"));
+    for f in [&a, &b] {
+        let (domain, name) = f.split_once('/').unwrap();
+        assert_eq!(domain, "external-provisioner.volume.kubernetes.io");
+        assert!(name.len() <= 63, "{name}");
+        assert!(
+            name.starts_with("creating-volume-on-ip-10-0-1-23"),
+            "{name}"
+        );
+        assert!(
+            name.chars().last().unwrap().is_ascii_alphanumeric(),
+            "{name}"
+        );
+    }
+    assert_ne!(a, b, "a shared prefix still gives distinct finalizers");
+    let longest_kept = "n".repeat(63 - "creating-volume-on-".len());
+    assert!(node_finalizer(&longest_kept).ends_with(&longest_kept));
+}
+
+#[test]
+fn a_node_holding_a_claim_it_gave_back_cleans_up_once_the_claim_settles() {
+    use Leftover::*;
+    // (holds, here, creating, deleted, bound, own_pv) → what the node does
+    let cases = [
+        (
+            (false, false, true, true, false, false),
+            AsUsual,
+            "not held",
+        ),
+        (
+            (false, true, false, false, true, true),
+            AsUsual,
+            "not held, ours",
+        ),
+        (
+            (true, false, true, false, false, false),
+            Hold,
+            "waiting for a node or provisioned elsewhere",
+        ),
+        (
+            (true, false, false, false, false, false),
+            Hold,
+            "elsewhere, the creating-volume finalizer gone",
+        ),
+        ((true, false, true, true, false, false), CleanUp, "deleted"),
+        (
+            (true, false, false, false, true, false),
+            CleanUp,
+            "bound to another node's PV",
+        ),
+        (
+            (true, false, false, true, true, false),
+            CleanUp,
+            "bound elsewhere, then deleted",
+        ),
+        (
+            (true, true, true, false, false, false),
+            AsUsual,
+            "back on this node: provisioned here",
+        ),
+        (
+            (true, true, true, true, false, false),
+            AsUsual,
+            "back here and deleted: the usual clean-up drops both",
+        ),
+        (
+            (true, true, true, false, true, true),
+            AsUsual,
+            "back here and bound: the release drops both",
+        ),
+        (
+            (true, true, false, false, true, true),
+            Drop,
+            "bound to its PV here, creating-volume gone: that PV holds the volume",
+        ),
+        (
+            (true, true, false, false, true, false),
+            CleanUp,
+            "here but bound to a PV not ours",
+        ),
+        (
+            (true, true, false, true, false, false),
+            CleanUp,
+            "here, deleted, no creating-volume finalizer left",
+        ),
+        (
+            (true, true, false, false, false, false),
+            AsUsual,
+            "here, waiting: provisioning adds the creating-volume finalizer",
+        ),
+    ];
+    for ((holds, here, creating, deleted, bound, own_pv), want, what) in cases {
+        assert_eq!(
+            leftover(holds, here, creating, deleted, bound, own_pv),
+            want,
+            "{what}"
         );
     }
 }
