@@ -26,8 +26,8 @@ use kube::{Api, Client, ResourceExt};
 use provisioning::lost_node::life::{Sign, signs_of_life};
 use provisioning::lost_node::record::{EntryState, Record, ResumeStep, resume_step};
 use provisioning::lost_node::{
-    ClaimStep, PvClaimStep, claim_step, driver_of, pinned_to, pv_claim_step, recreated,
-    without_our_finalizers,
+    ClaimStep, PvClaimStep, claim_step, driver_of, finalizers_after, pinned_to, pv_claim_step,
+    recreated, without_our_finalizers,
 };
 
 /// The subcommand's name, the first argument.
@@ -324,13 +324,14 @@ pub async fn run(args: &Args) -> Result<usize, ReleaseError> {
         .filter(|(_, step)| *step != ClaimStep::Keep)
         .collect();
     println!(
-        "node {}: {} claim(s) sent to it without a volume",
+        "node {}: {} claim(s) sent to it without a volume or holding its finalizer",
         args.node,
         sent.len()
     );
     for (claim, step) in &sent {
         let what = match step {
-            ClaimStep::LetGo => "deleted, held by the creating-volume finalizer",
+            ClaimStep::LetGo => "deleted, held by our finalizers",
+            ClaimStep::Forget => "moved on, still holding the lost node's finalizer",
             _ => "waiting for its volume",
         };
         println!(
@@ -362,7 +363,7 @@ pub async fn run(args: &Args) -> Result<usize, ReleaseError> {
             Err(e) => println!("node {}: could not look for signs of life: {e}", args.node),
         }
         println!(
-            "dry run: nothing changed. With --dry-run=false each claim to create again is first recorded in {path}; each PV is deleted with its finalizers removed (its data stays on the lost node's disks; scrub them before reuse) and its claim is created again without a volume, to be provisioned wherever it fits (a claim being deleted is let go instead); each waiting claim loses its selected node, so the scheduler picks another, and each deleted one loses the creating-volume finalizer."
+            "dry run: nothing changed. With --dry-run=false each claim to create again is first recorded in {path}; each PV is deleted with its finalizers removed (its data stays on the lost node's disks; scrub them before reuse) and its claim is created again without a volume, to be provisioned wherever it fits (a claim being deleted is let go instead); each waiting claim loses its selected node, so the scheduler picks another, each deleted one loses the creating-volume finalizer, and every claim loses the lost node's own finalizer."
         );
         return Ok(pinned.len());
     }
@@ -407,7 +408,7 @@ pub async fn run(args: &Args) -> Result<usize, ReleaseError> {
             .map_err(api_err(format!("deleting PV {name}")))?;
         println!("  {name}: deleted, finalizers removed");
         if let (PvClaimStep::LetGo, Some(claim)) = (p.step, &p.claim) {
-            let_go_of_deleted(&client, claim).await?;
+            let_go_of_deleted(&client, claim, &args.node).await?;
         }
     }
     let mut failed = Vec::new();
@@ -417,7 +418,7 @@ pub async fn run(args: &Args) -> Result<usize, ReleaseError> {
         }
     }
     for (claim, step) in &sent {
-        let_go_of(&client, claim, *step).await?;
+        let_go_of(&client, claim, &args.node, *step).await?;
     }
     if !failed.is_empty() {
         return Err(ReleaseError::NotRecreated {
@@ -555,7 +556,7 @@ async fn finish(
         }
         ResumeStep::LetGo => {
             if let Some(current) = &current {
-                let_go_of_deleted(client, current).await?;
+                let_go_of_deleted(client, current, &args.node).await?;
             }
             record.claims[i].state = EntryState::Dropped;
             record.claims[i].note =
@@ -675,6 +676,7 @@ async fn create_again(
 async fn let_go_of_deleted(
     client: &Client,
     claim: &PersistentVolumeClaim,
+    node: &str,
 ) -> Result<(), ReleaseError> {
     let (ns, name) = (claim.namespace().unwrap_or_default(), claim.name_any());
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
@@ -682,7 +684,7 @@ async fn let_go_of_deleted(
     let mut claim = claim.clone();
     // A conflict (another writer in between) is retried on a fresh read, a few times.
     for _ in 0..5 {
-        let Some(kept) = without_our_finalizers(&claim) else {
+        let Some(kept) = without_our_finalizers(&claim, node) else {
             break;
         };
         // The resourceVersion makes the patch fail instead of overwriting a concurrent change
@@ -722,52 +724,46 @@ async fn let_go_of_deleted(
     Ok(())
 }
 
-/// Sends a waiting claim back to the scheduler, or drops our finalizer from a deleted one.
+/// Sends a waiting claim back to the scheduler, drops our finalizers from a deleted one, and
+/// the lost node's own finalizer from every claim that holds it.
 async fn let_go_of(
     client: &Client,
     claim: &PersistentVolumeClaim,
+    node: &str,
     step: ClaimStep,
 ) -> Result<(), ReleaseError> {
-    use provisioning::names::{ANN_SELECTED_NODE, CREATING_VOLUME_FINALIZER};
+    use provisioning::names::ANN_SELECTED_NODE;
     let (ns, name) = (claim.namespace().unwrap_or_default(), claim.name_any());
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    let api_err = |what: &str| {
-        let what = format!("{what} claim {ns}/{name}");
-        move |source| ReleaseError::Api { what, source }
-    };
-    match step {
-        ClaimStep::Keep => {}
-        ClaimStep::Unselect => {
-            let unselect =
-                serde_json::json!({"metadata": {"annotations": {ANN_SELECTED_NODE: null}}});
-            claims
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&unselect))
-                .await
-                .map_err(api_err("removing selected-node from"))?;
-            println!("  claim {ns}/{name}: selected node removed; the scheduler picks again");
-        }
-        ClaimStep::LetGo => {
-            // Only our entry goes, as a patch of the finalizer list alone (a PUT of the claim
-            // would drop what our API types do not know); the resourceVersion makes a
-            // concurrent change fail instead of being overwritten.
-            let kept: Vec<&String> = claim
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .filter(|f| *f != CREATING_VOLUME_FINALIZER)
-                .collect();
-            let patch = serde_json::json!({"metadata": {
-                "finalizers": kept,
-                "resourceVersion": claim.metadata.resource_version,
-                "uid": claim.metadata.uid}});
-            claims
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(api_err("removing the creating-volume finalizer from"))?;
-            println!("  claim {ns}/{name}: creating-volume finalizer removed");
-        }
+    let mut patch = serde_json::json!({"metadata": {}});
+    if step == ClaimStep::Unselect {
+        patch["metadata"]["annotations"] = serde_json::json!({ANN_SELECTED_NODE: null});
     }
+    let kept = finalizers_after(claim, node, step);
+    if let Some(kept) = &kept {
+        // Only the finalizer list, as a patch (a PUT of the claim would drop what our API
+        // types do not know); the resourceVersion makes a concurrent change of the list fail
+        // instead of being overwritten, the UID keeps it off a new incarnation.
+        patch["metadata"]["finalizers"] = serde_json::json!(kept);
+        patch["metadata"]["resourceVersion"] = serde_json::json!(claim.metadata.resource_version);
+        patch["metadata"]["uid"] = serde_json::json!(claim.metadata.uid);
+    }
+    if step == ClaimStep::Keep || (step != ClaimStep::Unselect && kept.is_none()) {
+        return Ok(());
+    }
+    claims
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| ReleaseError::Api {
+            what: format!("letting go of claim {ns}/{name}"),
+            source,
+        })?;
+    let done = match step {
+        ClaimStep::Unselect => "selected node removed; the scheduler picks again",
+        ClaimStep::LetGo => "our finalizers removed",
+        _ => "the lost node's finalizer removed",
+    };
+    println!("  claim {ns}/{name}: {done}");
     Ok(())
 }
 

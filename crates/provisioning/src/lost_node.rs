@@ -127,15 +127,40 @@ pub const OUR_CLAIM_FINALIZERS: [&str; 2] = [
     names::CLONE_SOURCE_FINALIZER,
 ];
 
-/// The claim's finalizers without ours, or `None` when it holds none of ours (nothing to write).
-pub fn without_our_finalizers(claim: &PersistentVolumeClaim) -> Option<Vec<String>> {
+/// The claim's finalizers without ours (and without the lost `node`'s own,
+/// [`crate::distributed::node_finalizer`]), or `None` when it holds none of them (nothing to
+/// write).
+pub fn without_our_finalizers(claim: &PersistentVolumeClaim, node: &str) -> Option<Vec<String>> {
+    let node_finalizer = crate::distributed::node_finalizer(node);
+    without(claim, |f| {
+        OUR_CLAIM_FINALIZERS.contains(&f) || f == node_finalizer
+    })
+}
+
+/// The claim's finalizers without those `drop` picks, or `None` when it picks none.
+fn without(claim: &PersistentVolumeClaim, drop: impl Fn(&str) -> bool) -> Option<Vec<String>> {
     let all = claim.metadata.finalizers.as_deref().unwrap_or_default();
-    let kept: Vec<String> = all
-        .iter()
-        .filter(|f| !OUR_CLAIM_FINALIZERS.contains(&f.as_str()))
-        .cloned()
-        .collect();
+    let kept: Vec<String> = all.iter().filter(|f| !drop(f)).cloned().collect();
     (kept.len() != all.len()).then_some(kept)
+}
+
+/// The finalizers `claim` keeps after `step` for the lost `node`, or `None` when its list does
+/// not change. The lost node's own finalizer goes in every step: only that node's instance
+/// would ever remove it, and any volume it stands for is on the lost node's disks, as the
+/// pinned PVs' are. A claim let go also loses the creating-volume finalizer.
+pub fn finalizers_after(
+    claim: &PersistentVolumeClaim,
+    node: &str,
+    step: ClaimStep,
+) -> Option<Vec<String>> {
+    let node_finalizer = crate::distributed::node_finalizer(node);
+    match step {
+        ClaimStep::Keep => None,
+        ClaimStep::Unselect | ClaimStep::Forget => without(claim, |f| f == node_finalizer),
+        ClaimStep::LetGo => without(claim, |f| {
+            f == names::CREATING_VOLUME_FINALIZER || f == node_finalizer
+        }),
+    }
 }
 
 /// What releasing a lost node does to a claim without a volume that the scheduler sent there:
@@ -146,9 +171,13 @@ pub enum ClaimStep {
     Keep,
     /// Waiting: remove `selected-node`, so the scheduler picks a node again.
     Unselect,
-    /// Deleted but held by our creating-volume finalizer: remove it. Any volume of it would be
-    /// on the lost node's disks, as the pinned PVs' are.
+    /// Deleted but held by our creating-volume finalizer or the lost node's own: remove them.
+    /// Any volume of it would be on the lost node's disks, as the pinned PVs' are.
     LetGo,
+    /// Sent elsewhere since (or bound, or deleted there) but still holding the lost node's own
+    /// finalizer, for a volume that node may have made before giving the claim back: remove
+    /// that finalizer alone.
+    Forget,
 }
 
 /// The step for `claim` when `node` is lost (`driver`: only claims of that driver).
@@ -161,17 +190,24 @@ pub fn claim_step(claim: &PersistentVolumeClaim, node: &str, driver: Option<&str
         .is_some_and(|v| !v.is_empty());
     let provisioner = annotation(names::ANN_STORAGE_PROVISIONER)
         .or_else(|| annotation(names::ANN_BETA_STORAGE_PROVISIONER));
-    if annotation(names::ANN_SELECTED_NODE) != Some(node)
-        || bound
-        || driver.is_some_and(|d| provisioner != Some(d))
-    {
+    let holds = |name: &str| {
+        claim
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == name))
+    };
+    let nodes_own = holds(&crate::distributed::node_finalizer(node));
+    if driver.is_some_and(|d| provisioner != Some(d)) {
         return ClaimStep::Keep;
     }
-    let held = claim
-        .metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|f| f == names::CREATING_VOLUME_FINALIZER));
+    if annotation(names::ANN_SELECTED_NODE) != Some(node) || bound {
+        return match nodes_own {
+            true => ClaimStep::Forget,
+            false => ClaimStep::Keep,
+        };
+    }
+    let held = holds(names::CREATING_VOLUME_FINALIZER) || nodes_own;
     match (claim.metadata.deletion_timestamp.is_some(), held) {
         (false, _) => ClaimStep::Unselect,
         (true, true) => ClaimStep::LetGo,
@@ -274,11 +310,22 @@ mod tests {
         ];
         for (have, want) in cases {
             let want = want.map(|w| w.into_iter().map(String::from).collect::<Vec<_>>());
-            assert_eq!(without_our_finalizers(&claim(have)), want, "{have:?}");
+            assert_eq!(
+                without_our_finalizers(&claim(have), "lost"),
+                want,
+                "{have:?}"
+            );
         }
         assert_eq!(
-            without_our_finalizers(&PersistentVolumeClaim::default()),
+            without_our_finalizers(&PersistentVolumeClaim::default(), "lost"),
             None
+        );
+        let lost = crate::distributed::node_finalizer("lost");
+        let other = crate::distributed::node_finalizer("other");
+        assert_eq!(
+            without_our_finalizers(&claim(&[&lost, &other, protection]), "lost"),
+            Some(vec![other.clone(), protection.to_string()]),
+            "only the lost node's own finalizer goes, not another node's"
         );
     }
 
@@ -395,6 +442,80 @@ mod tests {
         ];
         for (c, driver, want) in cases {
             assert_eq!(claim_step(&c, "lost", driver), want, "{c:?}");
+        }
+    }
+
+    /// The lost node's own finalizer goes from every claim that holds it, wherever the claim
+    /// went since; another node's stays, and so does the creating-volume finalizer of a claim
+    /// that is not being let go.
+    #[test]
+    fn the_lost_nodes_own_finalizer_goes_from_every_claim() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let lost = crate::distributed::node_finalizer("lost");
+        let other = crate::distributed::node_finalizer("other");
+        let creating = names::CREATING_VOLUME_FINALIZER;
+        let claim = |node: &str, bound: bool, deleted: bool, finalizers: &[&str]| {
+            let mut c = PersistentVolumeClaim::default();
+            c.metadata.annotations = Some(BTreeMap::from([
+                (names::ANN_SELECTED_NODE.to_string(), node.to_string()),
+                (names::ANN_STORAGE_PROVISIONER.to_string(), "d".to_string()),
+            ]));
+            c.spec = Some(Default::default());
+            if bound {
+                c.spec.as_mut().unwrap().volume_name = Some("pv".into());
+            }
+            if deleted {
+                c.metadata.deletion_timestamp = Some(Time(Default::default()));
+            }
+            c.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
+            c
+        };
+        let cases: [(PersistentVolumeClaim, ClaimStep, Option<Vec<&str>>); 7] = [
+            // Given back and waiting on another node: only the lost node's own goes.
+            (
+                claim("other", false, false, &[creating, &lost]),
+                ClaimStep::Forget,
+                Some(vec![creating]),
+            ),
+            // Bound elsewhere since.
+            (
+                claim("other", true, false, &[&lost, &other]),
+                ClaimStep::Forget,
+                Some(vec![&other]),
+            ),
+            // Deleted after it moved on: the creating-volume one is the other node's to drop.
+            (
+                claim("other", false, true, &[creating, &lost]),
+                ClaimStep::Forget,
+                Some(vec![creating]),
+            ),
+            // Waiting on the lost node itself: unselected, and its finalizer goes too.
+            (
+                claim("lost", false, false, &[creating, &lost]),
+                ClaimStep::Unselect,
+                Some(vec![creating]),
+            ),
+            (
+                claim("lost", false, false, &[creating]),
+                ClaimStep::Unselect,
+                None,
+            ),
+            // Deleted on the lost node, held by its own finalizer alone.
+            (
+                claim("lost", false, true, &[&lost]),
+                ClaimStep::LetGo,
+                Some(vec![]),
+            ),
+            (
+                claim("other", false, false, &[&other]),
+                ClaimStep::Keep,
+                None,
+            ),
+        ];
+        for (c, step, kept) in cases {
+            assert_eq!(claim_step(&c, "lost", Some("d")), step, "{c:?}");
+            let kept = kept.map(|k| k.into_iter().map(String::from).collect::<Vec<_>>());
+            assert_eq!(finalizers_after(&c, "lost", step), kept, "{c:?}");
         }
     }
 }
