@@ -57,7 +57,7 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "mock")]
         driver: demo_driver::DemoDriver,
     },
-    /// The reliability suite, ours and upstream external-provisioner v6.3.0 attacked alike:
+    /// The reliability suite, ours and upstream external-provisioner v6.4.0 attacked alike:
     /// writes `reliability/results/<n>.json` and RELIABILITY.md (`--quick`: target/chaos-quick/).
     Chaos {
         #[command(flatten)]
@@ -73,7 +73,7 @@ enum Cmd {
         #[arg(long)]
         note: Option<String>,
     },
-    /// Side-by-side benchmarks with upstream external-provisioner v6.3.0: writes
+    /// Side-by-side benchmarks with upstream external-provisioner v6.4.0: writes
     /// `bench/results/<n>.json`, BENCHMARKS.md and bench/plots/ (`--quick`: target/bench-quick/).
     Bench {
         #[command(flatten)]

@@ -349,7 +349,7 @@ mod tests {
             ("k8s", "v1.36.3"),
             ("kubectl", "v1.36.3"),
             ("csi-sanity", "v5.5.0"),
-            ("external-provisioner", "v6.3.0"),
+            ("external-provisioner", "v6.4.0"),
         ];
         for (name, version) in want {
             let c = COMPONENTS.iter().find(|c| c.name == name).expect(name);
@@ -383,8 +383,8 @@ mod tests {
             "-s -w -X main.VERSION=v5.5.0"
         );
         assert_eq!(
-            ldflags("external-provisioner", "v6.3.0"),
-            "-s -w -X main.version=v6.3.0"
+            ldflags("external-provisioner", "v6.4.0"),
+            "-s -w -X main.version=v6.4.0"
         );
     }
 

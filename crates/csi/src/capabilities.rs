@@ -17,6 +17,8 @@ pub struct DriverCapabilities {
     pub group_controller_service: bool,
     /// `Service.SNAPSHOT_METADATA_SERVICE`.
     pub snapshot_metadata_service: bool,
+    /// `Service.SNAPSHOT_ACCESSIBILITY_CONSTRAINTS` (alpha, CSI 1.13).
+    pub snapshot_accessibility_constraints: bool,
     /// `VolumeExpansion.ONLINE`.
     pub online_expansion: bool,
     /// `VolumeExpansion.OFFLINE`.
@@ -43,8 +45,6 @@ pub struct DriverCapabilities {
     pub expand_volume: bool,
     /// `LIST_VOLUMES_PUBLISHED_NODES`.
     pub list_volumes_published_nodes: bool,
-    /// `VOLUME_CONDITION`.
-    pub volume_condition: bool,
     /// `GET_VOLUME`.
     pub get_volume: bool,
     /// `SINGLE_NODE_MULTI_WRITER`.
@@ -53,6 +53,10 @@ pub struct DriverCapabilities {
     pub modify_volume: bool,
     /// `GET_SNAPSHOT`.
     pub get_snapshot: bool,
+    /// `GET_VOLUME_HEALTH` (alpha, CSI 1.13).
+    pub get_volume_health: bool,
+    /// `LIST_VOLUME_HEALTH` (alpha, CSI 1.13).
+    pub list_volume_health: bool,
 }
 
 /// Folds the two capability lists into [`DriverCapabilities`].
@@ -70,6 +74,9 @@ pub fn fold_capabilities(
                 }
                 Ok(service::Type::GroupControllerService) => caps.group_controller_service = true,
                 Ok(service::Type::SnapshotMetadataService) => caps.snapshot_metadata_service = true,
+                Ok(service::Type::SnapshotAccessibilityConstraints) => {
+                    caps.snapshot_accessibility_constraints = true;
+                }
                 Ok(service::Type::Unknown) | Err(_) => {}
             },
             Some(plugin_capability::Type::VolumeExpansion(e)) => {
@@ -101,11 +108,12 @@ pub fn fold_capabilities(
             rpc::Type::PublishReadonly => &mut caps.publish_readonly,
             rpc::Type::ExpandVolume => &mut caps.expand_volume,
             rpc::Type::ListVolumesPublishedNodes => &mut caps.list_volumes_published_nodes,
-            rpc::Type::VolumeCondition => &mut caps.volume_condition,
             rpc::Type::GetVolume => &mut caps.get_volume,
             rpc::Type::SingleNodeMultiWriter => &mut caps.single_node_multi_writer,
             rpc::Type::ModifyVolume => &mut caps.modify_volume,
             rpc::Type::GetSnapshot => &mut caps.get_snapshot,
+            rpc::Type::GetVolumeHealth => &mut caps.get_volume_health,
+            rpc::Type::ListVolumeHealth => &mut caps.list_volume_health,
         };
         *flag = true;
     }
@@ -177,6 +185,14 @@ mod tests {
                 vec![],
                 DriverCapabilities {
                     snapshot_metadata_service: true,
+                    ..d
+                },
+            ),
+            (
+                vec![svc(5)],
+                vec![],
+                DriverCapabilities {
+                    snapshot_accessibility_constraints: true,
                     ..d
                 },
             ),
@@ -296,11 +312,14 @@ mod tests {
                     ..d
                 },
             ),
+            // VOLUME_CONDITION (11) was removed in CSI 1.13: ignored like any unknown value.
+            (vec![], vec![ctrl(11)], d),
             (
                 vec![],
-                vec![ctrl(11)],
+                vec![ctrl(16), ctrl(17)],
                 DriverCapabilities {
-                    volume_condition: true,
+                    get_volume_health: true,
+                    list_volume_health: true,
                     ..d
                 },
             ),

@@ -1,4 +1,4 @@
-//! CSI for the provisioner: v1.12 bindings generated from this crate's own `proto/csi.proto`, a
+//! CSI for the provisioner: v1.13 bindings generated from this crate's own `proto/csi.proto`, a
 //! client for one driver over a unix socket (per-call timeouts, call metrics, secret-free v5
 //! logging), and the log sanitiser that keeps `csi_secret` fields out of every log line.
 

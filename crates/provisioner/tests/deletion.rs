@@ -208,13 +208,16 @@ async fn a_deletion_secret_that_is_not_text_holds_the_deletion_until_fixed() {
     assert_eq!(deletes[0]["request"]["secrets"]["token"], "fixed");
 }
 
-/// A VolumeAttachment referencing the PV blocks DeleteVolume (VolumeFailedDelete on the PV)
-/// until it is gone.
+/// A VolumeAttachment referencing the PV blocks DeleteVolume until it is gone. As upstream
+/// v6.4.0 (library v13.1's `VolumeInUseError`), waiting for the detach is a Normal `VolumeDelete`
+/// event on the PV, never a Warning `VolumeFailedDelete`, and no failed deletion is counted.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
     use kube::api::{DeleteParams, PostParams};
-    let s = Scenario::start("prov-va", &["--publish-unpublish"], &[]).await;
+    let port = free_port();
+    let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
+    let s = Scenario::start("prov-va", &["--publish-unpublish"], &[&endpoint]).await;
     let class = s.class("imm", "Immediate", json!({})).await;
     // In a cluster the attachment exists long before the claim is deleted: made now, under the
     // name the PV will have, it reaches the provisioner's cache while the volume is created.
@@ -232,10 +235,37 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
     assert_eq!(s.bound_pv("data").await, pv_name);
     s.delete_claim("data").await;
 
-    let events = volume_failed_delete(&s, &pv_name).await;
+    let event = pv_event(&s, &pv_name, "VolumeDelete").await;
+    assert_eq!(event.type_.as_deref(), Some("Normal"));
     assert_eq!(
-        events.message.as_deref(),
-        Some(format!("persistentvolume {pv_name} is still attached to node node-x").as_str())
+        event.message.as_deref(),
+        Some(
+            format!(
+                "persistentvolume {pv_name} is still attached to node node-x, waiting for detach"
+            )
+            .as_str()
+        )
+    );
+    // Let a few retries pass: none of them is a Warning or a counted failure.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let reasons: Vec<(String, String)> = pv_events(&s, &pv_name)
+        .await
+        .into_iter()
+        .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default()))
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r == &("Normal".into(), "VolumeDelete".into())),
+        "{reasons:?}"
+    );
+    let failed = scrape(port)
+        .await
+        .and_then(|m| sample(&m, "controller_persistentvolume_delete_failed_total", &[]));
+    assert_eq!(
+        failed.unwrap_or(0.0),
+        0.0,
+        "waiting is not a failed deletion"
     );
     assert!(
         s.mock().calls_of("DeleteVolume").is_empty(),
@@ -246,6 +276,26 @@ async fn a_volume_attachment_blocks_deletion_until_it_is_gone() {
         .unwrap();
     wait_gone(&s.volumes(), &pv_name).await;
     assert_eq!(s.mock().calls_of("DeleteVolume").len(), 1);
+}
+
+/// The events on PV `pv` (they land in `default`, as upstream's recorder puts them).
+async fn pv_events(s: &Scenario, pv: &str) -> Vec<k8s_openapi::api::core::v1::Event> {
+    Api::<k8s_openapi::api::core::v1::Event>::namespaced(s.client.clone(), "default")
+        .list(&kube::api::ListParams::default().fields(&format!("involvedObject.name={pv}")))
+        .await
+        .unwrap()
+        .items
+}
+
+/// Waits for an event of `reason` on PV `pv`.
+async fn pv_event(s: &Scenario, pv: &str, reason: &str) -> k8s_openapi::api::core::v1::Event {
+    eventually(&format!("{reason} on the PV"), || async {
+        pv_events(s, pv)
+            .await
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some(reason))
+    })
+    .await
 }
 
 /// A scenario with claim "data" bound to a PV (returned) of a class with reclaim policy Delete

@@ -73,6 +73,9 @@ pub const EVENT_PROVISIONING_SUCCEEDED: &str = "ProvisioningSucceeded";
 pub const EVENT_PROVISIONING_FAILED: &str = "ProvisioningFailed";
 /// Event reason on the PV: DeleteVolume failed (Warning).
 pub const EVENT_VOLUME_FAILED_DELETE: &str = "VolumeFailedDelete";
+/// Event reason on the PV: deletion waits for the volume to be detached (Normal; library
+/// v13.1's `VolumeInUseError`).
+pub const EVENT_VOLUME_DELETE: &str = "VolumeDelete";
 /// Event reason on a deleting clone source (Normal, ours): clones are still filled from it.
 pub const EVENT_WAIT_FOR_CLONES: &str = "WaitForClones";
 

@@ -53,10 +53,10 @@ pub struct TopologyFacts<'a> {
     pub selected_node_topology_keys: Option<&'a [String]>,
     /// The selected Node's labels (`None`: no such Node).
     pub selected_node_labels: Option<&'a BTreeMap<String, String>>,
-    /// Our keys on every CSINode, shuffled by the caller.
-    pub csi_node_topology_keys: &'a [&'a [String]],
-    /// Every Node's labels.
-    pub node_labels: &'a [&'a BTreeMap<String, String>],
+    /// Our keys on every CSINode, by name.
+    pub csi_node_topology_keys: &'a [(&'a str, &'a [String])],
+    /// Every Node's labels, by name.
+    pub node_labels: &'a [(&'a str, &'a BTreeMap<String, String>)],
     /// Hash used when the claim has no name.
     pub random_hash: u32,
 }

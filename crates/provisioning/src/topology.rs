@@ -4,17 +4,23 @@
 //! | Late binding | Strict | allowedTopologies | `--immediate-topology` | Requisite | Preferred |
 //! |---|---|---|---|---|---|
 //! | yes | yes | any | any | `[selected node's term]` (must match an allowed term) | same |
-//! | yes | no | none | any | aggregated over Nodes with the selected node's keys | rotated to the selected node's term |
+//! | yes | no | none | any | aggregated over registered Nodes with the selected node's keys | rotated to the selected node's term |
 //! | yes | no | set | any | `flatten(allowed)` | rotated to the first subset of the selected node's term |
 //! | no | any | set | any | `flatten(allowed)` | rotated by the claim-name hash |
-//! | no | any | none | true | aggregated with the keys of the first CSINode that has some | rotated by the claim-name hash |
+//! | no | any | none | true | aggregated per registered key set, combined | rotated by the claim-name hash |
 //! | no | any | none | false | none | none |
+//!
+//! Aggregation (upstream v6.4.0, #1582) takes a Node's term for a key set only when our driver
+//! registered all of those keys on that Node's CSINode: topology labels alone do not count, as
+//! the driver may not serve them there. With immediate binding every distinct key set the driver
+//! registered on some CSINode is aggregated on its own and the terms are combined, so a cluster
+//! whose nodes report different granularities is described at each of them.
 
 mod affinity;
 pub mod hash;
 mod term;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use csi::v1::TopologyRequirement;
 use k8s_openapi::api::core::v1::TopologySelectorTerm;
@@ -51,11 +57,11 @@ pub struct TopologyInput<'a> {
     pub immediate_topology: bool,
     /// The StorageClass's `allowedTopologies`.
     pub allowed_topologies: &'a [TopologySelectorTerm],
-    /// Our driver's topology keys on every CSINode, in random order (upstream shuffles); the
-    /// first non-empty list is used for immediate binding.
-    pub csi_node_topology_keys: &'a [&'a [String]],
-    /// The labels of every Node (including Nodes without the driver, as upstream).
-    pub node_labels: &'a [&'a BTreeMap<String, String>],
+    /// Our driver's topology keys on every CSINode, by CSINode (= Node) name, in any order;
+    /// an empty list where the driver registered no keys.
+    pub csi_node_topology_keys: &'a [(&'a str, &'a [String])],
+    /// The labels of every Node, by name (Nodes without the driver count for nothing).
+    pub node_labels: &'a [(&'a str, &'a BTreeMap<String, String>)],
     /// Used instead of the claim-name hash when the claim name is empty.
     pub random_hash: u32,
 }
@@ -108,11 +114,17 @@ pub enum TopologyError {
     /// No CSINode reports topology keys for our driver yet.
     #[error("no available topology found")]
     NoAvailableTopology,
-    /// No Node carries all topology keys.
+    /// No registered Node carries all of the selected node's topology keys.
     #[error("topologyKeys {} were not found on any nodes", list(keys))]
     KeysNotFoundOnNodes {
         /// The keys searched for.
         keys: Vec<String>,
+    },
+    /// Immediate binding: no registered Node carries any of the registered key sets.
+    #[error("topologyKeys [{}] were not found on any nodes", key_sets.iter().map(|k| list(k)).collect::<Vec<_>>().join(" "))]
+    KeySetsNotFoundOnNodes {
+        /// Every distinct key set the driver registered, each sorted.
+        key_sets: Vec<Vec<String>>,
     },
     /// The selected node's term matches no requisite term.
     #[error(
@@ -185,25 +197,32 @@ pub fn accessibility_requirements(
         } else if selected.is_none() && !input.immediate_topology {
             return Ok(None);
         } else {
-            let keys = match &selected_facts {
-                Some((_, keys, _)) => Some(*keys),
-                None => input
-                    .csi_node_topology_keys
-                    .iter()
-                    .copied()
-                    .find(|k| !k.is_empty()),
+            let registered = registered_keys(input.csi_node_topology_keys);
+            requisite = match &selected_facts {
+                Some((_, keys, _)) => {
+                    let terms = aggregate(keys, input.node_labels, &registered);
+                    if terms.is_empty() {
+                        return Err(TopologyError::KeysNotFoundOnNodes {
+                            keys: keys.to_vec(),
+                        });
+                    }
+                    terms
+                }
+                None => {
+                    let key_sets = distinct_key_sets(input.csi_node_topology_keys);
+                    if key_sets.is_empty() {
+                        return Err(TopologyError::NoAvailableTopology);
+                    }
+                    let terms: Vec<Term> = key_sets
+                        .iter()
+                        .flat_map(|keys| aggregate(keys, input.node_labels, &registered))
+                        .collect();
+                    if terms.is_empty() {
+                        return Err(TopologyError::KeySetsNotFoundOnNodes { key_sets });
+                    }
+                    terms
+                }
             };
-            let keys = keys.ok_or(TopologyError::NoAvailableTopology)?;
-            requisite = input
-                .node_labels
-                .iter()
-                .filter_map(|labels| term_from_labels(labels, keys))
-                .collect();
-            if requisite.is_empty() {
-                return Err(TopologyError::KeysNotFoundOnNodes {
-                    keys: keys.to_vec(),
-                });
-            }
         }
     }
     // Allowed topologies made only of empty terms: behave as if topology were off.
@@ -235,6 +254,50 @@ pub fn accessibility_requirements(
         requisite: to_csi(&requisite),
         preferred: to_csi(&preferred),
     }))
+}
+
+/// Upstream's `distinctTopologyKeySets`: the key sets the driver registered, each sorted,
+/// without duplicates, in order; CSINodes without keys are skipped.
+pub fn distinct_key_sets(csi_nodes: &[(&str, &[String])]) -> Vec<Vec<String>> {
+    let sets: BTreeSet<Vec<String>> = csi_nodes
+        .iter()
+        .filter(|(_, keys)| !keys.is_empty())
+        .map(|(_, keys)| {
+            let mut keys = keys.to_vec();
+            keys.sort();
+            keys
+        })
+        .collect();
+    sets.into_iter().collect()
+}
+
+/// Upstream's `registeredTopologyKeys`: node name to the keys the driver registered there;
+/// nodes without keys are left out.
+fn registered_keys<'a>(
+    csi_nodes: &[(&'a str, &'a [String])],
+) -> BTreeMap<&'a str, BTreeSet<&'a str>> {
+    csi_nodes
+        .iter()
+        .filter(|(_, keys)| !keys.is_empty())
+        .map(|(name, keys)| (*name, keys.iter().map(String::as_str).collect()))
+        .collect()
+}
+
+/// One term per Node that carries all `keys` as labels and whose own registration covers them.
+fn aggregate(
+    keys: &[String],
+    nodes: &[(&str, &BTreeMap<String, String>)],
+    registered: &BTreeMap<&str, BTreeSet<&str>>,
+) -> Vec<Term> {
+    nodes
+        .iter()
+        .filter(|(name, _)| {
+            registered
+                .get(name)
+                .is_some_and(|have| keys.iter().all(|k| have.contains(k.as_str())))
+        })
+        .filter_map(|(_, labels)| term_from_labels(labels, keys))
+        .collect()
 }
 
 /// The term of a Node for `keys`, or `None` if a key is not among its labels.

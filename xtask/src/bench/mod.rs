@@ -1,4 +1,4 @@
-//! `cargo xtask bench`: our csi-provisioner and upstream external-provisioner v6.3.0 measured
+//! `cargo xtask bench`: our csi-provisioner and upstream external-provisioner v6.4.0 measured
 //! side by side on one real local control plane. Results: `bench/results/<n>.json` (raw, latest
 //! run), `BENCHMARKS.md` and `bench/plots/<n>.png` (rendered from the JSON). A program, not a
 //! test: no number ever fails it.

@@ -95,6 +95,8 @@ pub mod plugin_capability {
             VolumeAccessibilityConstraints = 2,
             GroupControllerService = 3,
             SnapshotMetadataService = 4,
+            /// Snapshots may not be usable everywhere (alpha, v1.13); the provisioner ignores it.
+            SnapshotAccessibilityConstraints = 5,
         }
         impl Type {
             /// String value of the enum field names used in the ProtoBuf definition.
@@ -110,6 +112,9 @@ pub mod plugin_capability {
                     }
                     Self::GroupControllerService => "GROUP_CONTROLLER_SERVICE",
                     Self::SnapshotMetadataService => "SNAPSHOT_METADATA_SERVICE",
+                    Self::SnapshotAccessibilityConstraints => {
+                        "SNAPSHOT_ACCESSIBILITY_CONSTRAINTS"
+                    }
                 }
             }
             /// Creates an enum from field names used in the ProtoBuf definition.
@@ -122,6 +127,9 @@ pub mod plugin_capability {
                     }
                     "GROUP_CONTROLLER_SERVICE" => Some(Self::GroupControllerService),
                     "SNAPSHOT_METADATA_SERVICE" => Some(Self::SnapshotMetadataService),
+                    "SNAPSHOT_ACCESSIBILITY_CONSTRAINTS" => {
+                        Some(Self::SnapshotAccessibilityConstraints)
+                    }
                     _ => None,
                 }
             }
@@ -719,8 +727,6 @@ pub mod list_volumes_response {
     pub struct VolumeStatus {
         #[prost(string, repeated, tag = "1")]
         pub published_node_ids: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
-        #[prost(message, optional, tag = "2")]
-        pub volume_condition: ::core::option::Option<super::VolumeCondition>,
     }
     impl ::prost::Name for VolumeStatus {
         const NAME: &'static str = "VolumeStatus";
@@ -758,23 +764,6 @@ impl ::prost::Name for ListVolumesResponse {
     }
     fn type_url() -> ::prost::alloc::string::String {
         "/csi.v1.ListVolumesResponse".into()
-    }
-}
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
-pub struct VolumeCondition {
-    #[prost(bool, tag = "1")]
-    pub abnormal: bool,
-    #[prost(string, tag = "2")]
-    pub message: ::prost::alloc::string::String,
-}
-impl ::prost::Name for VolumeCondition {
-    const NAME: &'static str = "VolumeCondition";
-    const PACKAGE: &'static str = "csi.v1";
-    fn full_name() -> ::prost::alloc::string::String {
-        "csi.v1.VolumeCondition".into()
-    }
-    fn type_url() -> ::prost::alloc::string::String {
-        "/csi.v1.VolumeCondition".into()
     }
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -886,11 +875,13 @@ pub mod controller_service_capability {
             PublishReadonly = 8,
             ExpandVolume = 9,
             ListVolumesPublishedNodes = 10,
-            VolumeCondition = 11,
             GetVolume = 12,
             SingleNodeMultiWriter = 13,
             ModifyVolume = 14,
             GetSnapshot = 15,
+            /// Volume health RPCs (alpha, v1.13): not used by the provisioner.
+            GetVolumeHealth = 16,
+            ListVolumeHealth = 17,
         }
         impl Type {
             /// String value of the enum field names used in the ProtoBuf definition.
@@ -910,11 +901,12 @@ pub mod controller_service_capability {
                     Self::PublishReadonly => "PUBLISH_READONLY",
                     Self::ExpandVolume => "EXPAND_VOLUME",
                     Self::ListVolumesPublishedNodes => "LIST_VOLUMES_PUBLISHED_NODES",
-                    Self::VolumeCondition => "VOLUME_CONDITION",
                     Self::GetVolume => "GET_VOLUME",
                     Self::SingleNodeMultiWriter => "SINGLE_NODE_MULTI_WRITER",
                     Self::ModifyVolume => "MODIFY_VOLUME",
                     Self::GetSnapshot => "GET_SNAPSHOT",
+                    Self::GetVolumeHealth => "GET_VOLUME_HEALTH",
+                    Self::ListVolumeHealth => "LIST_VOLUME_HEALTH",
                 }
             }
             /// Creates an enum from field names used in the ProtoBuf definition.
@@ -933,11 +925,12 @@ pub mod controller_service_capability {
                     "LIST_VOLUMES_PUBLISHED_NODES" => {
                         Some(Self::ListVolumesPublishedNodes)
                     }
-                    "VOLUME_CONDITION" => Some(Self::VolumeCondition),
                     "GET_VOLUME" => Some(Self::GetVolume),
                     "SINGLE_NODE_MULTI_WRITER" => Some(Self::SingleNodeMultiWriter),
                     "MODIFY_VOLUME" => Some(Self::ModifyVolume),
                     "GET_SNAPSHOT" => Some(Self::GetSnapshot),
+                    "GET_VOLUME_HEALTH" => Some(Self::GetVolumeHealth),
+                    "LIST_VOLUME_HEALTH" => Some(Self::ListVolumeHealth),
                     _ => None,
                 }
             }
@@ -1064,9 +1057,11 @@ pub mod node_service_capability {
             StageUnstageVolume = 1,
             GetVolumeStats = 2,
             ExpandVolume = 3,
-            VolumeCondition = 4,
             SingleNodeMultiWriter = 5,
             VolumeMountGroup = 6,
+            /// Volume and storage health RPCs (alpha, v1.13): not used by the provisioner.
+            GetVolumeHealth = 7,
+            GetStorageHealth = 8,
         }
         impl Type {
             /// String value of the enum field names used in the ProtoBuf definition.
@@ -1079,9 +1074,10 @@ pub mod node_service_capability {
                     Self::StageUnstageVolume => "STAGE_UNSTAGE_VOLUME",
                     Self::GetVolumeStats => "GET_VOLUME_STATS",
                     Self::ExpandVolume => "EXPAND_VOLUME",
-                    Self::VolumeCondition => "VOLUME_CONDITION",
                     Self::SingleNodeMultiWriter => "SINGLE_NODE_MULTI_WRITER",
                     Self::VolumeMountGroup => "VOLUME_MOUNT_GROUP",
+                    Self::GetVolumeHealth => "GET_VOLUME_HEALTH",
+                    Self::GetStorageHealth => "GET_STORAGE_HEALTH",
                 }
             }
             /// Creates an enum from field names used in the ProtoBuf definition.
@@ -1091,9 +1087,10 @@ pub mod node_service_capability {
                     "STAGE_UNSTAGE_VOLUME" => Some(Self::StageUnstageVolume),
                     "GET_VOLUME_STATS" => Some(Self::GetVolumeStats),
                     "EXPAND_VOLUME" => Some(Self::ExpandVolume),
-                    "VOLUME_CONDITION" => Some(Self::VolumeCondition),
                     "SINGLE_NODE_MULTI_WRITER" => Some(Self::SingleNodeMultiWriter),
                     "VOLUME_MOUNT_GROUP" => Some(Self::VolumeMountGroup),
+                    "GET_VOLUME_HEALTH" => Some(Self::GetVolumeHealth),
+                    "GET_STORAGE_HEALTH" => Some(Self::GetStorageHealth),
                     _ => None,
                 }
             }

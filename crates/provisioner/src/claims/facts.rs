@@ -7,7 +7,6 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
-use rand::seq::SliceRandom;
 
 use crate::caches::Caches;
 
@@ -15,8 +14,6 @@ use crate::caches::Caches;
 pub struct TopologySnapshot {
     pub selected_keys: Option<Vec<String>>,
     pub selected_labels: Option<BTreeMap<String, String>>,
-    /// CSINodes in random order: upstream picks the keys of a random CSINode for immediate
-    /// binding.
     pub csi_nodes: Vec<Arc<CSINode>>,
     pub nodes: Vec<Arc<PartialObjectMeta<Node>>>,
 }
@@ -37,27 +34,37 @@ impl TopologySnapshot {
                 .get(&ObjectRef::new(n))
                 .map(|node| node.metadata.labels.clone().unwrap_or_default())
         });
-        let mut csi_nodes = caches.csi_nodes.state();
-        csi_nodes.shuffle(&mut rand::rng());
         TopologySnapshot {
             selected_keys,
             selected_labels,
-            csi_nodes,
+            csi_nodes: caches.csi_nodes.state(),
             nodes: caches.nodes.state(),
         }
     }
 
-    pub fn csi_node_keys<'a>(&'a self, driver: &str) -> Vec<&'a [String]> {
+    /// Our keys per CSINode, by name: aggregation counts a Node only where the driver
+    /// registered the keys on it.
+    pub fn csi_node_keys<'a>(&'a self, driver: &str) -> Vec<(&'a str, &'a [String])> {
         self.csi_nodes
             .iter()
-            .map(|c| provisioning::topology::csi_node_topology_keys(c, driver))
+            .map(|c| {
+                (
+                    c.metadata.name.as_deref().unwrap_or_default(),
+                    provisioning::topology::csi_node_topology_keys(c, driver),
+                )
+            })
             .collect()
     }
 
-    pub fn node_labels(&self) -> Vec<&BTreeMap<String, String>> {
+    pub fn node_labels(&self) -> Vec<(&str, &BTreeMap<String, String>)> {
         self.nodes
             .iter()
-            .map(|n| n.metadata.labels.as_ref().unwrap_or(&NO_LABELS))
+            .map(|n| {
+                (
+                    n.metadata.name.as_deref().unwrap_or_default(),
+                    n.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
+                )
+            })
             .collect()
     }
 }

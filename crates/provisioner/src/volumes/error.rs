@@ -1,6 +1,7 @@
 //! Why a PV's sync runs again: one variant per failing step, naming the PV, each with a stable
 //! label for the log line and `csi_provisioner_sync_errors_total`. The messages of the
-//! DeleteVolume steps are also the `VolumeFailedDelete` event's.
+//! DeleteVolume steps are also the `VolumeFailedDelete` event's (the Normal `VolumeDelete`
+//! event's while a VolumeAttachment holds the PV).
 
 use controller_kit::workqueue::Failure;
 
@@ -13,8 +14,8 @@ pub enum VolumeError {
     /// An in-tree PV (CSI migration) that cannot be put in CSI form.
     #[error("failed to translate in-tree PersistentVolume {pv} to CSI: {message}")]
     Translation { pv: String, message: String },
-    /// A VolumeAttachment still names the PV (upstream's wording).
-    #[error("persistentvolume {pv} is still attached to node {node}")]
+    /// A VolumeAttachment still names the PV (upstream's wording): deletion is postponed.
+    #[error("{}", provisioning::volume::still_attached_message(pv, node))]
     StillAttached { pv: String, node: String },
     /// The deletion secret's reference cannot be resolved (upstream's wording).
     #[error("failed to get secretreference for volume {pv}: {message}")]
@@ -31,6 +32,16 @@ pub enum VolumeError {
         #[source]
         source: kube::Error,
     },
+}
+
+impl VolumeError {
+    /// How this stop is reported ([`provisioning::volume::delete_report`]).
+    pub fn delete_stop(&self) -> provisioning::volume::DeleteStop {
+        match self {
+            VolumeError::StillAttached { .. } => provisioning::volume::DeleteStop::WaitingForDetach,
+            _ => provisioning::volume::DeleteStop::Failed,
+        }
+    }
 }
 
 impl Failure for VolumeError {

@@ -15,7 +15,6 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
-use provisioning::names::EVENT_VOLUME_FAILED_DELETE;
 use tokio_util::sync::CancellationToken;
 
 use crate::capacity_controller::Refresh;
@@ -130,6 +129,8 @@ impl VolumesController {
                 .ctx
                 .metrics
                 .delete_succeeded(&class, started.elapsed().as_secs_f64()),
+            // Waiting for detach is postponed, not failed: nothing recorded (as upstream).
+            Err(e) if !provisioning::volume::delete_report(e.delete_stop()).counts_as_failure => {}
             Err(_) => self.ctx.metrics.delete_failed(&class),
         }
         result
@@ -147,12 +148,15 @@ impl VolumesController {
         if steps.delete_volume {
             if let Err(e) = self.delete_volume(pv).await {
                 let reference = object_reference(pv);
-                self.ctx.recorder.event(
-                    &reference,
-                    EventType::Warning,
-                    EVENT_VOLUME_FAILED_DELETE,
-                    e.to_string(),
-                );
+                let report = provisioning::volume::delete_report(e.delete_stop());
+                let kind = if report.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                };
+                self.ctx
+                    .recorder
+                    .event(&reference, kind, report.reason, e.to_string());
                 return Err(e);
             }
             self.volume_deleted.lock().insert(uid.clone());

@@ -14,6 +14,7 @@ mod preferred;
 const ZONE: &str = "com.example.csi/zone";
 const RACK: &str = "com.example.csi/rack";
 const DISK: &str = "com.example.csi/disk";
+const REGION: &str = "com.example.csi/region";
 
 pub(crate) fn term(pairs: &[(&str, &str)]) -> Term {
     Term::from_pairs(pairs.iter().copied())
@@ -49,6 +50,8 @@ fn terms_of(topologies: &[Topology]) -> Vec<Term> {
 struct Cluster {
     labels: Vec<BTreeMap<String, String>>,
     keys: Vec<Vec<String>>,
+    /// `node-i` for every index used.
+    names: Vec<String>,
 }
 
 impl Cluster {
@@ -56,7 +59,27 @@ impl Cluster {
         Cluster {
             labels: labels.iter().map(|l| map(l)).collect(),
             keys: keys.iter().map(|k| strings(k)).collect(),
+            names: (0..labels.len().max(keys.len()))
+                .map(|i| format!("node-{i}"))
+                .collect(),
         }
+    }
+
+    /// (CSINode name, keys) and (Node name, labels), node `i` named `node-i`.
+    #[allow(clippy::type_complexity)]
+    fn facts(
+        &self,
+    ) -> (
+        Vec<(&str, &[String])>,
+        Vec<(&str, &BTreeMap<String, String>)>,
+    ) {
+        let names = self.names.iter().map(String::as_str);
+        let keys = names
+            .clone()
+            .zip(self.keys.iter().map(Vec::as_slice))
+            .collect();
+        let labels = names.zip(&self.labels).collect();
+        (keys, labels)
     }
 
     /// Requirements for claim `name`, with node 0 selected if `selected`.
@@ -68,13 +91,12 @@ impl Cluster {
         immediate: bool,
         allowed: &[TopologySelectorTerm],
     ) -> Result<Requirement, TopologyError> {
-        let keys: Vec<&[String]> = self.keys.iter().map(Vec::as_slice).collect();
-        let labels: Vec<&BTreeMap<String, String>> = self.labels.iter().collect();
+        let (keys, labels) = self.facts();
         let input = TopologyInput {
             claim_name: name,
             selected_node: selected.then_some("node-0"),
-            selected_node_topology_keys: keys.first().copied(),
-            selected_node_labels: labels.first().copied(),
+            selected_node_topology_keys: keys.first().map(|(_, k)| *k),
+            selected_node_labels: labels.first().map(|(_, l)| *l),
             strict_topology: strict,
             immediate_topology: immediate,
             allowed_topologies: allowed,
@@ -162,14 +184,14 @@ fn aggregation() {
             "random node: no nodes",
             Cluster::new(&[], zone_keys),
             false,
-            Err(|e| matches!(e, TopologyError::KeysNotFoundOnNodes { .. })),
+            Err(|e| matches!(e, TopologyError::KeySetsNotFoundOnNodes { .. })),
             None,
         ),
         (
             "random node: missing matching node info",
             Cluster::new(&[&[("com.example.csi/foo", "bar")]], zone_keys),
             false,
-            Err(|e| matches!(e, TopologyError::KeysNotFoundOnNodes { .. })),
+            Err(|e| matches!(e, TopologyError::KeySetsNotFoundOnNodes { .. })),
             None,
         ),
         (
@@ -200,15 +222,126 @@ fn aggregation() {
             Ok(vec![z("zone3")]),
             None,
         ),
+        // v6.4.0 (#1582): labels alone do not make a Node part of the aggregation.
         (
-            "random node: node labels already exist without CSINode",
+            "random node: labeled nodes whose driver reported no topology keys are not included",
             Cluster::new(
                 &[&[(ZONE, "zone1")], &[(ZONE, "zone2")], &[(ZONE, "zone3")]],
                 &[&[], &[], &[ZONE]],
             ),
             false,
-            Ok(vec![z("zone1"), z("zone2"), z("zone3")]),
+            Ok(vec![z("zone3")]),
             None,
+        ),
+        (
+            "random node: labeled node without a CSINode is not included",
+            Cluster::new(&[&[(ZONE, "zone1")], &[(ZONE, "zone2")]], &[&[ZONE]]),
+            false,
+            Ok(vec![z("zone1")]),
+            None,
+        ),
+        (
+            "different keys across cluster",
+            Cluster::new(
+                &[
+                    &[(ZONE, "zone1")],
+                    &[(ZONE, "zone1"), (RACK, "rackA")],
+                    &[(ZONE, "zone1"), (RACK, "rackA")],
+                ],
+                &[&[ZONE], &[ZONE, RACK], &[ZONE, RACK]],
+            ),
+            false,
+            Ok(vec![z("zone1"), term(&[(ZONE, "zone1"), (RACK, "rackA")])]),
+            None,
+        ),
+        (
+            "different keys across cluster: node reporting fewer keys is not dropped",
+            Cluster::new(
+                &[
+                    &[(REGION, "us-east")],
+                    &[(REGION, "us-west"), (ZONE, "zone1")],
+                    &[(REGION, "us-west"), (ZONE, "zone2")],
+                ],
+                &[&[REGION], &[REGION, ZONE], &[ZONE, REGION]],
+            ),
+            false,
+            Ok(vec![
+                term(&[(REGION, "us-east")]),
+                term(&[(REGION, "us-west")]),
+                term(&[(REGION, "us-west"), (ZONE, "zone1")]),
+                term(&[(REGION, "us-west"), (ZONE, "zone2")]),
+            ]),
+            None,
+        ),
+        (
+            "disjoint keys, both labels on every node",
+            Cluster::new(
+                &[
+                    &[(REGION, "us-east"), (ZONE, "zone1")],
+                    &[(REGION, "us-west"), (ZONE, "zone2")],
+                ],
+                &[&[REGION], &[ZONE]],
+            ),
+            false,
+            Ok(vec![term(&[(REGION, "us-east")]), z("zone2")]),
+            None,
+        ),
+        (
+            "unregistered node with labels for several key sets",
+            Cluster::new(
+                &[
+                    &[(REGION, "us-east")],
+                    &[(ZONE, "zone1")],
+                    &[(REGION, "us-west"), (ZONE, "zone2")],
+                ],
+                &[&[REGION], &[ZONE], &[]],
+            ),
+            false,
+            Ok(vec![term(&[(REGION, "us-east")]), z("zone1")]),
+            None,
+        ),
+        (
+            "finer registration contributes to the coarser key set",
+            Cluster::new(
+                &[
+                    &[(REGION, "us-east"), (ZONE, "zone1")],
+                    &[(REGION, "us-east"), (ZONE, "zone2")],
+                ],
+                &[&[REGION], &[REGION, ZONE]],
+            ),
+            false,
+            Ok(vec![
+                term(&[(REGION, "us-east")]),
+                term(&[(REGION, "us-east"), (ZONE, "zone2")]),
+            ]),
+            None,
+        ),
+        (
+            "selected: labeled node whose driver reported no keys is not included",
+            Cluster::new(
+                &[&[(ZONE, "zone1")], &[(ZONE, "zone2")], &[(ZONE, "zone3")]],
+                &[&[ZONE], &[], &[ZONE]],
+            ),
+            true,
+            Ok(vec![z("zone1"), z("zone3")]),
+            Some(vec![z("zone1")]),
+        ),
+        (
+            "selected: node that registered different keys is not included",
+            Cluster::new(
+                &[
+                    &[(REGION, "us-east")],
+                    &[(REGION, "us-west"), (ZONE, "zone1")],
+                    &[(REGION, "us-central"), (ZONE, "zone2")],
+                ],
+                &[&[REGION], &[ZONE], &[REGION, ZONE]],
+            ),
+            true,
+            Ok(vec![
+                term(&[(REGION, "us-central")]),
+                term(&[(REGION, "us-east")]),
+            ]),
+            Some(vec![term(&[(REGION, "us-east")])]),
         ),
         (
             "selected: missing matching node info",
@@ -331,6 +464,12 @@ fn error_texts_and_states() {
             "topologyKeys [com.example.csi/zone] were not found on any nodes",
         ),
         (
+            TopologyError::KeySetsNotFoundOnNodes {
+                key_sets: vec![strings(&[REGION]), strings(&[RACK, ZONE])],
+            },
+            "topologyKeys [[com.example.csi/region] [com.example.csi/rack com.example.csi/zone]] were not found on any nodes",
+        ),
+        (
             TopologyError::NotInRequisite {
                 node: "n1".into(),
                 selected: zone,
@@ -348,4 +487,112 @@ fn error_texts_and_states() {
         };
         assert_eq!(error.state(), want, "{text}");
     }
+}
+
+// TestDistinctTopologyKeySets (v6.4.0): each set sorted, duplicates and empty sets dropped.
+#[test]
+fn distinct_key_sets_table() {
+    type KeySets<'a> = &'a [&'a [&'a str]];
+    let cases: &[(&str, KeySets, KeySets)] = &[
+        ("no CSINodes", &[], &[]),
+        ("no keys registered", &[&[], &[]], &[]),
+        (
+            "same set everywhere",
+            &[&[REGION, ZONE], &[REGION, ZONE]],
+            &[&[REGION, ZONE]],
+        ),
+        (
+            "same set, other order",
+            &[&[REGION, ZONE], &[ZONE, REGION]],
+            &[&[REGION, ZONE]],
+        ),
+        (
+            "different sets",
+            &[&[ZONE, REGION], &[REGION], &[REGION, ZONE]],
+            &[&[REGION], &[REGION, ZONE]],
+        ),
+        ("empty skipped", &[&[], &[ZONE]], &[&[ZONE]]),
+        ("disjoint", &[&[ZONE], &[REGION]], &[&[REGION], &[ZONE]]),
+    ];
+    for (name, registered, want) in cases {
+        let keys: Vec<Vec<String>> = registered.iter().map(|k| strings(k)).collect();
+        let input: Vec<(&str, &[String])> = keys.iter().map(|k| ("n", k.as_slice())).collect();
+        let want: Vec<Vec<String>> = want.iter().map(|k| strings(k)).collect();
+        assert_eq!(distinct_key_sets(&input), want, "{name}");
+    }
+}
+
+// Immediate binding no longer depends on which CSINode comes first (v6.3.0 shuffled them and
+// took the first one's keys).
+#[test]
+fn mixed_key_sets_do_not_depend_on_csinode_order() {
+    let cluster = Cluster::new(
+        &[
+            &[(REGION, "us-east")],
+            &[(REGION, "us-west"), (ZONE, "zone1")],
+            &[(REGION, "us-west"), (ZONE, "zone2")],
+        ],
+        &[&[REGION], &[REGION, ZONE], &[REGION, ZONE]],
+    );
+    let mut reversed = Cluster::new(&[], &[]);
+    reversed.labels = cluster.labels.iter().rev().cloned().collect();
+    reversed.keys = cluster.keys.iter().rev().cloned().collect();
+    reversed.names = cluster.names.iter().rev().cloned().collect();
+    let got = cluster
+        .run("pvc", false, false, true, &[])
+        .unwrap()
+        .unwrap()
+        .0;
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(
+        reversed
+            .run("pvc", false, false, true, &[])
+            .unwrap()
+            .unwrap()
+            .0,
+        got
+    );
+}
+
+// allowedTopologies still win over aggregation, whatever key sets the CSINodes registered and
+// whether or not a Node is registered at all.
+#[test]
+fn allowed_topologies_ignore_registered_key_sets() {
+    let cluster = Cluster::new(
+        &[
+            &[(REGION, "us-east")],
+            &[(REGION, "us-west"), (ZONE, "zone1")],
+            &[(ZONE, "zone9")],
+        ],
+        &[&[REGION], &[REGION, ZONE], &[]],
+    );
+    let only_zone9 = allowed(&[&[(ZONE, &["zone9"])]]);
+    let want = Some((
+        vec![term(&[(ZONE, "zone9")])],
+        vec![term(&[(ZONE, "zone9")])],
+    ));
+    for immediate in [false, true] {
+        assert_eq!(
+            cluster.run("pvc", false, false, immediate, &only_zone9),
+            Ok(want.clone()),
+            "immediate={immediate}"
+        );
+    }
+    // Late binding, not strict: the requisite is the allowed list; the selected node (node 0,
+    // region only) must match one allowed term for the preferred rotation.
+    let regions = allowed(&[&[(REGION, &["us-east", "us-west"])]]);
+    let (requisite, preferred) = cluster
+        .run("pvc", true, false, false, &regions)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        requisite,
+        vec![term(&[(REGION, "us-east")]), term(&[(REGION, "us-west")])]
+    );
+    assert_eq!(preferred[0], term(&[(REGION, "us-east")]));
+    // Strict: the selected node's term must be allowed.
+    assert!(matches!(
+        cluster.run("pvc", true, true, false, &only_zone9),
+        Err(TopologyError::NotInAllowedTopologies { .. })
+    ));
 }

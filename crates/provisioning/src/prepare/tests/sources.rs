@@ -185,14 +185,15 @@ fn topology_failures_and_success() {
     let selected = annotate(claim(), names::ANN_SELECTED_NODE, "node-1");
     let keys = strings(&["zone"]);
     let labels = map(&[("zone", "z1")]);
-    let all_labels = [&labels];
+    let all_labels = [("node-1", &labels)];
+    let all_keys = [("node-1", keys.as_slice())];
     let sc = class(DRIVER);
     let base = TopologyFacts {
         strict_topology: false,
         immediate_topology: true,
         selected_node_topology_keys: Some(&keys),
         selected_node_labels: Some(&labels),
-        csi_node_topology_keys: &[],
+        csi_node_topology_keys: &all_keys,
         node_labels: &all_labels,
         random_hash: 0,
     };

@@ -221,6 +221,7 @@ fn readme_table_and_cached_facts() {
         cluster.labels[2].clone(),
     ];
     second_selected.keys = cluster.keys.clone();
+    second_selected.names = cluster.names.clone();
     let two = allowed(&[
         &[(ZONE, &["zone1"]), (RACK, &["rackA"])],
         &[(ZONE, &["zone2"]), (RACK, &["rackB"])],
@@ -330,8 +331,7 @@ fn readme_table_and_cached_facts() {
 #[test]
 fn empty_claim_name_uses_the_injected_hash() {
     let cluster = four_racks();
-    let keys: Vec<&[String]> = cluster.keys.iter().map(Vec::as_slice).collect();
-    let labels: Vec<&BTreeMap<String, String>> = cluster.labels.iter().collect();
+    let (keys, labels) = cluster.facts();
     let first_preferred = |random_hash| {
         let input = TopologyInput {
             claim_name: "",
