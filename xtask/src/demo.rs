@@ -25,20 +25,6 @@ pub struct Options {
     pub driver: DemoDriver,
 }
 
-/// Stops everything the demo started unless `--keep` was given, also when the demo fails.
-struct Teardown<'a> {
-    dir: &'a Path,
-    keep: bool,
-}
-
-impl Drop for Teardown<'_> {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = testenv::stop_detached(self.dir);
-        }
-    }
-}
-
 pub fn run(root: &Path, opts: &Options) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -51,12 +37,13 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
             opts.dir.display()
         );
     }
-    let teardown = Teardown {
-        dir: &opts.dir,
-        keep: opts.keep,
-    };
-    runtime.block_on(story(root, &opts.dir, &Flavor::of(opts.driver)))?;
+    // Everything the demo starts is recorded in `<dir>/pids` as it starts; the guard stops it
+    // all by those ids when the demo ends, fails or is interrupted, unless `--keep`.
+    let guard = testenv::DetachedGuard::new(&opts.dir);
+    let told = runtime.block_on(story(root, &opts.dir, &Flavor::of(opts.driver)));
     if opts.keep {
+        guard.keep();
+        told?;
         println!("\nThe cluster keeps running (driver and provisioner included).");
         println!(
             "  export KUBECONFIG={}",
@@ -70,10 +57,19 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
             opts.dir.display(),
             opts.dir.display()
         );
-    } else {
+        return Ok(());
+    }
+    if told.is_ok() {
         println!("\nTearing down (use --keep to leave it running).");
     }
-    drop(teardown);
+    let stopped = guard.stop();
+    told?;
+    let stopped = stopped?;
+    println!(
+        "stopped {} processes: {}",
+        stopped.len(),
+        stopped.join(", ")
+    );
     Ok(())
 }
 
@@ -170,7 +166,7 @@ fn start_provisioner(
         None => "csi-provisioner".to_string(),
     };
     let process = testenv::spawn_detached(&name, cmd, &dir.join("logs"))?;
-    testenv::record_detached(dir, &name, process.disown())?;
+    testenv::record_detached(dir, process)?;
     Ok(())
 }
 

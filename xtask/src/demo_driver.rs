@@ -152,7 +152,7 @@ impl Flavor {
 fn launch(name: &str, mut cmd: Command, dir: &Path, socket: &Path) -> Result<PathBuf> {
     cmd.arg(format!("--endpoint=unix://{}", socket.display()));
     let process = testenv::spawn_detached(name, cmd, &dir.join("logs"))?;
-    testenv::record_detached(dir, name, process.disown())?;
+    testenv::record_detached(dir, process)?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while !socket.exists() {
         if Instant::now() > deadline {

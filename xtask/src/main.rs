@@ -1,8 +1,7 @@
 //! `cargo xtask`: everything beyond plain cargo.
 
-// The workspace denies unsafe code; xtask kills a timed-out child's process group and reads
-// sysconf(_SC_CLK_TCK) through libc. Every block carries a SAFETY comment
-// (clippy::undocumented_unsafe_blocks).
+// The workspace denies unsafe code; xtask reads sysconf(_SC_CLK_TCK) through libc. Every
+// block carries a SAFETY comment (clippy::undocumented_unsafe_blocks).
 #![allow(unsafe_code)]
 
 mod bench;
@@ -56,6 +55,10 @@ enum Cmd {
         /// The CSI driver behind the provisioner.
         #[arg(long, value_enum, default_value = "mock")]
         driver: demo_driver::DemoDriver,
+        /// Use the binaries already built (target/debug and TESTENV_BIN or target/testenv-bin)
+        /// instead of building them first.
+        #[arg(long)]
+        no_build: bool,
     },
     /// The reliability suite, ours and upstream external-provisioner v6.4.0 attacked alike:
     /// writes `reliability/results/<n>.json` and RELIABILITY.md (`--quick`: target/chaos-quick/).
@@ -140,6 +143,11 @@ enum ClusterCmd {
 }
 
 fn main() -> ExitCode {
+    // Ctrl-C (SIGINT, SIGTERM, SIGHUP) stops what this command started, by recorded ids.
+    if let Err(e) = testenv::stop_on_signals() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -176,9 +184,16 @@ fn run(cli: Cli) -> Result<()> {
             ClusterCmd::Down { dir } => cluster::down(&dir),
         },
         Cmd::Test => test(&root),
-        Cmd::Demo { dir, keep, driver } => {
-            gobuild::build(&root, false)?;
-            build_our_binaries(false)?;
+        Cmd::Demo {
+            dir,
+            keep,
+            driver,
+            no_build,
+        } => {
+            if !no_build {
+                gobuild::build(&root, false)?;
+                build_our_binaries(false)?;
+            }
             demo::run(&root, &demo::Options { dir, keep, driver })
         }
         Cmd::Chaos {
@@ -278,25 +293,22 @@ fn test_timeout() -> Result<std::time::Duration> {
 }
 
 /// Runs `cargo <args>` in its own process group and kills the group if it outlives `deadline`
-/// (test binaries' own children die with them through PDEATHSIG).
+/// or this command is interrupted (test binaries' own children die with them through
+/// PDEATHSIG).
 fn cargo_with_deadline(
     args: &[&str],
     testenv_bin: &std::path::Path,
     deadline: std::time::Duration,
 ) -> Result<()> {
-    use std::os::unix::process::CommandExt;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(&cargo);
-    cmd.args(args)
-        .env("TESTENV_BIN", testenv_bin)
-        .process_group(0);
+    cmd.args(args).env("TESTENV_BIN", testenv_bin);
     println!(
         "xtask: cargo {} (time limit {} min)",
         args.join(" "),
         deadline.as_secs() / 60
     );
-    let mut child = cmd
-        .spawn()
+    let mut child = testenv::spawn_foreground("cargo", cmd)
         .with_context(|| format!("running cargo {}", args.join(" ")))?;
     let started = std::time::Instant::now();
     loop {
@@ -307,11 +319,7 @@ fn cargo_with_deadline(
             return Ok(());
         }
         if started.elapsed() > deadline {
-            // SAFETY: plain syscall on the process group we created for this child.
-            unsafe {
-                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
-            }
-            let _ = child.wait();
+            child.kill9();
             bail!(
                 "cargo {} did not finish within {} minutes and was killed: a test hangs (the last \"Running\" line above names its binary)",
                 args.join(" "),

@@ -7,7 +7,6 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::error::IoContext;
 use crate::flags::{self, Layout, Ports};
 use crate::process::{Process, spawn_detached, try_spawn};
 use crate::setup::{absolute, free_ports, insecure_client, prepare_dir, write_credentials};
@@ -164,7 +163,11 @@ impl ControlPlane {
         cmd.args(args).current_dir(&self.layout.dir);
         let logs = self.layout.logs();
         let process = if detached {
-            spawn_detached(name, cmd, &logs)?
+            let process = spawn_detached(name, cmd, &logs)?;
+            // Recorded now, not at `detach`: a command killed while the control plane starts
+            // leaves ids that `cargo xtask cluster down` (or an interrupt) can stop.
+            detached::append_pid(&self.layout.pids(), &detached::Recorded::of(&process))?;
+            process
         } else {
             try_spawn(name, cmd, &logs)?
         };
@@ -290,7 +293,10 @@ impl ControlPlane {
         registry::register(&layout.dir);
         Ok(ControlPlane {
             kubeconfig: layout.kubeconfig(),
-            pids: detached::read_pids(&layout.dir)?,
+            pids: detached::read_pids(&layout.dir)?
+                .into_iter()
+                .map(|r| (r.name, r.pid))
+                .collect(),
             layout,
             server_url,
             processes: Mutex::new(Vec::new()),
@@ -356,12 +362,9 @@ impl ControlPlane {
         Ok(kube::Client::try_from(config)?)
     }
 
-    /// Leaves the processes running (they were started with `detached`), records their pids
-    /// in `<dir>/pids` for [`crate::stop_detached`], and returns the directory.
+    /// Leaves the processes running (they were started with `detached` and recorded in
+    /// `<dir>/pids` for [`crate::stop_detached`] as they started), and returns the directory.
     pub fn detach(self) -> Result<PathBuf, Error> {
-        let text = detached::render_pids(&self.pids);
-        let path = self.layout.pids();
-        fs::write(&path, text).ctx(|| format!("writing {}", path.display()))?;
         for p in std::mem::take(&mut *self.lock()) {
             p.disown();
         }

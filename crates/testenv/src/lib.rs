@@ -10,7 +10,8 @@
 //! at process exit. Logs: `<control-plane dir>/logs/<component>.log`.
 
 // The workspace denies unsafe code; this crate drives child processes through libc
-// (PR_SET_PDEATHSIG and setsid in pre_exec, group kills, waitid with WNOWAIT, atexit).
+// (PR_SET_PDEATHSIG and setsid in pre_exec, group kills, waitid with WNOWAIT, atexit,
+// a signal handler for interrupts).
 // Every block carries a SAFETY comment (clippy::undocumented_unsafe_blocks).
 #![allow(unsafe_code)]
 
@@ -21,6 +22,7 @@ mod detached;
 mod error;
 mod flags;
 mod hostpath;
+mod interrupt;
 mod kubectl;
 mod mock_driver;
 mod objects;
@@ -44,13 +46,14 @@ pub use detached::{is_running as detached_is_running, record_detached, stop_deta
 pub use error::Error;
 pub use flags::COMPONENTS;
 pub use hostpath::{HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, HostpathVolume};
+pub use interrupt::{DetachedGuard, stop_on_signals};
 pub use kubectl::kubectl;
 pub use mock_driver::MockDriver;
 pub use paths::{
     bin_dir, bin_dir_unchecked, etcd_binary, go_binary, target_dir, try_go_binary,
     try_workspace_binary, workspace_binary, workspace_root,
 };
-pub use process::{Process, log_tail, spawn, spawn_detached, try_spawn};
+pub use process::{Process, log_tail, spawn, spawn_detached, spawn_foreground, try_spawn};
 pub use provisioner::Provisioner;
 pub use sanity::{SanityRun, run_csi_sanity};
 pub use shared::CLUSTER_ENV;

@@ -6,8 +6,8 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::sync::mpsc;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::Error;
@@ -17,6 +17,78 @@ use crate::error::IoContext;
 const GRACE: Duration = Duration::from_secs(10);
 
 type Job = (Command, mpsc::Sender<io::Result<Child>>);
+
+/// The process groups of every owned, unreaped child of this process, for
+/// [`crate::stop_on_signals`]. A group leaves it (under the lock) before its leader is reaped,
+/// so a group id read from it never names a recycled pid. `closed`: an interrupt is stopping
+/// everything, no new child may start.
+struct Owned {
+    closed: bool,
+    groups: Vec<u32>,
+}
+
+static OWNED: Mutex<Owned> = Mutex::new(Owned {
+    closed: false,
+    groups: Vec::new(),
+});
+
+fn owned() -> MutexGuard<'static, Owned> {
+    OWNED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts `cmd` and records its group as owned, unless an interrupt is stopping everything.
+fn spawn_owned(cmd: &mut Command) -> io::Result<Child> {
+    let mut reg = owned();
+    if reg.closed {
+        return Err(io::Error::other(
+            "interrupted: this command is stopping its processes, it starts no new ones",
+        ));
+    }
+    let child = cmd.spawn()?;
+    reg.groups.push(child.id());
+    Ok(child)
+}
+
+/// Stops taking new children and returns the owned groups now.
+pub(crate) fn close_owned() -> Vec<u32> {
+    let mut reg = owned();
+    reg.closed = true;
+    reg.groups.clone()
+}
+
+/// Sends `signal` to each of `groups` still owned and unreaped; returns how many it reached.
+pub(crate) fn signal_owned(groups: &[u32], signal: libc::c_int) -> usize {
+    let reg = owned();
+    let mut sent = 0;
+    for pid in groups.iter().filter(|p| reg.groups.contains(p)) {
+        if !exited(*pid) {
+            // SAFETY: plain syscall; the group's leader is our unreaped child (the lock keeps
+            // it from being reaped meanwhile), so the id is not recycled.
+            unsafe {
+                libc::kill(-(*pid as libc::pid_t), signal);
+            }
+            sent += 1;
+        }
+    }
+    sent
+}
+
+/// State (`R`, `S`, `Z`, ...) and start time (clock ticks after boot) of a process, from
+/// `/proc/<pid>/stat`; `None` when there is no such process.
+pub(crate) fn proc_stat(pid: u32) -> Option<(char, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+/// Fields after the command name (which may hold spaces and parentheses): field 3 is the
+/// state, field 22 the start time.
+fn parse_stat(text: &str) -> Option<(char, u64)> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    let start = fields.get(19)?.parse().ok()?;
+    Some((state, start))
+}
 
 /// PDEATHSIG fires when the *thread* that forked the child exits, not the process. Test
 /// threads come and go, so every owned child is forked by this one thread, which lives until
@@ -30,7 +102,7 @@ fn spawner() -> &'static mpsc::Sender<Job> {
             .spawn(move || {
                 for (mut cmd, reply) in rx {
                     // The requester may have given up; nothing to do then.
-                    let _ = reply.send(cmd.spawn());
+                    let _ = reply.send(spawn_owned(&mut cmd));
                 }
             })
             .expect("cannot start the testenv spawner thread");
@@ -41,11 +113,13 @@ fn spawner() -> &'static mpsc::Sender<Job> {
 /// A child process with stdout and stderr appended to `<log_dir>/<name>.log`.
 ///
 /// The child leads its own process group, so kills reach anything it forks. Dropping an owned
-/// `Process` kills the group with SIGKILL and reaps the child.
+/// `Process` kills the group with SIGKILL and reaps the child; so does a SIGINT or SIGTERM to
+/// a command that called [`crate::stop_on_signals`].
 #[derive(Debug)]
 pub struct Process {
     name: String,
     pid: u32,
+    start_time: Option<u64>,
     child: Child,
     log: PathBuf,
     owned: bool,
@@ -112,8 +186,18 @@ pub fn spawn_detached(name: &str, mut cmd: Command, log_dir: &Path) -> Result<Pr
         });
     }
     let program = cmd.get_program().to_string_lossy().into_owned();
-    let child = cmd.spawn().ctx(|| format!("starting {name} ({program})"))?;
+    let child = spawn_owned(&mut cmd).ctx(|| format!("starting {name} ({program})"))?;
     Ok(Process::new(name, child, log, true))
+}
+
+/// Starts `cmd` as an owned child in its own process group that shares this process's
+/// stdin, stdout and stderr (no log file): for `cargo test` under `cargo xtask test`, whose
+/// test binaries an interrupt must stop with it.
+pub fn spawn_foreground(name: &str, mut cmd: Command) -> Result<Process, Error> {
+    cmd.process_group(0);
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let child = spawn_owned(&mut cmd).ctx(|| format!("starting {name} ({program})"))?;
+    Ok(Process::new(name, child, PathBuf::new(), true))
 }
 
 /// Opens the log (appending, so restarts of the same name keep history) and wires it to the
@@ -141,9 +225,12 @@ fn prepare_log(name: &str, cmd: &mut Command, log_dir: &Path) -> Result<PathBuf,
 
 impl Process {
     fn new(name: &str, child: Child, log: PathBuf, owned: bool) -> Process {
+        // Read while the child is unreaped: the pid cannot name anything else yet.
+        let start_time = proc_stat(child.id()).map(|(_, start)| start);
         Process {
             name: name.to_string(),
             pid: child.id(),
+            start_time,
             child,
             log,
             owned,
@@ -157,6 +244,11 @@ impl Process {
 
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Its start time in clock ticks after boot: with the pid, what names it in a pid file.
+    pub fn start_time(&self) -> Option<u64> {
+        self.start_time
     }
 
     /// The log file receiving the child's stdout and stderr.
@@ -184,7 +276,15 @@ impl Process {
 
     /// Waits for the child to exit.
     pub fn wait(&mut self) -> io::Result<ExitStatus> {
-        let status = self.child.wait()?;
+        if !self.reaped {
+            wait_exited(self.pid);
+        }
+        let status = {
+            // Out of the owned groups before the pid is freed (see `Owned`).
+            let mut reg = owned();
+            reg.groups.retain(|p| *p != self.pid);
+            self.child.wait()?
+        };
         self.reaped = true;
         Ok(status)
     }
@@ -227,6 +327,7 @@ impl Process {
     /// Lets the child run on after this handle is gone; returns its pid.
     pub fn disown(mut self) -> u32 {
         self.owned = false;
+        owned().groups.retain(|p| *p != self.pid);
         self.pid
     }
 }
@@ -255,6 +356,26 @@ fn exited(pid: u32) -> bool {
     }
 }
 
+/// Blocks until the child has exited, without reaping it; returns at once if it is not our
+/// child (any more).
+fn wait_exited(pid: u32) {
+    loop {
+        // SAFETY: as in `exited`, without WNOHANG.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
 /// The last `n` lines of a log file (reads at most its final 64 KiB).
 pub fn log_tail(path: &Path, n: usize) -> String {
     let mut buf = Vec::new();
@@ -278,6 +399,23 @@ pub(crate) fn tail_lines(text: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_parsing() {
+        let fields = "S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 4242 20 21";
+        let cases: &[(String, Option<(char, u64)>)] = &[
+            (format!("123 (hostpathplugin) {fields}"), Some(('S', 4242))),
+            // The name may hold spaces and parentheses; the last `)` ends it.
+            (format!("7 (a b) (c)) {fields}"), Some(('S', 4242))),
+            ("7 (x) Z 1 2".to_string(), None),
+            ("garbage".to_string(), None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_stat(text), *want, "{text:?}");
+        }
+        let (_, start) = proc_stat(std::process::id()).expect("own stat");
+        assert!(start > 0);
+    }
 
     #[test]
     fn tail_lines_table() {
