@@ -209,12 +209,13 @@ async fn cancel_on_signal(cancel: CancellationToken, release_lease: bool) {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+    crate::driver::shutting_down();
+    cancel.cancel();
+    // Logged once no new work can start, so the line marks that moment.
     tracing::info!(
         release_lease,
         "Received termination signal; finishing in-flight calls, then exiting"
     );
-    crate::driver::shutting_down();
-    cancel.cancel();
 }
 
 /// The work queues the controllers will run (upstream's topology queue is central-only).

@@ -578,7 +578,12 @@ async fn sigterm_lets_the_running_create_volume_finish() {
         .status()
         .unwrap();
     assert!(kill.success());
-    // A claim created now is new work: it must not be started.
+    // The signal is handled asynchronously: once the provisioner says it has it, a claim
+    // created is new work and must not be started.
+    s.provisioner().wait_for_log(
+        "Received termination signal",
+        std::time::Duration::from_secs(10),
+    );
     s.claim("late", &class, "1Gi", json!({})).await;
     let status = wait_exit(&mut s, 30, "after SIGTERM").await;
     assert_eq!(status.code(), Some(0), "exit status");
