@@ -82,6 +82,34 @@ pub fn apply_to(mut stored: Value, patch: &Value) -> Value {
     stored
 }
 
+/// A JSON patch (RFC 6902) for a change of the finalizer list alone: it tests that the list is
+/// still the one `before` has and replaces it with `after`'s. Unlike a merge patch guarded by
+/// the resourceVersion, it passes while others write other fields (kube-controller-manager
+/// writes a claim's status right after binding it, just when we release it) and fails (422)
+/// only when the list itself changed. `None` when anything else differs, or when `before` has
+/// no list to test (an `add` could replace one written meanwhile). Pure.
+pub fn finalizers_only(before: &Value, after: &Value) -> Option<Value> {
+    let diff = merge_diff(before, after)?;
+    let only_finalizers = diff.as_object().is_some_and(|d| {
+        d.len() == 1
+            && d.get("metadata")
+                .and_then(Value::as_object)
+                .is_some_and(|m| m.len() == 1 && m.contains_key("finalizers"))
+    });
+    let old = before.pointer("/metadata/finalizers")?;
+    if !only_finalizers || !old.is_array() {
+        return None;
+    }
+    let new = after
+        .pointer("/metadata/finalizers")
+        .cloned()
+        .unwrap_or_else(|| Value::Array(Vec::new()));
+    Some(serde_json::json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": old},
+        {"op": "replace", "path": "/metadata/finalizers", "value": new},
+    ]))
+}
+
 /// Whether a 403 is RBAC's refusal of `verb` (rather than, say, an admission policy's): only
 /// that says another way of writing may work.
 pub fn refused_verb(message: &str, verb: &str) -> bool {
@@ -92,6 +120,54 @@ pub fn refused_verb(message: &str, verb: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_change_of_finalizers_alone_tests_the_list_it_replaces() {
+        let claim = |finalizers: Value, phase: &str| {
+            json!({"metadata": {"name": "c", "resourceVersion": "5", "finalizers": finalizers},
+                   "status": {"phase": phase}})
+        };
+        let ours = "example.com/ours";
+        let theirs = "example.com/theirs";
+        let before = claim(json!([theirs, ours]), "Pending");
+        // Removing ours: the list as read is tested, the new one replaces it.
+        assert_eq!(
+            finalizers_only(&before, &claim(json!([theirs]), "Pending")),
+            Some(json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": [theirs, ours]},
+                {"op": "replace", "path": "/metadata/finalizers", "value": [theirs]},
+            ]))
+        );
+        // The last one gone (our types drop an empty list): replaced by an empty list.
+        let mut none = claim(json!([]), "Pending");
+        none["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("finalizers");
+        let only_ours = claim(json!([ours]), "Pending");
+        assert_eq!(
+            finalizers_only(&only_ours, &none).unwrap()[1]["value"],
+            json!([])
+        );
+        // Anything else changed too, or no list to test: not this kind of write.
+        assert_eq!(
+            finalizers_only(&before, &claim(json!([theirs]), "Bound")),
+            None
+        );
+        assert_eq!(finalizers_only(&none, &only_ours), None);
+        assert_eq!(finalizers_only(&before, &before), None);
+        // Applied where someone else wrote the status meanwhile, it passes; where the list
+        // changed, the test fails.
+        let patch: json_patch::Patch = serde_json::from_value(
+            finalizers_only(&before, &claim(json!([theirs]), "Pending")).unwrap(),
+        )
+        .unwrap();
+        let mut stored = claim(json!([theirs, ours]), "Bound");
+        json_patch::patch(&mut stored, &patch).unwrap();
+        assert_eq!(stored, claim(json!([theirs]), "Bound"));
+        let mut changed = claim(json!([ours]), "Pending");
+        assert!(json_patch::patch(&mut changed, &patch).is_err());
+    }
 
     /// Drops empty maps: a map emptied by a patch is stored as `{}`, a typed copy omits it.
     fn without_empty(v: Value) -> Value {
