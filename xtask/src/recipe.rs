@@ -401,8 +401,8 @@ mod tests {
     fn committed_wrappers_pin_the_expected_versions() {
         let root = testenv::workspace_root();
         let want = [
-            ("k8s", "v1.36.3"),
-            ("kubectl", "v1.36.3"),
+            ("k8s", "v1.37.2"),
+            ("kubectl", "v1.37.2"),
             ("csi-sanity", "v5.5.0"),
             ("external-provisioner", "v6.4.0"),
         ];
@@ -417,6 +417,32 @@ mod tests {
                 Some(version),
                 "{name}"
             );
+        }
+    }
+
+    /// Each `--kubernetes` minor has its wrapper, on that minor's newest patch the proxy serves.
+    #[test]
+    fn older_kubernetes_wrappers_pin_their_minor() {
+        let root = testenv::workspace_root();
+        let want = [
+            ("1.34", "v1.34.4"),
+            ("1.35", "v1.35.4"),
+            ("1.36", "v1.36.3"),
+        ];
+        assert_eq!(
+            OLDER_KUBERNETES,
+            want.iter().map(|(m, _)| *m).collect::<Vec<_>>()
+        );
+        for (minor, version) in want {
+            let dir = k8s_wrapper_dir(Some(minor)).expect(minor);
+            let gomod = std::fs::read_to_string(root.join(dir).join("go.mod")).expect("go.mod");
+            assert_eq!(
+                module_version(&gomod, "k8s.io/kubernetes").as_deref(),
+                Some(version),
+                "{minor}"
+            );
+            let staging = format!("k8s.io/api => k8s.io/api v0.{}", &version[3..]);
+            assert!(gomod.contains(&staging), "{minor}: {staging}");
         }
     }
 
