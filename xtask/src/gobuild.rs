@@ -12,7 +12,8 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 use crate::recipe::{
-    COMPONENTS, Component, Source, cache_key, ldflags, module_version, recipe, rewrite_replaces,
+    COMPONENTS, Component, Source, cache_key, k8s_wrapper_dir, ldflags, module_version, recipe,
+    rewrite_replaces,
 };
 use crate::thirdparty::{copy_tree, third_party_present, tree_digest};
 
@@ -31,8 +32,10 @@ struct Plan<'a> {
     module_dir: Option<PathBuf>,
 }
 
-/// Builds what is missing and refreshes the symlinks in `<target>/testenv-bin`.
-pub fn build(root: &Path, with_upstream: bool) -> Result<PathBuf> {
+/// Builds what is missing and refreshes the symlinks in `<target>/testenv-bin`, with the
+/// control plane of Kubernetes `kubernetes` (`None`: the default, see
+/// [`crate::recipe::k8s_wrapper_dir`]).
+pub fn build(root: &Path, with_upstream: bool, kubernetes: Option<&str>) -> Result<PathBuf> {
     let started = Instant::now();
     let cache = cache_root()?;
     let bins = cache.join("bin");
@@ -40,7 +43,7 @@ pub fn build(root: &Path, with_upstream: bool) -> Result<PathBuf> {
     let go_version = go_version()?;
     let mut links: Vec<(String, PathBuf)> = Vec::new();
     for component in COMPONENTS {
-        let plan = plan(root, component, &go_version, &bins)?;
+        let plan = plan(root, component, &go_version, &bins, kubernetes)?;
         let complete = plan.dir.join(".complete").is_file();
         if !complete && (!component.optional || with_upstream) {
             build_locked(&plan, &cache)?;
@@ -62,9 +65,20 @@ pub fn build(root: &Path, with_upstream: bool) -> Result<PathBuf> {
     Ok(bin_dir)
 }
 
-fn plan<'a>(root: &Path, component: &'a Component, go: &str, bins: &Path) -> Result<Plan<'a>> {
+fn plan<'a>(
+    root: &Path,
+    component: &'a Component,
+    go: &str,
+    bins: &Path,
+    kubernetes: Option<&str>,
+) -> Result<Plan<'a>> {
     let (version, module_dir, inputs) = match component.source {
         Source::Wrapper { dir, module } => {
+            // The control plane's wrapper is chosen by version; the others are fixed.
+            let dir = match component.name {
+                "k8s" => k8s_wrapper_dir(kubernetes).map_err(anyhow::Error::msg)?,
+                _ => dir.to_string(),
+            };
             let module_dir = root.join(dir);
             let gomod = read(&module_dir.join("go.mod"))?;
             let version = module_version(&gomod, module).with_context(|| {

@@ -43,7 +43,12 @@ enum Cmd {
         command: ClusterCmd,
     },
     /// Build everything and run all tests, including those needing the control plane.
-    Test,
+    Test {
+        /// Run against this Kubernetes minor (1.34, 1.35, 1.36) instead of the default 1.37;
+        /// its binaries are built and cached beside the default's.
+        #[arg(long)]
+        kubernetes: Option<String>,
+    },
     /// A local control plane, a CSI driver and csi-provisioner: a volume for a claim, then
     /// pods placed only where their volume fits, with CSIStorageCapacity objects shown.
     Demo {
@@ -116,6 +121,9 @@ enum TestenvCmd {
         /// Also build the upstream Go external-provisioner (benchmark baseline).
         #[arg(long)]
         with_upstream: bool,
+        /// The control plane of this Kubernetes minor instead of the default (see `test`).
+        #[arg(long)]
+        kubernetes: Option<String>,
     },
 }
 
@@ -164,8 +172,12 @@ fn run(cli: Cli) -> Result<()> {
     std::env::set_current_dir(&root).with_context(|| format!("cd {}", root.display()))?;
     match cli.command {
         Cmd::Testenv {
-            command: TestenvCmd::Build { with_upstream },
-        } => gobuild::build(&root, with_upstream).map(drop),
+            command:
+                TestenvCmd::Build {
+                    with_upstream,
+                    kubernetes,
+                },
+        } => gobuild::build(&root, with_upstream, kubernetes.as_deref()).map(drop),
         Cmd::Cluster { command } => match command {
             ClusterCmd::Up {
                 dir,
@@ -173,7 +185,7 @@ fn run(cli: Cli) -> Result<()> {
                 driver,
                 topology_key,
             } => {
-                gobuild::build(&root, false)?;
+                gobuild::build(&root, false, None)?;
                 cluster::up(&cluster::Up {
                     dir: &dir,
                     nodes,
@@ -183,7 +195,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             ClusterCmd::Down { dir } => cluster::down(&dir),
         },
-        Cmd::Test => test(&root),
+        Cmd::Test { kubernetes } => test(&root, kubernetes.as_deref()),
         Cmd::Demo {
             dir,
             keep,
@@ -191,7 +203,7 @@ fn run(cli: Cli) -> Result<()> {
             no_build,
         } => {
             if !no_build {
-                gobuild::build(&root, false)?;
+                gobuild::build(&root, false, None)?;
                 build_our_binaries(false)?;
             }
             demo::run(&root, &demo::Options { dir, keep, driver })
@@ -234,7 +246,7 @@ fn run_suite(root: &Path, suite: &SuiteArgs, run: impl Fn(&Path) -> Result<()>) 
     if suite.report_only {
         return run(root);
     }
-    let bin_dir = gobuild::build(root, true)?;
+    let bin_dir = gobuild::build(root, true, None)?;
     if !suite.no_build {
         build_our_binaries(true)?;
     }
@@ -257,8 +269,8 @@ fn build_our_binaries(release: bool) -> Result<()> {
     cargo(&args, None)
 }
 
-fn test(root: &std::path::Path) -> Result<()> {
-    let bin_dir = gobuild::build(root, false)?;
+fn test(root: &std::path::Path, kubernetes: Option<&str>) -> Result<()> {
+    let bin_dir = gobuild::build(root, false, kubernetes)?;
     browser::ensure()?;
     cargo(&["build", "--workspace", "--bins", "--tests"], None)?;
     // --no-fail-fast: one failing test binary must not hide the others' results.

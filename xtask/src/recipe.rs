@@ -170,6 +170,38 @@ const SNAPSHOT_CLIENT_MODULE: &str = "github.com/kubernetes-csi/external-snapsho
 /// The csi-driver-host-path source, relative to the workspace root (outside the repository).
 pub const HOSTPATH_DIR: &str = "../shared/third_party/csi-driver-host-path";
 
+/// The control plane `cargo xtask test` runs by default: the newest Kubernetes minor the Go
+/// module proxy serves, built from the wrapper `tools/testenv/k8s`.
+pub const DEFAULT_KUBERNETES: &str = "1.37";
+
+/// Older minors `--kubernetes` can pick (upstream v6.x supports 1.34 and later), each a
+/// committed wrapper module `tools/testenv/k8s-<minor>` on that minor's newest patch.
+pub const OLDER_KUBERNETES: &[&str] = &["1.34", "1.35", "1.36"];
+
+/// The wrapper directory of the control plane for `--kubernetes VERSION` (`None`: the
+/// default). `VERSION` is a minor (`1.34`), with or without a leading `v` or a patch.
+pub fn k8s_wrapper_dir(version: Option<&str>) -> Result<String, String> {
+    let Some(asked) = version else {
+        return Ok("tools/testenv/k8s".into());
+    };
+    let minor: String = asked
+        .trim_start_matches('v')
+        .split('.')
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(".");
+    if minor == DEFAULT_KUBERNETES {
+        return Ok("tools/testenv/k8s".into());
+    }
+    if OLDER_KUBERNETES.contains(&minor.as_str()) {
+        return Ok(format!("tools/testenv/k8s-{minor}"));
+    }
+    Err(format!(
+        "--kubernetes {asked}: not a version the test environment builds; choose one of {}, {DEFAULT_KUBERNETES} (the default)",
+        OLDER_KUBERNETES.join(", ")
+    ))
+}
+
 /// Linker flags: stripped, with the version each upstream build stamps in.
 pub fn ldflags(component: &str, version: &str) -> String {
     let mut flags = String::from("-s -w");
@@ -316,6 +348,29 @@ pub fn cache_key(component: &str, version: &str, go_version: &str, inputs: &[&[u
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn kubernetes_versions_pick_their_wrapper() {
+        let cases = [
+            (None, Ok("tools/testenv/k8s")),
+            (Some("1.37"), Ok("tools/testenv/k8s")),
+            (Some("v1.34"), Ok("tools/testenv/k8s-1.34")),
+            (Some("1.35.4"), Ok("tools/testenv/k8s-1.35")),
+            (Some("1.36"), Ok("tools/testenv/k8s-1.36")),
+            (Some("1.33"), Err(())),
+            (Some("banana"), Err(())),
+        ];
+        for (asked, want) in cases {
+            let got = super::k8s_wrapper_dir(asked);
+            match want {
+                Ok(dir) => assert_eq!(got.as_deref(), Ok(dir), "{asked:?}"),
+                Err(()) => {
+                    let e = got.expect_err("refused");
+                    assert!(e.contains("1.34, 1.35, 1.36, 1.37"), "{e}");
+                }
+            }
+        }
+    }
+
     use super::*;
 
     #[test]
@@ -346,8 +401,8 @@ mod tests {
     fn committed_wrappers_pin_the_expected_versions() {
         let root = testenv::workspace_root();
         let want = [
-            ("k8s", "v1.36.3"),
-            ("kubectl", "v1.36.3"),
+            ("k8s", "v1.37.2"),
+            ("kubectl", "v1.37.2"),
             ("csi-sanity", "v5.5.0"),
             ("external-provisioner", "v6.4.0"),
         ];
@@ -362,6 +417,32 @@ mod tests {
                 Some(version),
                 "{name}"
             );
+        }
+    }
+
+    /// Each `--kubernetes` minor has its wrapper, on that minor's newest patch the proxy serves.
+    #[test]
+    fn older_kubernetes_wrappers_pin_their_minor() {
+        let root = testenv::workspace_root();
+        let want = [
+            ("1.34", "v1.34.4"),
+            ("1.35", "v1.35.4"),
+            ("1.36", "v1.36.3"),
+        ];
+        assert_eq!(
+            OLDER_KUBERNETES,
+            want.iter().map(|(m, _)| *m).collect::<Vec<_>>()
+        );
+        for (minor, version) in want {
+            let dir = k8s_wrapper_dir(Some(minor)).expect(minor);
+            let gomod = std::fs::read_to_string(root.join(dir).join("go.mod")).expect("go.mod");
+            assert_eq!(
+                module_version(&gomod, "k8s.io/kubernetes").as_deref(),
+                Some(version),
+                "{minor}"
+            );
+            let staging = format!("k8s.io/api => k8s.io/api v0.{}", &version[3..]);
+            assert!(gomod.contains(&staging), "{minor}: {staging}");
         }
     }
 

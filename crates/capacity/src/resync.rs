@@ -113,6 +113,7 @@ mod tests {
                     })
                     .collect(),
             },
+            status: None,
         }
     }
 

@@ -79,6 +79,7 @@ impl NodeDeployment {
                     allocatable: None,
                 }],
             },
+            status: None,
         }
     }
 

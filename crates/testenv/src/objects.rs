@@ -70,6 +70,7 @@ pub(crate) fn csi_node(node: &str, driver: &str, topology_key: &str) -> CSINode 
         spec: CSINodeSpec {
             drivers: vec![csi_node_driver(node, driver, topology_key)],
         },
+        status: None,
     }
 }
 
