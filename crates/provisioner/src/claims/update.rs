@@ -1,5 +1,6 @@
 //! Writes to claims, which users own: each write sends only what it changes (a JSON merge
-//! patch guarded by the resourceVersion the change was decided on), so the claim keeps its
+//! patch guarded by the resourceVersion the change was decided on; a change of finalizers
+//! alone, a JSON patch that tests the list as read and replaces it), so the claim keeps its
 //! last-applied annotation, its field managers and any field our API types do not know
 //! ([`controller_kit::patch`]). The stock RBAC grants `update` on PVCs but not `patch`: there
 //! the change is applied to the claim as read from the API server and written back with PUT.
@@ -9,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use controller_kit::fresh::Fresh;
-use controller_kit::patch::{apply_to, guarded, merge_diff, refused_verb};
+use controller_kit::patch::{apply_to, finalizers_only, guarded, merge_diff, refused_verb};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -85,11 +86,31 @@ async fn write(
         .resource_version
         .as_deref()
         .unwrap_or_default();
-    let diff = merge_diff(
-        &serde_json::to_value(before).map_err(kube::Error::SerdeError)?,
-        &serde_json::to_value(after).map_err(kube::Error::SerdeError)?,
-    )
-    .unwrap_or_else(|| serde_json::json!({}));
+    let (before_v, after_v) = (
+        serde_json::to_value(before).map_err(kube::Error::SerdeError)?,
+        serde_json::to_value(after).map_err(kube::Error::SerdeError)?,
+    );
+    if !PATCH_REFUSED.load(Ordering::Relaxed)
+        && let Some(ops) = finalizers_only(&before_v, &after_v)
+    {
+        // The finalizer list alone: tested and replaced, so kube-controller-manager's write of
+        // the claim's status right after binding does not make our release conflict.
+        let ops: json_patch::Patch =
+            serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+        match api
+            .patch(name, &PatchParams::default(), &Patch::<()>::Json(ops))
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 403 && refused_verb(&e.message, "patch") => {}
+            // The list changed since we read it: as a guarded patch's conflict (re-read).
+            Err(kube::Error::Api(mut e)) if e.code == 422 && e.message.contains("test failed") => {
+                e.code = 409;
+                return Err(kube::Error::Api(e));
+            }
+            other => return other,
+        }
+    }
+    let diff = merge_diff(&before_v, &after_v).unwrap_or_else(|| serde_json::json!({}));
     let patch = guarded(diff, version);
     if !PATCH_REFUSED.load(Ordering::Relaxed) {
         match api
