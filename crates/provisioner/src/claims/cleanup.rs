@@ -62,8 +62,8 @@ impl ClaimsController {
                 self.started,
             ),
         };
-        let state = self.memory.volume_state(&uid, earlier);
-        let last_request = self.memory.last_request(&uid);
+        let state = self.records.volume_state(&uid, earlier);
+        let last_request = self.records.last_request(&uid);
         let secrets = last_request
             .as_ref()
             .map(|r| r.secrets.clone())
@@ -132,7 +132,7 @@ impl ClaimsController {
             source,
         })?;
         // A queued sync reads the claim through this write: no finalizer, nothing to clean.
-        self.memory.forget(&uid);
+        self.records.forget(&uid);
         Ok(())
     }
 

@@ -40,7 +40,7 @@ impl ClaimsController {
     /// already said the same there.
     pub(super) fn explain(&self, claim: &PersistentVolumeClaim, message: String) {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        if self.memory.explain_once(uid, &message) {
+        if self.records.explain_once(uid, &message) {
             let reference = provisioning::pv::claim_reference(claim);
             self.ctx
                 .recorder

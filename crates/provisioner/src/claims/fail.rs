@@ -71,7 +71,7 @@ impl ClaimsController {
         }
         let writes = after_failure(
             err.state,
-            &self.memory.volume_state(&uid, true),
+            &self.records.volume_state(&uid, true),
             has_finalizer(claim),
             // Only the GA annotation can be removed to reschedule (the library's rule): with
             // the alpha one alone the failure is final and retried, not sent back.
@@ -90,7 +90,7 @@ impl ClaimsController {
         let wait = hold.until - now;
         // Held before the writes: should they fail, the claim still waits out this failure
         // instead of calling the driver again on the next change that queues it.
-        self.memory.set_hold(&uid, Some(hold));
+        self.records.set_hold(&uid, Some(hold));
         if writes.reschedule || writes.release || writes.hold_here {
             let node_finalizer = self.node_finalizer();
             update::after_failure(
@@ -108,10 +108,12 @@ impl ClaimsController {
             })?;
         }
         if writes.reschedule {
-            self.memory.set_hold(&uid, None);
+            self.records.set_hold(&uid, None);
             if self.ctx.node.is_some() {
                 // This node steps back when the claim is taken again (`claims/race.rs`).
-                self.races.lock().failed_here(&uid, Instant::now());
+                let now = Instant::now();
+                self.records.with(&uid, |r| r.race.failed_here(now));
+                self.records.prune(now);
             }
             return Ok(());
         }

@@ -61,8 +61,10 @@ impl ClaimsController {
                 .map(|c| c.as_ref()),
         );
         if !pending.is_empty() {
-            let changed =
-                self.clone_holds.lock().insert(uid, pending.clone()) != Some(pending.clone());
+            let changed = self
+                .records
+                .with(&uid, |r| r.clone_hold.replace(pending.clone()))
+                != Some(pending.clone());
             if changed
                 && provisioning::distributed::speaks_for_clone_source(
                     claim,
@@ -79,7 +81,7 @@ impl ClaimsController {
             }
             return Ok(());
         }
-        self.clone_holds.lock().remove(&uid);
+        self.records.existing(&uid, |r| r.clone_hold = None);
         let (client, claims) = (&self.ctx.client, &self.ctx.caches.claims);
         update::set_finalizer(client, claims, claim, names::CLONE_SOURCE_FINALIZER, false)
             .await

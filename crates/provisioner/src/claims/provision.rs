@@ -31,13 +31,13 @@ impl ClaimsController {
     ) -> Result<(), SyncError> {
         let ctx = &self.ctx;
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        if let Some(hold) = self.memory.hold(&uid)
+        if let Some(hold) = self.records.hold(&uid)
             && let Some(wait) = retry::wait(&hold, Instant::now(), class.metadata.uid.as_deref())
         {
             klog::v!(4, claim = %claim_name(claim), wait = ?wait, "Claim changed during the backoff of its last failed attempt; waiting");
             return Err(SyncError::Hold(wait));
         }
-        let started = self.memory.attempt_started(&uid);
+        let started = self.records.attempt_started(&uid);
         let attempt_began = started;
         let reference = provisioning::pv::claim_reference(claim);
         let (namespace, name) = (
@@ -56,7 +56,7 @@ impl ClaimsController {
         let selected = provisioning::claim::selected_node(claim);
         // Retries ask the driver for the first attempt's placement (upstream #1465), even when
         // the selected Node or CSINode is gone by now.
-        let reused = self.memory.topology(&uid, selected);
+        let reused = self.records.topology(&uid, selected);
         let plan = match self.prepare_reusing(claim, class, reused.as_ref()) {
             Ok(Prepared::Provision(plan)) => plan,
             Ok(Prepared::ExternalPopulator {
@@ -85,12 +85,12 @@ impl ClaimsController {
             Err(err) => return self.fail(claim, class, err, false).await,
         };
         if reused.is_none() {
-            self.memory
+            self.records
                 .remember_topology(&uid, selected, plan.accessibility_requirements.clone());
         }
         if self.name_taken(claim) {
             // The driver would hand us the other claim's volume: never ask.
-            self.memory
+            self.records
                 .set_volume_state(&uid, VolumeState::Collision, None);
             return self
                 .fail(
@@ -106,7 +106,7 @@ impl ClaimsController {
         let mut restoring = plan
             .data_source
             .as_ref()
-            .map(|_| self.snapshot_use.attempt(&uid));
+            .map(|_| self.snapshots.uses.attempt(&uid));
         let content_source = match &plan.data_source {
             Some(source) => match self.content_source(claim, class, source, true).await {
                 Ok(cs) => Some(cs),
@@ -114,7 +114,8 @@ impl ClaimsController {
                     let failed = self.fail(claim, class, err, false).await;
                     return match (failed, self.restore_hold(&uid, source, attempt_began)) {
                         (Err(SyncError::Hold(_)), Some(wait)) => {
-                            self.memory.set_hold(&uid, Some(retry::snapshot_wait(wait)));
+                            self.records
+                                .set_hold(&uid, Some(retry::snapshot_wait(wait)));
                             Err(SyncError::Hold(wait))
                         }
                         (failed, _) => failed,
@@ -136,7 +137,7 @@ impl ClaimsController {
         // Recorded before the finalizer goes on: a claim that held it already may have a
         // volume from an earlier process (unless it was created after this one started).
         let before = self
-            .memory
+            .records
             .volume_state_recorded(&uid, self.earlier_attempt_possible(claim));
         let hold = match self
             .reserve(claim, &class_name(class), plan.requested_bytes, &before)
@@ -191,7 +192,7 @@ impl ClaimsController {
                 // nothing to record or delete; asking again under the same name gets it.
                 Some(v) if v.volume_id.is_empty() => {
                     let state = after_call(&before, &CallResult::InProgress);
-                    self.memory.set_volume_state(&uid, state, Some(request));
+                    self.records.set_volume_state(&uid, state, Some(request));
                     let err = ProvisionError::background(
                         "CreateVolume returned a volume with an empty volume_id; the driver is broken",
                     );
@@ -200,7 +201,7 @@ impl ClaimsController {
                 Some(v) => v,
                 None => {
                     let state = after_call(&before, &CallResult::InProgress);
-                    self.memory.set_volume_state(&uid, state, Some(request));
+                    self.records.set_volume_state(&uid, state, Some(request));
                     let err = ProvisionError::background(
                         "CreateVolume returned no volume; the driver is broken",
                     );
@@ -219,12 +220,12 @@ impl ClaimsController {
                     provisioning::errors::ProvisioningState::Finished
                         | provisioning::errors::ProvisioningState::Reschedule
                 ) {
-                    self.memory.forget_topology(&uid);
+                    self.records.forget_topology(&uid);
                 }
                 let result = failed_call(status.code(), state);
                 let after = after_call(&before, &result);
                 let kept = replaces_probe_request(&before, &result).then_some(request);
-                self.memory.set_volume_state(&uid, after, kept);
+                self.records.set_volume_state(&uid, after, kept);
                 let mut message = csi::status::go_error_string(&status);
                 let infeasible = is_infeasible(status.code());
                 if infeasible {
@@ -235,7 +236,7 @@ impl ClaimsController {
                     .await;
             }
         };
-        self.memory.set_volume_state(
+        self.records.set_volume_state(
             &uid,
             VolumeState::Created(volume.volume_id.clone()),
             Some(request.clone()),
@@ -247,7 +248,7 @@ impl ClaimsController {
                 let mut message = too_small_message(got, want);
                 if self.delete_unkept(&uid, &volume.volume_id, &request).await {
                     let state = after_call(&before, &CallResult::Final);
-                    self.memory.set_volume_state(&uid, state, Some(request));
+                    self.records.set_volume_state(&uid, state, Some(request));
                 } else {
                     message.push_str(&cleanup_later(&volume.volume_id));
                 }
@@ -268,7 +269,7 @@ impl ClaimsController {
             let mut message = "volume content source missing".to_string();
             if deleted {
                 let state = after_call(&before, &CallResult::Final);
-                self.memory.set_volume_state(&uid, state, Some(request));
+                self.records.set_volume_state(&uid, state, Some(request));
             } else {
                 message.push_str(&cleanup_later(&volume.volume_id));
             }
@@ -308,7 +309,7 @@ impl ClaimsController {
                     // retries CreateVolume, which finds the same volume and fails the same way.
                     if self.delete_unkept(&uid, &volume.volume_id, &request).await {
                         let state = after_call(&before, &CallResult::Final);
-                        self.memory.set_volume_state(&uid, state, Some(request));
+                        self.records.set_volume_state(&uid, state, Some(request));
                     }
                     let err = ProvisionError::finished(format!(
                         "failed to translate CSI PV to in-tree due to: {e}. Deleting provisioned PV"
@@ -324,9 +325,9 @@ impl ClaimsController {
             if let Some(restoring) = restoring.as_mut() {
                 restoring.succeeded();
             }
-            let this = self.clone();
-            let claim = claim.clone();
-            tokio::spawn(async move { this.release_restored_snapshot(&claim).await });
+            let (this, claim) = (self.clone(), claim.clone());
+            let ours = self.records.with(&uid, |r| r.protected_snapshot.take());
+            tokio::spawn(async move { this.release_restored_snapshot(&claim, ours).await });
         }
         self.save_pv(&claim, pv, started).await
     }

@@ -15,7 +15,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kube::api::DynamicObject;
+use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
+
+use crate::data_source_api::{content_resource, snapshot_resource};
 
 /// A snapshot: namespace and name.
 pub(crate) type SnapshotKey = (String, String);
@@ -202,6 +206,74 @@ impl SnapshotUse {
     pub(crate) fn with<T>(&self, f: impl FnOnce(&mut Restorers) -> T) -> T {
         f(&mut self.restorers.lock())
     }
+}
+
+/// What the claim controller knows of snapshots: the two watches' caches (while they run),
+/// when each wanted snapshot was last seen ready, and which attempts restore from which.
+#[derive(Default)]
+pub(crate) struct Snapshots {
+    snapshot_cache: Mutex<Option<Store<DynamicObject>>>,
+    content_cache: Mutex<Option<Store<DynamicObject>>>,
+    /// Snapshots a waiting claim wants, by when they were seen ready.
+    ready: Mutex<HashMap<SnapshotKey, Instant>>,
+    pub(crate) uses: SnapshotUse,
+}
+
+/// How long a snapshot's readiness is remembered for attempts that were reading it meanwhile
+/// (far longer than any attempt runs).
+const READY_MEMORY: Duration = Duration::from_secs(600);
+
+impl Snapshots {
+    /// The VolumeSnapshot watch started (its cache, after the first list) or cannot run.
+    pub(crate) fn set_snapshot_cache(&self, cache: Option<Store<DynamicObject>>) {
+        *self.snapshot_cache.lock() = cache;
+    }
+
+    /// The VolumeSnapshotContent watch started (its cache, after the first list) or cannot run.
+    pub(crate) fn set_content_cache(&self, cache: Option<Store<DynamicObject>>) {
+        *self.content_cache.lock() = cache;
+    }
+
+    /// Whether the VolumeSnapshot watch runs (a ready snapshot then wakes its claims).
+    pub(crate) fn watch_running(&self) -> bool {
+        self.snapshot_cache.lock().is_some()
+    }
+
+    /// The snapshot as the watch last saw it (`None`: not seen, or no watch).
+    pub(crate) fn cached_snapshot(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
+        let key = ObjectRef::new_with(name, snapshot_resource()).within(namespace);
+        cached(&self.snapshot_cache, &key)
+    }
+
+    /// The content as its watch last saw it (`None`: not seen, or no watch).
+    pub(crate) fn cached_content(&self, name: &str) -> Option<DynamicObject> {
+        cached(
+            &self.content_cache,
+            &ObjectRef::new_with(name, content_resource()),
+        )
+    }
+
+    /// A snapshot some waiting claim wants was seen ready `now`.
+    pub(crate) fn seen_ready(&self, key: SnapshotKey, now: Instant) {
+        let mut ready = self.ready.lock();
+        // Only attempts still running can need an entry: forget old ones.
+        ready.retain(|_, at| now.duration_since(*at) < READY_MEMORY);
+        ready.insert(key, now);
+    }
+
+    /// Whether the snapshot was seen ready after `since`.
+    pub(crate) fn ready_since(&self, key: &SnapshotKey, since: Instant) -> bool {
+        self.ready.lock().get(key).is_some_and(|at| *at >= since)
+    }
+}
+
+/// `key` from a watch's cache, while that watch runs.
+fn cached(
+    cache: &Mutex<Option<Store<DynamicObject>>>,
+    key: &ObjectRef<DynamicObject>,
+) -> Option<DynamicObject> {
+    let store = cache.lock().clone()?;
+    store.get(key).map(|o| (*o).clone())
 }
 
 /// See [`SnapshotUse::attempt`].

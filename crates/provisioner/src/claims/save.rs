@@ -22,7 +22,7 @@ impl ClaimsController {
         pv: PersistentVolume,
     ) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let started = self.memory.started(&uid);
+        let started = self.records.started(&uid);
         self.save_pv(claim, pv, started).await
     }
 
@@ -74,7 +74,7 @@ impl ClaimsController {
         match saved {
             Ok(true) => {}
             Ok(false) => {
-                self.memory
+                self.records
                     .set_volume_state(&uid, VolumeState::Collision, None);
                 let failed = Failed {
                     class: &class,
@@ -87,7 +87,7 @@ impl ClaimsController {
             }
             Err(message) => {
                 tracing::error!(pv = %name, err = %message, "Failed to save PersistentVolume; will retry");
-                self.memory.keep_unsaved_pv(&uid, pv);
+                self.records.keep_unsaved_pv(&uid, pv);
                 return Err(ClaimError::SavePv {
                     claim: claim_name(claim),
                     pv: name,
@@ -97,7 +97,7 @@ impl ClaimsController {
             }
         }
         // The PV owns the volume now; the PV cache shows our create until the watch does.
-        self.memory.forget(&uid);
+        self.records.forget(&uid);
         let reference = provisioning::pv::claim_reference(claim);
         ctx.recorder.event(
             &reference,
@@ -124,19 +124,19 @@ impl ClaimsController {
         reason: &str,
     ) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        self.memory.drop_unsaved_pv(&uid);
+        self.records.drop_unsaved_pv(&uid);
         let mut message = format!(
             "Error creating provisioned PV object for claim {}: {reason}. Deleting the volume.",
             claim_name(claim)
         );
-        let created = match self.memory.volume_state(&uid, false) {
+        let created = match self.records.volume_state(&uid, false) {
             VolumeState::Created(id) => Some(id),
             _ => None,
         };
-        match (created, self.memory.last_request(&uid)) {
+        match (created, self.records.last_request(&uid)) {
             (Some(id), Some(request)) => {
                 if self.delete_unkept(&uid, &id, &request).await {
-                    self.memory
+                    self.records
                         .set_volume_state(&uid, VolumeState::MayExist, Some(request));
                 } else {
                     message.push_str(&format!(

@@ -30,7 +30,7 @@ impl ClaimsController {
             .get(&reference)
             .is_none_or(|c| c.metadata.uid.as_deref() != Some(uid.as_str()))
         {
-            self.memory.forget(&uid);
+            self.records.forget(&uid);
         }
         result
     }
@@ -45,7 +45,7 @@ impl ClaimsController {
         // A created volume whose PV did not save yet: save it first, whatever else changed.
         if ours
             && claim.metadata.deletion_timestamp.is_none()
-            && let Some(pv) = self.memory.unsaved_pv(&uid)
+            && let Some(pv) = self.records.unsaved_pv(&uid)
         {
             return self.save_unsaved_pv(&claim, pv).await;
         }
@@ -91,7 +91,7 @@ impl ClaimsController {
         // may have been made.
         let may_exist = ours
             && self
-                .memory
+                .records
                 .volume_may_exist(&uid, self.earlier_attempt_possible(&claim));
         let step = bound_elsewhere(
             decide(&claim, should, ours, ours && pv_exists),
@@ -101,7 +101,7 @@ impl ClaimsController {
             may_exist,
         );
         if step == Step::Ignore && self.settled(&claim) {
-            self.memory.forget(&uid);
+            self.records.forget(&uid);
         }
         klog::v!(5, claim = %format!("{}/{}", key.namespace, key.name), step = ?step, "Syncing claim");
         match step {
@@ -139,7 +139,7 @@ impl ClaimsController {
             }
             Step::WaitForProtection => {
                 let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-                self.memory.abort_background_release(uid);
+                self.records.abort_background_release(uid);
                 Ok(())
             }
             Step::Provision => match class {
@@ -158,9 +158,11 @@ impl ClaimsController {
         // PV owns: kept until the claim is Bound (`bound_elsewhere`), even when the finalizer
         // went with the binding (an admission policy rendered before it kept it for claims bound
         // elsewhere).
+        // A deleting clone source's hold stays while clones wait: its event is posted once.
         if has_finalizer(claim)
-            || self.memory.unsaved_pv(uid).is_some()
-            || self.memory.volume_may_exist(uid, false)
+            || self.records.unsaved_pv(uid).is_some()
+            || self.records.volume_may_exist(uid, false)
+            || self.records.existing(uid, |r| r.clone_hold.is_some()) == Some(true)
         {
             return false;
         }
