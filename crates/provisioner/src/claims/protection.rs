@@ -7,16 +7,9 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
 use kube::api::ListParams;
 use provisioning::data_source::clone::pending_clones;
-use provisioning::data_source::snapshot::has_finalizer;
 use provisioning::names;
 
 use super::{ClaimError, ClaimKey, ClaimsController, SyncError, claim_name, update};
-
-/// Whether the claim is a deleting clone source holding our finalizer.
-pub(super) fn is_held_source(claim: &PersistentVolumeClaim) -> bool {
-    claim.metadata.deletion_timestamp.is_some()
-        && has_finalizer(&claim.metadata, names::CLONE_SOURCE_FINALIZER)
-}
 
 /// The claim a clone is filled from (`spec.dataSource` of kind PersistentVolumeClaim).
 pub(super) fn clone_source_key(claim: &PersistentVolumeClaim) -> Option<ClaimKey> {

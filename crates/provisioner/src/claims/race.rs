@@ -15,9 +15,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{annotation, requested_bytes};
-use provisioning::distributed::{
-    Leftover, NodeOwner, Published, Turn, after_own_failures, claim_turn, node_owner, reports,
-};
+use provisioning::distributed::{Published, Turn, after_own_failures, claim_turn, reports};
 use provisioning::names::ANN_SELECTED_NODE;
 use provisioning::prepare::Prepared;
 
@@ -130,113 +128,39 @@ impl Race {
     }
 }
 
-/// What the node check says about a claim of our driver.
-pub(super) enum NodeStep {
-    /// Handle it here as usual.
-    Continue,
-    /// Another node's: nothing to do.
-    Skip,
-    /// Waiting for the scheduler to pick a node (or immediate binding is off): at most an
-    /// explanation when no node has room.
-    Wait,
-    /// Unclaimed: try to take it.
-    Race,
-}
-
 impl ClaimsController {
-    /// Distributed provisioning: whether this instance handles the claim (always, without
-    /// `--node-deployment`).
-    pub(super) fn node_step(
+    /// Distributed provisioning: the claim this node gave back while a volume of it may exist
+    /// here is bound to its own PV on this node, which holds that volume: this node's
+    /// finalizer goes ([`provisioning::distributed::Leftover::Drop`]).
+    pub(super) async fn drop_node_finalizer(
         &self,
         claim: &PersistentVolumeClaim,
-        class: Option<&StorageClass>,
-    ) -> NodeStep {
-        let (Some(node), Some(class)) = (&self.ctx.node, class) else {
-            return NodeStep::Continue;
+    ) -> Result<(), SyncError> {
+        let Some(name) = self.node_finalizer() else {
+            return Ok(());
         };
-        let owner = node_owner(claim, class, &node.name, node.immediate_binding);
-        if matches!(owner, NodeOwner::ThisNode | NodeOwner::OtherNode) {
-            // Taken: no more waiting (what it holds in flight is pruned by `in_flight`).
-            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-            self.records.existing(uid, |r| r.race.forget_wait());
-        }
-        match owner {
-            NodeOwner::ThisNode => NodeStep::Continue,
-            NodeOwner::OtherNode => NodeStep::Skip,
-            NodeOwner::NotYet => NodeStep::Wait,
-            NodeOwner::Unclaimed => NodeStep::Race,
-        }
-    }
-
-    /// Distributed provisioning: a claim that holds this node's own finalizer, which this node
-    /// put on it when it gave the claim back while a volume of it may exist here
-    /// ([`provisioning::distributed::leftover`]). `None`: handle the claim as usual.
-    pub(super) async fn left_here(
-        &self,
-        claim: &PersistentVolumeClaim,
-    ) -> Option<Result<(), SyncError>> {
-        let node = self.ctx.node.as_ref()?;
-        let holds = provisioning::data_source::snapshot::has_finalizer(
-            &claim.metadata,
-            &provisioning::distributed::node_finalizer(&node.name),
-        );
-        if !holds {
-            return None;
-        }
-        let step = provisioning::distributed::leftover(
-            holds,
-            annotation(claim, ANN_SELECTED_NODE) == Some(node.name.as_str()),
-            provisioning::lifecycle::has_finalizer(claim),
-            claim.metadata.deletion_timestamp.is_some(),
-            claim
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_deref())
-                .is_some_and(|v| !v.is_empty()),
-            self.pv_exists(claim),
-        );
-        klog::v!(5, claim = %claim_name(claim), step = ?step, "Claim held by this node's finalizer");
-        match step {
-            Leftover::AsUsual | Leftover::Hold => None,
-            Leftover::CleanUp => Some(self.clean_up_left(claim, &node.name).await),
-            Leftover::Drop => {
-                let name = provisioning::distributed::node_finalizer(&node.name);
-                let dropped = update::set_finalizer(
-                    &self.ctx.client,
-                    &self.ctx.caches.claims,
-                    claim,
-                    &name,
-                    false,
-                )
-                .await;
-                Some(dropped.map(drop).map_err(|source| {
-                    ClaimError::ClaimWrite {
-                        claim: claim_name(claim),
-                        what: "remove this node's finalizer from",
-                        source,
-                    }
-                    .into()
-                }))
-            }
-        }
+        let (client, claims) = (&self.ctx.client, &self.ctx.caches.claims);
+        update::set_finalizer(client, claims, claim, &name, false)
+            .await
+            .map(drop)
+            .map_err(|source| {
+                ClaimError::ClaimWrite {
+                    claim: claim_name(claim),
+                    what: "remove this node's finalizer from",
+                    source,
+                }
+                .into()
+            })
     }
 
     /// A deleted claim that no node holds. Either no node ever took it, or the last one gave it
     /// up on the driver's final answer (`provisioning::attempt::after_failure`), which CSI makes
     /// the existing volume's id if there was one: no volume can exist, and a finalizer (the
-    /// admission policy's) only has to go. A node that gave it up while a volume of it may
-    /// exist holds it with its own finalizer ([`Self::left_here`]); should this node still
-    /// remember such a call without that finalizer, it cleans up before letting go.
-    pub(super) async fn let_go_unclaimed(
-        &self,
-        claim: &PersistentVolumeClaim,
-    ) -> Result<(), SyncError> {
+    /// admission policy's) only has to go. (A node that gave it up while a volume of it may
+    /// exist holds it with its own finalizer, and one that still remembers such a call cleans
+    /// up first: [`provisioning::claim_step::Step::CleanUpLeft`].)
+    pub(super) async fn let_go(&self, claim: &PersistentVolumeClaim) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        if let Some(node) = &self.ctx.node
-            && self.records.volume_may_exist(uid, false)
-        {
-            return self.clean_up_left(claim, &node.name).await;
-        }
         self.records.existing(uid, |r| {
             r.race.forget_wait();
             r.race.taken = None;
@@ -247,8 +171,7 @@ impl ClaimsController {
         Ok(())
     }
 
-    /// An unclaimed Immediate claim: release a finalizer nothing needs, or take the claim when
-    /// it is our turn.
+    /// An unclaimed Immediate claim, not deleted nor bound: take it when it is our turn.
     pub(super) async fn race(
         &self,
         claim: &PersistentVolumeClaim,
@@ -258,17 +181,6 @@ impl ClaimsController {
             return Ok(());
         };
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        if claim.metadata.deletion_timestamp.is_some() {
-            return self.let_go_unclaimed(claim).await;
-        }
-        if claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.volume_name.as_deref())
-            .is_some_and(|v| !v.is_empty())
-        {
-            return Ok(());
-        }
         let here = on_node(claim, &node.name);
         // As upstream, only allowed topologies that exclude this node keep it from taking the
         // claim; any other problem is reported on the claim by provisioning once it is taken.

@@ -8,7 +8,7 @@ use std::time::Instant;
 use csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use parking_lot::Mutex;
-use provisioning::attempt::{VolumeState, may_release};
+use provisioning::attempt::VolumeState;
 use provisioning::retry::Hold;
 use tokio::task::AbortHandle;
 
@@ -76,6 +76,15 @@ pub struct ClaimRecord {
 }
 
 impl ClaimRecord {
+    /// What [`provisioning::claim_step::next_step`] needs of the record.
+    pub fn facts(&self) -> provisioning::claim_step::RecordFacts {
+        provisioning::claim_step::RecordFacts {
+            volume: self.volume.clone(),
+            unsaved_pv: self.unsaved_pv.is_some(),
+            clone_hold: self.clone_hold.is_some(),
+        }
+    }
+
     /// The request is kept only while a volume may exist without a PV (the earlier one when
     /// none is given), and a PV to save only while the created volume is ours.
     fn record(&mut self, state: VolumeState, request: Option<CreateVolumeRequest>) {
@@ -220,13 +229,6 @@ impl Records {
             .get(uid)
             .and_then(|m| m.volume.clone())
             .unwrap_or_else(|| VolumeState::initial(earlier_attempt))
-    }
-
-    /// Whether a volume of the claim may exist that no PV owns: a call of this process ended
-    /// without an answer, or made a volume no PV holds yet, or (`earlier_attempt`, for a claim
-    /// this process has no record of) an earlier process may have called CreateVolume.
-    pub fn volume_may_exist(&self, uid: &str, earlier_attempt: bool) -> bool {
-        !may_release(&self.volume_state(uid, earlier_attempt))
     }
 
     /// Records the state after an attempt, with the request it sent while a volume may exist.
@@ -489,22 +491,5 @@ mod tests {
         assert_eq!(m.last_request("u"), Some(request.clone()));
         m.set_volume_state("u", VolumeState::None, Some(request));
         assert_eq!(m.last_request("u"), None);
-    }
-
-    #[test]
-    fn a_volume_may_exist_after_an_unanswered_call_a_created_volume_or_an_earlier_process() {
-        let m = Records::default();
-        // No record: only an earlier process's call (the claim holds our finalizer) may have
-        // made one.
-        assert!(!m.volume_may_exist("u", false));
-        assert!(m.volume_may_exist("u", true));
-        m.set_volume_state("u", VolumeState::MayExist, None);
-        assert!(m.volume_may_exist("u", false));
-        m.set_volume_state("u", VolumeState::Created("v".into()), None);
-        assert!(m.volume_may_exist("u", false));
-        for nothing in [VolumeState::None, VolumeState::Collision] {
-            m.set_volume_state("u", nothing, None);
-            assert!(!m.volume_may_exist("u", true));
-        }
     }
 }
