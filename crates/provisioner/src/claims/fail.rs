@@ -28,22 +28,32 @@ impl ClaimsController {
         err: ProvisionError,
         infeasible: bool,
     ) -> Result<(), SyncError> {
-        let failed = Failed {
-            class: &class_name(class),
-            class_uid: class.metadata.uid.as_deref(),
-            infeasible,
-        };
-        self.fail_named(claim, failed, err).await
+        let class_uid = class.metadata.uid.as_deref();
+        self.fail_as(claim, &class_name(class), class_uid, infeasible, err)
+            .await
     }
 
-    pub(super) async fn fail_named(
+    /// [`Self::fail`] for a step without the class in hand (saving the PV): the class the
+    /// claim names.
+    pub(super) async fn fail_saving(
         &self,
         claim: &PersistentVolumeClaim,
-        failed: Failed<'_>,
+        err: ProvisionError,
+    ) -> Result<(), SyncError> {
+        let class = provisioning::claim::class_name(claim).unwrap_or_default();
+        self.fail_as(claim, class, None, false, err).await
+    }
+
+    /// `class_uid`: a re-created class lifts an `InvalidArgument` hold.
+    async fn fail_as(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &str,
+        class_uid: Option<&str>,
+        infeasible: bool,
         err: ProvisionError,
     ) -> Result<(), SyncError> {
         let ctx = &self.ctx;
-        let class = failed.class;
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let reference = provisioning::pv::claim_reference(claim);
         ctx.recorder.event(
@@ -83,9 +93,9 @@ impl ClaimsController {
         let hold = retry::hold_after_failure(
             now,
             self.queue.next_backoff(&ClaimKey::of(claim)),
-            failed.infeasible,
+            infeasible,
             ctx.opts.retry_interval_max,
-            failed.class_uid,
+            class_uid,
         );
         let wait = hold.until - now;
         // Held before the writes: should they fail, the claim still waits out this failure
@@ -120,11 +130,4 @@ impl ClaimsController {
         klog::v!(2, claim = %claim_name(claim), err = %err.message, retry_in = ?wait, "Provisioning failed");
         Err(SyncError::Hold(wait))
     }
-}
-
-/// The class a failed attempt used, for metrics and the retry hold.
-pub(super) struct Failed<'a> {
-    pub(super) class: &'a str,
-    pub(super) class_uid: Option<&'a str>,
-    pub(super) infeasible: bool,
 }

@@ -183,19 +183,12 @@ impl ClaimsController {
         self.ctx.metrics.set_remembered_claims(self.records.len());
     }
 
-    /// Whether a process before this one may have called CreateVolume for the claim
-    /// ([`provisioning::attempt::earlier_attempt_possible`]).
-    fn earlier_attempt_possible(&self, claim: &PersistentVolumeClaim) -> bool {
-        let created = claim
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.as_second());
-        provisioning::attempt::earlier_attempt_possible(
-            provisioning::lifecycle::has_finalizer(claim),
-            created,
-            self.started,
-        )
+    /// Whether a process before this one may have called CreateVolume for the claim, which
+    /// `holds` a finalizer of ours ([`provisioning::attempt::earlier_attempt_possible`]).
+    fn earlier_attempt_possible(&self, claim: &PersistentVolumeClaim, holds: bool) -> bool {
+        let created = claim.metadata.creation_timestamp.as_ref();
+        let created = created.map(|t| t.0.as_second());
+        provisioning::attempt::earlier_attempt_possible(holds, created, self.started)
     }
 
     /// The PV with the claim's volume name, read through our own writes; bound to this claim

@@ -47,7 +47,7 @@ pub struct ClaimRecord {
     last_request: Option<CreateVolumeRequest>,
     /// A PV built for a created volume whose save failed: saved again on every sync until it
     /// lands, whatever happens to the StorageClass (upstream's unsaved-PV queue).
-    unsaved_pv: Option<PersistentVolume>,
+    pub(super) unsaved_pv: Option<PersistentVolume>,
     /// Topology computed on the first attempt for this selected node, reused on retries so a
     /// retried CreateVolume asks for the same placement (upstream's fix for leaked volumes).
     topology: Option<(Option<String>, Option<TopologyRequirement>)>,
@@ -259,21 +259,6 @@ impl Records {
             .and_then(|m| m.last_request.clone())
     }
 
-    pub fn keep_unsaved_pv(&self, uid: &str, pv: PersistentVolume) {
-        self.with(uid, |m| m.unsaved_pv = Some(pv));
-    }
-
-    pub fn drop_unsaved_pv(&self, uid: &str) {
-        self.existing(uid, |m| m.unsaved_pv = None);
-    }
-
-    pub fn unsaved_pv(&self, uid: &str) -> Option<PersistentVolume> {
-        self.claims
-            .lock()
-            .get(uid)
-            .and_then(|m| m.unsaved_pv.clone())
-    }
-
     /// The hold a failed attempt put on the next one.
     pub fn hold(&self, uid: &str) -> Option<Hold> {
         self.claims.lock().get(uid).and_then(|m| m.hold.clone())
@@ -471,10 +456,10 @@ mod tests {
     fn a_pv_is_kept_for_saving_only_while_its_volume_is_ours() {
         let m = Records::default();
         m.set_volume_state("u", VolumeState::Created("vol".into()), None);
-        m.keep_unsaved_pv("u", PersistentVolume::default());
-        assert!(m.unsaved_pv("u").is_some());
+        m.with("u", |r| r.unsaved_pv = Some(PersistentVolume::default()));
+        assert!(m.existing("u", |r| r.unsaved_pv.is_some()).unwrap());
         m.set_volume_state("u", VolumeState::Collision, None);
-        assert!(m.unsaved_pv("u").is_none());
+        assert!(m.existing("u", |r| r.unsaved_pv.is_none()).unwrap());
     }
 
     #[test]

@@ -105,10 +105,10 @@ impl ClaimsController {
     ) -> Result<(), ProvisionError> {
         let api = snapshots(&self.ctx.client, &source.namespace);
         let key = (source.namespace.clone(), source.name.clone());
-        let turn = self.snapshots.uses.turn(&key);
+        let turn = self.snapshots.turn(&key);
         let _turn = turn.lock().await;
         let has = |o: &DynamicObject| has_finalizer(&o.metadata, names::SNAPSHOT_SOURCE_FINALIZER);
-        let belief = self.snapshots.uses.with(|r| {
+        let belief = self.snapshots.with(|r| {
             r.begin(key.clone(), uid);
             if !from_cache {
                 // Just read from the API server: fresher than anything we wrote.
@@ -132,7 +132,7 @@ impl ClaimsController {
                         crate::api_error::message(&e)
                     ))
                 })?;
-                self.snapshots.uses.with(|r| r.settled(&key));
+                self.snapshots.with(|r| r.settled(&key));
                 if has(&object) {
                     return Ok(());
                 }
@@ -144,7 +144,6 @@ impl ClaimsController {
         if let Some(stored) = stored {
             let version = Version::of(&stored.metadata);
             self.snapshots
-                .uses
                 .with(|r| r.wrote(key, true, version, Instant::now()));
             self.records
                 .with(uid, |r| r.protected_snapshot = Some(stored));
@@ -180,7 +179,7 @@ impl ClaimsController {
     /// Makes the releases owed to snapshots whose last restorer failed (see `restorers.rs`)
     /// until `cancel`.
     pub(super) async fn release_owed_snapshots(&self, cancel: CancellationToken) {
-        let Some(mut owed) = self.snapshots.uses.take_owed() else {
+        let Some(mut owed) = self.snapshots.take_owed() else {
             return;
         };
         loop {
@@ -209,9 +208,9 @@ impl ClaimsController {
         // reads it). Missing it would leave the finalizer until the sweep, or for ever with
         // the sweep off. A version that turns out stale costs a conflict and a re-read.
         let key = (namespace.to_string(), name.to_string());
-        let turn = self.snapshots.uses.turn(&key);
+        let turn = self.snapshots.turn(&key);
         let _turn = turn.lock().await;
-        let others = self.snapshots.uses.with(|r| {
+        let others = self.snapshots.with(|r| {
             let others = r.others(&key, uid);
             r.owe(&key, others > 0);
             others
@@ -239,7 +238,6 @@ impl ClaimsController {
                         if let Some(stored) = stored {
                             let version = Version::of(&stored.metadata);
                             self.snapshots
-                                .uses
                                 .with(|r| r.wrote(key.clone(), false, version, Instant::now()));
                         }
                     })

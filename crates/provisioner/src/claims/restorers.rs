@@ -156,29 +156,7 @@ impl Restorers {
     }
 }
 
-/// The shared state: the bookkeeping, the turns, and the owed releases on their way to the
-/// task that makes them (an attempt ends in a `Drop`, which cannot write).
-#[derive(Debug)]
-pub(crate) struct SnapshotUse {
-    restorers: Arc<Mutex<Restorers>>,
-    turns: Mutex<HashMap<SnapshotKey, Arc<tokio::sync::Mutex<()>>>>,
-    owed_tx: tokio::sync::mpsc::UnboundedSender<SnapshotKey>,
-    owed_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<SnapshotKey>>>,
-}
-
-impl Default for SnapshotUse {
-    fn default() -> Self {
-        let (owed_tx, owed_rx) = tokio::sync::mpsc::unbounded_channel();
-        Self {
-            restorers: Arc::default(),
-            turns: Mutex::default(),
-            owed_tx,
-            owed_rx: Mutex::new(Some(owed_rx)),
-        }
-    }
-}
-
-impl SnapshotUse {
+impl Snapshots {
     /// The turn whose holder alone looks at and writes our finalizer on the snapshot. Turns
     /// no one holds or waits for are dropped on the way.
     pub(crate) fn turn(&self, key: &SnapshotKey) -> Arc<tokio::sync::Mutex<()>> {
@@ -209,14 +187,33 @@ impl SnapshotUse {
 }
 
 /// What the claim controller knows of snapshots: the two watches' caches (while they run),
-/// when each wanted snapshot was last seen ready, and which attempts restore from which.
-#[derive(Default)]
+/// when each wanted snapshot was last seen ready, which attempts restore from which, the turns
+/// on our finalizer, and the owed releases on their way to the task that makes them (an
+/// attempt ends in a `Drop`, which cannot write).
 pub(crate) struct Snapshots {
     snapshot_cache: Mutex<Option<Store<DynamicObject>>>,
     content_cache: Mutex<Option<Store<DynamicObject>>>,
     /// Snapshots a waiting claim wants, by when they were seen ready.
     ready: Mutex<HashMap<SnapshotKey, Instant>>,
-    pub(crate) uses: SnapshotUse,
+    restorers: Arc<Mutex<Restorers>>,
+    turns: Mutex<HashMap<SnapshotKey, Arc<tokio::sync::Mutex<()>>>>,
+    owed_tx: tokio::sync::mpsc::UnboundedSender<SnapshotKey>,
+    owed_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<SnapshotKey>>>,
+}
+
+impl Default for Snapshots {
+    fn default() -> Self {
+        let (owed_tx, owed_rx) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            snapshot_cache: Mutex::default(),
+            content_cache: Mutex::default(),
+            ready: Mutex::default(),
+            restorers: Arc::default(),
+            turns: Mutex::default(),
+            owed_tx,
+            owed_rx: Mutex::new(Some(owed_rx)),
+        }
+    }
 }
 
 /// How long a snapshot's readiness is remembered for attempts that were reading it meanwhile
@@ -276,7 +273,7 @@ fn cached(
     store.get(key).map(|o| (*o).clone())
 }
 
-/// See [`SnapshotUse::attempt`].
+/// See [`Snapshots::attempt`].
 #[derive(Debug)]
 pub(crate) struct Attempt {
     restorers: Arc<Mutex<Restorers>>,
@@ -426,7 +423,7 @@ mod tests {
 
     #[test]
     fn a_failed_attempt_sends_what_it_owes_when_dropped() {
-        let uses = SnapshotUse::default();
+        let uses = Snapshots::default();
         let mut owed = uses.take_owed().expect("the receiver");
         assert!(uses.take_owed().is_none(), "one task makes the releases");
         let first = uses.attempt("a");
@@ -448,7 +445,7 @@ mod tests {
 
     #[test]
     fn an_attempt_ends_its_registrations_when_dropped() {
-        let uses = SnapshotUse::default();
+        let uses = Snapshots::default();
         let attempt = uses.attempt("a");
         uses.with(|r| r.begin(key("s"), "a"));
         assert_eq!(uses.with(|r| r.others(&key("s"), "b")), 1);
@@ -458,7 +455,7 @@ mod tests {
 
     #[test]
     fn turns_are_shared_while_held_and_dropped_after() {
-        let uses = SnapshotUse::default();
+        let uses = Snapshots::default();
         let first = uses.turn(&key("s"));
         let again = uses.turn(&key("s"));
         assert!(Arc::ptr_eq(&first, &again));

@@ -68,7 +68,7 @@ impl ClaimsController {
         ClaimFacts {
             claim,
             class,
-            driver: self.driver(),
+            driver: &self.ctx.driver.name,
             can_clone: self.ctx.driver.capabilities.clone_volume,
             node: self.ctx.node.as_ref().map(|n| NodeFacts {
                 name: &n.name,
@@ -95,12 +95,9 @@ impl ClaimsController {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
         let node = self.ctx.node.as_ref().map(|n| n.name.as_str());
         match (step, class, node) {
-            (Step::SaveUnsavedPv, ..) => match self.records.unsaved_pv(uid) {
-                Some(pv) => self.save_unsaved_pv(claim, pv).await,
-                None => Ok(()),
-            },
+            (Step::SaveUnsavedPv, ..) => self.save_unsaved_pv(claim).await,
             (Step::ProtectSource, ..) => self.protect_clone_source(claim).await,
-            (Step::CleanUpLeft, _, Some(node)) => self.clean_up_left(claim, node).await,
+            (Step::CleanUpLeft, _, Some(node)) => self.clean_up(claim, Some(node)).await,
             (Step::DropNodeFinalizer, ..) => self.drop_node_finalizer(claim).await,
             (Step::LetGo, ..) => self.let_go(claim).await,
             (Step::TakeNode, Some(class), _) => self.race(claim, class).await,
@@ -133,13 +130,14 @@ impl ClaimsController {
                 Ok(())
             }
             (Step::Provision, Some(class), _) => self.provision(claim, class).await,
-            (Step::CleanUp, ..) => self.clean_up(claim).await,
+            (Step::CleanUp, ..) => self.clean_up(claim, None).await,
             (Step::Forget, ..) => {
                 self.records.forget(uid);
                 Ok(())
             }
             (Step::Nothing, ..) => {
-                let should = provisioning::claim::should_provision(claim, class, self.driver());
+                let driver = &self.ctx.driver.name;
+                let should = provisioning::claim::should_provision(claim, class, driver);
                 if should == provisioning::claim::ShouldProvision::ClassForOtherProvisioner {
                     klog::v!(4, claim = %claim_name(claim), "Class names another provisioner; ignoring claim");
                 }
@@ -150,10 +148,6 @@ impl ClaimsController {
                 Ok(())
             }
         }
-    }
-
-    fn driver(&self) -> &str {
-        &self.ctx.driver.name
     }
 
     /// Whether a PV for this claim exists: the PV named for it and bound to its UID (read
