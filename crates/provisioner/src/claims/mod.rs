@@ -2,10 +2,10 @@
 //!
 //! Each claim is handled by one worker at a time. The files are the steps of its lifecycle:
 //!
-//! 1. `sync`: read the claim (through our own writes), save a PV left unsaved, and let
-//!    [`provisioning::lifecycle::decide`] pick the step;
+//! 1. `sync`: read the claim (through our own writes), gather its facts once, and let
+//!    [`provisioning::claim_step::next_step`] pick the step it then carries out;
 //! 2. `prepare`: upstream's checks and the request's inputs (`facts`: topology from the caches);
-//! 3. `provision`: the finalizer, then CreateVolume;
+//! 3. `provision`: the finalizer, then CreateVolume (each step returns an `AttemptError`);
 //! 4. `save`: the PV;
 //! 5. `release`: our finalizer goes once the PV owns the volume;
 //!
