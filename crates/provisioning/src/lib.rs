@@ -6,6 +6,7 @@
 //! | Question | Answer |
 //! |---|---|
 //! | Is this claim ours, and should it be provisioned now? | [`claim::should_provision`] |
+//! | What does the claim controller do next with a claim? | [`claim_step::next_step`] |
 //! | Which provisioner / node / StorageClass does the claim name? | [`claim::provisioner_of`], [`claim::selected_node`], [`claim::class_name`] |
 //! | How many bytes does the claim request? | [`claim::requested_bytes`] ([`quantity::parse_quantity`]) |
 //! | Everything before CreateVolume, in upstream's order, with error states | [`prepare::prepare`] |
@@ -56,6 +57,7 @@ pub mod admission;
 pub mod attempt;
 pub mod capabilities;
 pub mod claim;
+pub mod claim_step;
 pub mod data_source;
 pub mod distributed;
 pub mod errors;

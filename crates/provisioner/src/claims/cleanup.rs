@@ -22,48 +22,27 @@ use super::{ClaimError, ClaimsController, SyncError, bound_uid, claim_name, upda
 pub const CLEANUP_FAILED: &str = "ProvisioningCleanupFailed";
 
 impl ClaimsController {
-    pub(super) async fn clean_up(&self, claim: &PersistentVolumeClaim) -> Result<(), SyncError> {
-        self.clean_up_in(claim, None).await
-    }
-
-    /// Distributed provisioning: the clean-up of a claim this node gave back while a volume of
-    /// it may exist here (`provisioning::distributed::Leftover::CleanUp`), held by this
-    /// node's finalizer: the claim is deleted, or bound to a PV (on another node). Then the
-    /// node's finalizer goes, and the creating-volume one too when the claim is deleted and no
-    /// node holds it (as [`Self::let_go_unclaimed`] would).
-    pub(super) async fn clean_up_left(
-        &self,
-        claim: &PersistentVolumeClaim,
-        node: &str,
-    ) -> Result<(), SyncError> {
-        self.clean_up_in(claim, Some(node)).await
-    }
-
-    /// `left`: the node of [`Self::clean_up_left`], whose volume is the one to find. Its record
-    /// is this node's own; without one (a restart), this node's finalizer says a call was made,
-    /// and the request is rebuilt as for this node. The claim's PV, if any, is on another
-    /// node and holds that node's volume, so only a PV this node's cache holds (its own
-    /// node's) keeps the volume found here.
-    async fn clean_up_in(
+    /// The clean-up ([`provisioning::claim_step::Step::CleanUp`]), or with `left` this node's
+    /// ([`provisioning::claim_step::Step::CleanUpLeft`]): a claim this node gave back while a
+    /// volume of it may exist here, held by this node's finalizer, is deleted or bound to a PV
+    /// (on another node). Then the node's finalizer goes, and the creating-volume one too when
+    /// the claim is deleted and no node holds it.
+    ///
+    /// `left`'s record is this node's own; without one (a restart), this node's finalizer says
+    /// a call was made, and the request is rebuilt as for this node. The claim's PV, if any, is
+    /// on another node and holds that node's volume, so only a PV this node's cache holds (its
+    /// own node's) keeps the volume found here.
+    pub(super) async fn clean_up(
         &self,
         claim: &PersistentVolumeClaim,
         left: Option<&str>,
     ) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let earlier = match left {
-            None => self.earlier_attempt_possible(claim),
-            Some(_) => provisioning::attempt::earlier_attempt_possible(
-                true,
-                claim
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0.as_second()),
-                self.started,
-            ),
-        };
-        let state = self.memory.volume_state(&uid, earlier);
-        let last_request = self.memory.last_request(&uid);
+        // This node's finalizer says as much as ours.
+        let holds = left.is_some() || provisioning::lifecycle::has_finalizer(claim);
+        let earlier = self.earlier_attempt_possible(claim, holds);
+        let state = self.records.volume_state(&uid, earlier);
+        let last_request = self.records.last_request(&uid);
         let secrets = last_request
             .as_ref()
             .map(|r| r.secrets.clone())
@@ -132,7 +111,7 @@ impl ClaimsController {
             source,
         })?;
         // A queued sync reads the claim through this write: no finalizer, nothing to clean.
-        self.memory.forget(&uid);
+        self.records.forget(&uid);
         Ok(())
     }
 

@@ -11,23 +11,17 @@ pub const NOT_ENOUGH_CAPACITY: &str = capacity::explain::REASON;
 
 impl ClaimsController {
     /// Beyond upstream: a late-binding claim of our driver that waits for a node although no
-    /// published capacity of its class can hold it gets one Warning saying so.
+    /// published capacity of its class can hold it gets one Warning saying so
+    /// ([`provisioning::claim_step::Step::ExplainWait`]).
     pub(super) fn explain_if_nothing_fits(
         &self,
         claim: &PersistentVolumeClaim,
-        class: Option<&StorageClass>,
+        class: &StorageClass,
     ) {
-        let (Some(capacity), Some(class)) = (&self.ctx.capacity, class) else {
-            return;
-        };
-        let waiting = provisioning::claim::waits_for_node(claim)
-            && class.provisioner == self.ctx.driver.name
-            && class.volume_binding_mode.as_deref()
-                == Some(provisioning::names::WAIT_FOR_FIRST_CONSUMER);
-        if !waiting {
-            return;
-        }
-        let Ok(requested) = provisioning::claim::requested_bytes(claim) else {
+        let (Some(capacity), Ok(requested)) = (
+            &self.ctx.capacity,
+            provisioning::claim::requested_bytes(claim),
+        ) else {
             return;
         };
         let class_name = class.metadata.name.as_deref().unwrap_or_default();
@@ -40,7 +34,7 @@ impl ClaimsController {
     /// already said the same there.
     pub(super) fn explain(&self, claim: &PersistentVolumeClaim, message: String) {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        if self.memory.explain_once(uid, &message) {
+        if self.records.explain_once(uid, &message) {
             let reference = provisioning::pv::claim_reference(claim);
             self.ctx
                 .recorder

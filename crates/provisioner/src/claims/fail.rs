@@ -28,22 +28,32 @@ impl ClaimsController {
         err: ProvisionError,
         infeasible: bool,
     ) -> Result<(), SyncError> {
-        let failed = Failed {
-            class: &class_name(class),
-            class_uid: class.metadata.uid.as_deref(),
-            infeasible,
-        };
-        self.fail_named(claim, failed, err).await
+        let class_uid = class.metadata.uid.as_deref();
+        self.fail_as(claim, &class_name(class), class_uid, infeasible, err)
+            .await
     }
 
-    pub(super) async fn fail_named(
+    /// [`Self::fail`] for a step without the class in hand (saving the PV): the class the
+    /// claim names.
+    pub(super) async fn fail_saving(
         &self,
         claim: &PersistentVolumeClaim,
-        failed: Failed<'_>,
+        err: ProvisionError,
+    ) -> Result<(), SyncError> {
+        let class = provisioning::claim::class_name(claim).unwrap_or_default();
+        self.fail_as(claim, class, None, false, err).await
+    }
+
+    /// `class_uid`: a re-created class lifts an `InvalidArgument` hold.
+    async fn fail_as(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &str,
+        class_uid: Option<&str>,
+        infeasible: bool,
         err: ProvisionError,
     ) -> Result<(), SyncError> {
         let ctx = &self.ctx;
-        let class = failed.class;
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let reference = provisioning::pv::claim_reference(claim);
         ctx.recorder.event(
@@ -71,7 +81,7 @@ impl ClaimsController {
         }
         let writes = after_failure(
             err.state,
-            &self.memory.volume_state(&uid, true),
+            &self.records.volume_state(&uid, true),
             has_finalizer(claim),
             // Only the GA annotation can be removed to reschedule (the library's rule): with
             // the alpha one alone the failure is final and retried, not sent back.
@@ -83,14 +93,14 @@ impl ClaimsController {
         let hold = retry::hold_after_failure(
             now,
             self.queue.next_backoff(&ClaimKey::of(claim)),
-            failed.infeasible,
+            infeasible,
             ctx.opts.retry_interval_max,
-            failed.class_uid,
+            class_uid,
         );
         let wait = hold.until - now;
         // Held before the writes: should they fail, the claim still waits out this failure
         // instead of calling the driver again on the next change that queues it.
-        self.memory.set_hold(&uid, Some(hold));
+        self.records.set_hold(&uid, Some(hold));
         if writes.reschedule || writes.release || writes.hold_here {
             let node_finalizer = self.node_finalizer();
             update::after_failure(
@@ -108,21 +118,16 @@ impl ClaimsController {
             })?;
         }
         if writes.reschedule {
-            self.memory.set_hold(&uid, None);
+            self.records.set_hold(&uid, None);
             if self.ctx.node.is_some() {
                 // This node steps back when the claim is taken again (`claims/race.rs`).
-                self.races.lock().failed_here(&uid, Instant::now());
+                let now = Instant::now();
+                self.records.with(&uid, |r| r.race.failed_here(now));
+                self.records.prune(now);
             }
             return Ok(());
         }
         klog::v!(2, claim = %claim_name(claim), err = %err.message, retry_in = ?wait, "Provisioning failed");
         Err(SyncError::Hold(wait))
     }
-}
-
-/// The class a failed attempt used, for metrics and the retry hold.
-pub(super) struct Failed<'a> {
-    pub(super) class: &'a str,
-    pub(super) class_uid: Option<&'a str>,
-    pub(super) infeasible: bool,
 }

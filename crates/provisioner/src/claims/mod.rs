@@ -2,29 +2,29 @@
 //!
 //! Each claim is handled by one worker at a time. The files are the steps of its lifecycle:
 //!
-//! 1. `sync`: read the claim (through our own writes), save a PV left unsaved, and let
-//!    [`provisioning::lifecycle::decide`] pick the step;
+//! 1. `sync`: read the claim (through our own writes), gather its facts once, and let
+//!    [`provisioning::claim_step::next_step`] pick the step it then carries out;
 //! 2. `prepare`: upstream's checks and the request's inputs (`facts`: topology from the caches);
-//! 3. `provision`: the finalizer, then CreateVolume;
+//! 3. `provision`: the finalizer, then CreateVolume (each step returns an `AttemptError`);
 //! 4. `save`: the PV;
 //! 5. `release`: our finalizer goes once the PV owns the volume;
 //!
 //! and beside them `fail` (a failed attempt: event, claim writes, the hold on the next one),
 //! `cleanup` (a claim deleted while a volume may exist without a PV), `explain` (a waiting
-//! claim nothing can hold), `update` (every PVC write), `memory` (what this process saw of each
-//! claim) and `error` (why a sync runs again).
+//! claim nothing can hold), `update` (every PVC write), `record` (everything remembered
+//! about each claim, one record per UID) and `error` (why a sync runs again).
 
 mod cleanup;
 mod error;
 mod explain;
 mod facts;
 mod fail;
-mod memory;
 mod pod;
 mod prepare;
 mod protection;
 mod provision;
 mod race;
+mod record;
 mod release;
 mod reserve;
 mod restore;
@@ -46,10 +46,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use error::outcome;
 pub use error::{ClaimError, SyncError};
-use memory::Memory;
-
-/// A watch's cache of objects read through the dynamic client.
-type DynamicStore = kube::runtime::reflector::Store<kube::api::DynamicObject>;
+use record::Records;
 
 /// A claim's identity in the work queue.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -81,30 +78,14 @@ pub const QUEUE_NAME: &str = "claims";
 pub struct ClaimsController {
     ctx: Context,
     queue: WorkQueue<ClaimKey>,
-    memory: Arc<Memory>,
-    /// Distributed provisioning: unclaimed Immediate claims this instance waits on.
-    races: Arc<parking_lot::Mutex<race::Races>>,
+    /// Everything remembered about each claim, by UID.
+    records: Arc<Records>,
     /// Distributed provisioning: one claim taken at a time (see `race.rs`).
     taking: Arc<tokio::sync::Mutex<()>>,
     /// StorageClasses whose deprecated parameters were already warned about (by UID).
     warned_classes: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
-    /// Deleting clone sources by UID, with the pending clones last reported in an event.
-    clone_holds: Arc<parking_lot::Mutex<std::collections::HashMap<String, Vec<String>>>>,
-    /// Claims (UID) whose last attempt found their snapshot missing or not ready.
-    awaiting_snapshot: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
-    /// The VolumeSnapshot watch's cache, while the watch runs (listed at least once).
-    snapshot_cache: Arc<parking_lot::Mutex<Option<DynamicStore>>>,
-    /// The VolumeSnapshotContent watch's cache, while that watch runs.
-    content_cache: Arc<parking_lot::Mutex<Option<DynamicStore>>>,
-    /// By claim UID: the snapshot as our adding the source-protection finalizer left it, so
-    /// that its removal after the restore needs no read when the watch lags behind.
-    protected_snapshots:
-        Arc<parking_lot::Mutex<std::collections::HashMap<String, kube::api::DynamicObject>>>,
-    /// Which attempts restore from which snapshot, and the turns on our finalizer there.
-    snapshot_use: Arc<restorers::SnapshotUse>,
-    /// Snapshots (namespace, name) a waiting claim wants, by when they were seen ready.
-    ready_snapshots:
-        Arc<parking_lot::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>>,
+    /// The snapshot watches' caches, readiness, and who restores from what.
+    snapshots: Arc<restorers::Snapshots>,
     /// When this process began provisioning (Unix seconds): claims created since were never
     /// seen by an earlier process.
     started: i64,
@@ -116,17 +97,10 @@ impl ClaimsController {
         ClaimsController {
             queue: WorkQueue::new(QUEUE_NAME, limiter, Some(metrics)),
             ctx,
-            memory: Arc::default(),
-            races: Arc::default(),
+            records: Arc::default(),
             taking: Arc::default(),
             warned_classes: Arc::default(),
-            clone_holds: Arc::default(),
-            ready_snapshots: Arc::default(),
-            protected_snapshots: Arc::default(),
-            snapshot_use: Arc::default(),
-            snapshot_cache: Arc::default(),
-            content_cache: Arc::default(),
-            awaiting_snapshot: Arc::default(),
+            snapshots: Arc::default(),
             started: k8s_openapi::jiff::Timestamp::now().as_second(),
         }
     }
@@ -200,32 +174,21 @@ impl ClaimsController {
     /// A deleted claim leaves the cache: nothing about it is needed any more.
     pub fn forget(&self, claim: &PersistentVolumeClaim) {
         if let Some(uid) = claim.metadata.uid.as_deref() {
-            self.memory.forget(uid);
-            self.races.lock().forget(uid);
-            self.clone_holds.lock().remove(uid);
-            self.awaiting_snapshot.lock().remove(uid);
-            self.protected_snapshots.lock().remove(uid);
+            self.records.forget(uid);
         }
         self.metrics_remembered();
     }
 
     fn metrics_remembered(&self) {
-        self.ctx.metrics.set_remembered_claims(self.memory.len());
+        self.ctx.metrics.set_remembered_claims(self.records.len());
     }
 
-    /// Whether a process before this one may have called CreateVolume for the claim
-    /// ([`provisioning::attempt::earlier_attempt_possible`]).
-    fn earlier_attempt_possible(&self, claim: &PersistentVolumeClaim) -> bool {
-        let created = claim
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.as_second());
-        provisioning::attempt::earlier_attempt_possible(
-            provisioning::lifecycle::has_finalizer(claim),
-            created,
-            self.started,
-        )
+    /// Whether a process before this one may have called CreateVolume for the claim, which
+    /// `holds` a finalizer of ours ([`provisioning::attempt::earlier_attempt_possible`]).
+    fn earlier_attempt_possible(&self, claim: &PersistentVolumeClaim, holds: bool) -> bool {
+        let created = claim.metadata.creation_timestamp.as_ref();
+        let created = created.map(|t| t.0.as_second());
+        provisioning::attempt::earlier_attempt_possible(holds, created, self.started)
     }
 
     /// The PV with the claim's volume name, read through our own writes; bound to this claim

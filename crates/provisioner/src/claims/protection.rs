@@ -7,16 +7,9 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
 use kube::api::ListParams;
 use provisioning::data_source::clone::pending_clones;
-use provisioning::data_source::snapshot::has_finalizer;
 use provisioning::names;
 
 use super::{ClaimError, ClaimKey, ClaimsController, SyncError, claim_name, update};
-
-/// Whether the claim is a deleting clone source holding our finalizer.
-pub(super) fn is_held_source(claim: &PersistentVolumeClaim) -> bool {
-    claim.metadata.deletion_timestamp.is_some()
-        && has_finalizer(&claim.metadata, names::CLONE_SOURCE_FINALIZER)
-}
 
 /// The claim a clone is filled from (`spec.dataSource` of kind PersistentVolumeClaim).
 pub(super) fn clone_source_key(claim: &PersistentVolumeClaim) -> Option<ClaimKey> {
@@ -61,8 +54,10 @@ impl ClaimsController {
                 .map(|c| c.as_ref()),
         );
         if !pending.is_empty() {
-            let changed =
-                self.clone_holds.lock().insert(uid, pending.clone()) != Some(pending.clone());
+            let changed = self
+                .records
+                .with(&uid, |r| r.clone_hold.replace(pending.clone()))
+                != Some(pending.clone());
             if changed
                 && provisioning::distributed::speaks_for_clone_source(
                     claim,
@@ -79,7 +74,7 @@ impl ClaimsController {
             }
             return Ok(());
         }
-        self.clone_holds.lock().remove(&uid);
+        self.records.existing(&uid, |r| r.clone_hold = None);
         let (client, claims) = (&self.ctx.client, &self.ctx.caches.claims);
         update::set_finalizer(client, claims, claim, names::CLONE_SOURCE_FINALIZER, false)
             .await

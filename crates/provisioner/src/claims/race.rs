@@ -7,7 +7,6 @@
 //! others only if it has not after a wait that grows with their rank. Without published
 //! capacity there is nothing to agree on, and upstream's random delay remains.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use controller_kit::workqueue::RateLimiter;
@@ -16,31 +15,29 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::runtime::reflector::ObjectRef;
 use provisioning::claim::{annotation, requested_bytes};
-use provisioning::distributed::{
-    Leftover, NodeOwner, Published, Turn, after_own_failures, claim_turn, node_owner, reports,
-};
+use provisioning::distributed::{Published, Turn, after_own_failures, claim_turn, reports};
 use provisioning::names::ANN_SELECTED_NODE;
 use provisioning::prepare::Prepared;
 
 use super::{ClaimError, ClaimsController, SyncError, claim_name, update};
 use crate::node::NodeDeployment;
 
-/// What this instance remembers of the unclaimed claims it waits on (by UID).
+/// What this instance remembers of one claim it waits on, took, or failed (in its
+/// [`ClaimRecord`](super::record::ClaimRecord)).
 #[derive(Default)]
-pub struct Races {
-    first_seen: HashMap<String, Instant>,
-    /// The wait of this instance's place in each claim's order when last computed.
-    turns: HashMap<String, Duration>,
-    /// Upstream's jittered delays, for claims no order can be agreed on.
-    lottery: Option<RateLimiter<String>>,
-    drawn: HashMap<String, Duration>,
-    /// Claims this instance took (or is taking) whose volume may not exist yet: the driver's
-    /// GetCapacity does not count them, so the next take must.
-    taken: HashMap<String, Taken>,
-    /// Claims whose attempt here failed and sent them back: how often, and when last. Kept
+pub struct Race {
+    first_seen: Option<Instant>,
+    /// The wait of this instance's place in the claim's order when last computed.
+    turn: Option<Duration>,
+    /// Upstream's jittered delay, for a claim no order can be agreed on.
+    drawn: Option<Duration>,
+    /// This instance took (or is taking) the claim and its volume may not exist yet: the
+    /// driver's GetCapacity does not count it, so the next take must.
+    taken: Option<Taken>,
+    /// The attempts here that failed and sent the claim back: how often, and when last. Kept
     /// when the claim leaves the cache (another node took it: it may come back), for
     /// [`FAILURES_REMEMBERED`] after the last failure.
-    failed: HashMap<String, (u32, Instant)>,
+    failed: Option<(u32, Instant)>,
 }
 
 /// How long this instance remembers that a claim failed here.
@@ -54,206 +51,127 @@ struct Taken {
     written: bool,
 }
 
-impl Races {
+impl Race {
     /// How long this instance has waited on the claim.
-    fn waited(&mut self, uid: &str, now: Instant) -> Duration {
-        now - *self.first_seen.entry(uid.to_string()).or_insert(now)
+    fn waited(&mut self, now: Instant) -> Duration {
+        now - *self.first_seen.get_or_insert(now)
     }
 
     /// How long this instance has waited on the claim at its current place in the order. A
     /// new place restarts the wait: when the first choice fills up or goes away, the places
     /// shift, and without the restart the new second would find its turn already due while
     /// the new first is taking the claim, and the two would collide.
-    fn waited_for_turn(&mut self, uid: &str, wait: Duration, now: Instant) -> Duration {
-        let before = self.turns.insert(uid.to_string(), wait);
+    fn waited_for_turn(&mut self, wait: Duration, now: Instant) -> Duration {
+        let before = self.turn.replace(wait);
         if restarts_wait(before, wait) {
-            self.first_seen.insert(uid.to_string(), now);
+            self.first_seen = Some(now);
         }
-        self.waited(uid, now)
+        self.waited(now)
     }
 
     /// No node has room for the claim now: no place in the order. The time waited meanwhile
     /// (which times the explanation) does not count towards a turn once room appears, or this
     /// instance, ranked behind another, would take the claim at once and collide with it.
-    fn no_turn(&mut self, uid: &str) {
-        self.turns.insert(uid.to_string(), Duration::MAX);
+    fn no_turn(&mut self) {
+        self.turn = Some(Duration::MAX);
     }
 
     /// Upstream's delay for a claim nobody ranks: drawn once per wait.
-    fn draw(&mut self, uid: &str, node: &NodeDeployment) -> Duration {
-        let lottery = self
-            .lottery
-            .get_or_insert_with(|| RateLimiter::with_jitter(node.base_delay, node.max_delay));
-        *self
-            .drawn
-            .entry(uid.to_string())
-            .or_insert_with(|| lottery.when(&uid.to_string()))
+    fn draw(&mut self, node: &NodeDeployment) -> Duration {
+        *self.drawn.get_or_insert_with(|| {
+            RateLimiter::with_jitter(node.base_delay, node.max_delay).when(&())
+        })
     }
 
-    /// Forgets everything about the claim, except that this instance took it.
-    fn forget_wait(&mut self, uid: &str) {
-        self.first_seen.remove(uid);
-        self.turns.remove(uid);
-        self.drawn.remove(uid);
-        if let Some(l) = &mut self.lottery {
-            l.forget(&uid.to_string());
-        }
-    }
-
-    pub fn forget(&mut self, uid: &str) {
-        self.forget_wait(uid);
-        self.taken.remove(uid);
+    /// Forgets the wait, but not that this instance took the claim.
+    pub fn forget_wait(&mut self) {
+        (self.first_seen, self.turn, self.drawn) = (None, None, None);
     }
 
     /// The claim's attempt here failed and sent it back to be taken again.
-    pub fn failed_here(&mut self, uid: &str, now: Instant) {
-        self.failed
-            .retain(|_, (_, at)| now.duration_since(*at) < FAILURES_REMEMBERED);
-        let entry = self.failed.entry(uid.to_string()).or_insert((0, now));
-        *entry = (entry.0.saturating_add(1), now);
+    pub fn failed_here(&mut self, now: Instant) {
+        let before = self.failures(now);
+        self.failed = Some((before.saturating_add(1), now));
     }
 
     /// How often the claim failed here lately.
-    fn failures(&self, uid: &str, now: Instant) -> u32 {
+    fn failures(&self, now: Instant) -> u32 {
         self.failed
-            .get(uid)
             .filter(|(_, at)| now.duration_since(*at) < FAILURES_REMEMBERED)
-            .map_or(0, |(n, _)| *n)
+            .map_or(0, |(n, _)| n)
     }
 
-    /// Bytes of the takes whose volumes may not exist yet. A take whose write is still on its
-    /// way always counts; a written one counts while `still_ours(uid, claim)` (the cached claim
+    /// Whether something of the race outlives the claim's record: recent failures here.
+    pub fn outlives(&self, now: Instant) -> bool {
+        self.failures(now) > 0
+    }
+
+    /// What is kept when the claim is forgotten (see [`Self::outlives`]).
+    pub fn kept(&self, now: Instant) -> Option<Race> {
+        self.outlives(now).then(|| Race {
+            failed: self.failed,
+            ..Race::default()
+        })
+    }
+
+    /// Bytes of the take if its volume may not exist yet. A take whose write is still on its
+    /// way always counts; a written one counts while `still_ours(claim)` (the cached claim
     /// still names our node and has no PV), and is dropped once it does not.
-    fn in_flight(
-        &mut self,
-        still_ours: impl Fn(&str, &ObjectRef<PersistentVolumeClaim>) -> bool,
-    ) -> i64 {
-        self.taken
-            .retain(|uid, t| !t.written || still_ours(uid, &t.claim));
-        // Saturating: a request of exabytes parses to i64::MAX, and two of them would wrap.
-        self.taken
-            .values()
-            .fold(0_i64, |sum, t| sum.saturating_add(t.bytes))
+    fn in_flight(&mut self, still_ours: impl Fn(&ObjectRef<PersistentVolumeClaim>) -> bool) -> i64 {
+        if let Some(t) = &self.taken
+            && t.written
+            && !still_ours(&t.claim)
+        {
+            self.taken = None;
+        }
+        self.taken.as_ref().map_or(0, |t| t.bytes)
     }
-}
-
-/// What the node check says about a claim of our driver.
-pub(super) enum NodeStep {
-    /// Handle it here as usual.
-    Continue,
-    /// Another node's: nothing to do.
-    Skip,
-    /// Waiting for the scheduler to pick a node (or immediate binding is off): at most an
-    /// explanation when no node has room.
-    Wait,
-    /// Unclaimed: try to take it.
-    Race,
 }
 
 impl ClaimsController {
-    /// Distributed provisioning: whether this instance handles the claim (always, without
-    /// `--node-deployment`).
-    pub(super) fn node_step(
+    /// Distributed provisioning: the claim this node gave back while a volume of it may exist
+    /// here is bound to its own PV on this node, which holds that volume: this node's
+    /// finalizer goes ([`provisioning::distributed::Leftover::Drop`]).
+    pub(super) async fn drop_node_finalizer(
         &self,
         claim: &PersistentVolumeClaim,
-        class: Option<&StorageClass>,
-    ) -> NodeStep {
-        let (Some(node), Some(class)) = (&self.ctx.node, class) else {
-            return NodeStep::Continue;
+    ) -> Result<(), SyncError> {
+        let Some(name) = self.node_finalizer() else {
+            return Ok(());
         };
-        let owner = node_owner(claim, class, &node.name, node.immediate_binding);
-        if matches!(owner, NodeOwner::ThisNode | NodeOwner::OtherNode) {
-            // Taken: no more waiting (what it holds in flight is pruned by `in_flight`).
-            self.races
-                .lock()
-                .forget_wait(claim.metadata.uid.as_deref().unwrap_or_default());
-        }
-        match owner {
-            NodeOwner::ThisNode => NodeStep::Continue,
-            NodeOwner::OtherNode => NodeStep::Skip,
-            NodeOwner::NotYet => NodeStep::Wait,
-            NodeOwner::Unclaimed => NodeStep::Race,
-        }
-    }
-
-    /// Distributed provisioning: a claim that holds this node's own finalizer, which this node
-    /// put on it when it gave the claim back while a volume of it may exist here
-    /// ([`provisioning::distributed::leftover`]). `None`: handle the claim as usual.
-    pub(super) async fn left_here(
-        &self,
-        claim: &PersistentVolumeClaim,
-    ) -> Option<Result<(), SyncError>> {
-        let node = self.ctx.node.as_ref()?;
-        let holds = provisioning::data_source::snapshot::has_finalizer(
-            &claim.metadata,
-            &provisioning::distributed::node_finalizer(&node.name),
-        );
-        if !holds {
-            return None;
-        }
-        let step = provisioning::distributed::leftover(
-            holds,
-            annotation(claim, ANN_SELECTED_NODE) == Some(node.name.as_str()),
-            provisioning::lifecycle::has_finalizer(claim),
-            claim.metadata.deletion_timestamp.is_some(),
-            claim
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_deref())
-                .is_some_and(|v| !v.is_empty()),
-            self.pv_exists(claim),
-        );
-        klog::v!(5, claim = %claim_name(claim), step = ?step, "Claim held by this node's finalizer");
-        match step {
-            Leftover::AsUsual | Leftover::Hold => None,
-            Leftover::CleanUp => Some(self.clean_up_left(claim, &node.name).await),
-            Leftover::Drop => {
-                let name = provisioning::distributed::node_finalizer(&node.name);
-                let dropped = update::set_finalizer(
-                    &self.ctx.client,
-                    &self.ctx.caches.claims,
-                    claim,
-                    &name,
-                    false,
-                )
-                .await;
-                Some(dropped.map(drop).map_err(|source| {
-                    ClaimError::ClaimWrite {
-                        claim: claim_name(claim),
-                        what: "remove this node's finalizer from",
-                        source,
-                    }
-                    .into()
-                }))
-            }
-        }
+        let (client, claims) = (&self.ctx.client, &self.ctx.caches.claims);
+        update::set_finalizer(client, claims, claim, &name, false)
+            .await
+            .map(drop)
+            .map_err(|source| {
+                ClaimError::ClaimWrite {
+                    claim: claim_name(claim),
+                    what: "remove this node's finalizer from",
+                    source,
+                }
+                .into()
+            })
     }
 
     /// A deleted claim that no node holds. Either no node ever took it, or the last one gave it
     /// up on the driver's final answer (`provisioning::attempt::after_failure`), which CSI makes
     /// the existing volume's id if there was one: no volume can exist, and a finalizer (the
-    /// admission policy's) only has to go. A node that gave it up while a volume of it may
-    /// exist holds it with its own finalizer ([`Self::left_here`]); should this node still
-    /// remember such a call without that finalizer, it cleans up before letting go.
-    pub(super) async fn let_go_unclaimed(
-        &self,
-        claim: &PersistentVolumeClaim,
-    ) -> Result<(), SyncError> {
+    /// admission policy's) only has to go. (A node that gave it up while a volume of it may
+    /// exist holds it with its own finalizer, and one that still remembers such a call cleans
+    /// up first: [`provisioning::claim_step::Step::CleanUpLeft`].)
+    pub(super) async fn let_go(&self, claim: &PersistentVolumeClaim) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        if let Some(node) = &self.ctx.node
-            && self.memory.volume_may_exist(uid, false)
-        {
-            return self.clean_up_left(claim, &node.name).await;
-        }
-        self.races.lock().forget(uid);
+        self.records.existing(uid, |r| {
+            r.race.forget_wait();
+            r.race.taken = None;
+        });
         if provisioning::lifecycle::has_finalizer(claim) {
             self.remove_finalizer(claim).await?;
         }
         Ok(())
     }
 
-    /// An unclaimed Immediate claim: release a finalizer nothing needs, or take the claim when
-    /// it is our turn.
+    /// An unclaimed Immediate claim, not deleted nor bound: take it when it is our turn.
     pub(super) async fn race(
         &self,
         claim: &PersistentVolumeClaim,
@@ -263,17 +181,6 @@ impl ClaimsController {
             return Ok(());
         };
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        if claim.metadata.deletion_timestamp.is_some() {
-            return self.let_go_unclaimed(claim).await;
-        }
-        if claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.volume_name.as_deref())
-            .is_some_and(|v| !v.is_empty())
-        {
-            return Ok(());
-        }
         let here = on_node(claim, &node.name);
         // As upstream, only allowed topologies that exclude this node keep it from taking the
         // claim; any other problem is reported on the claim by provisioning once it is taken.
@@ -292,19 +199,21 @@ impl ClaimsController {
                 None
             }
         };
-        let failures = self.races.lock().failures(&uid, Instant::now());
+        let failures = self
+            .records
+            .existing(&uid, |r| r.race.failures(Instant::now()));
         let turn = after_own_failures(
             self.turn(claim, class, &node),
-            failures,
+            failures.unwrap_or(0),
             turn_step(&node),
             node.max_delay,
         );
         let wait = match turn {
             Turn::Now => Duration::ZERO,
             Turn::After(d) => d,
-            Turn::Unranked => self.races.lock().draw(&uid, &node),
+            Turn::Unranked => self.records.with(&uid, |r| r.race.draw(&node)),
             Turn::NoRoom { report } => {
-                self.races.lock().no_turn(&uid);
+                self.records.with(&uid, |r| r.race.no_turn());
                 return if report {
                     self.report_no_room(claim, class)
                 } else {
@@ -313,9 +222,8 @@ impl ClaimsController {
             }
         };
         let waited = self
-            .races
-            .lock()
-            .waited_for_turn(&uid, wait, Instant::now());
+            .records
+            .with(&uid, |r| r.race.waited_for_turn(wait, Instant::now()));
         if waited < wait {
             return Err(SyncError::Turn(wait - waited));
         }
@@ -341,7 +249,7 @@ impl ClaimsController {
                 bytes: requested_bytes(claim).unwrap_or(0),
                 written: false,
             };
-            self.races.lock().taken.insert(uid.clone(), taking);
+            self.records.with(&uid, |r| r.race.taken = Some(taking));
         }
         let written = update::modify_claim(&self.ctx.client, &self.ctx.caches.claims, claim, |c| {
             if annotation(c, ANN_SELECTED_NODE).is_some_and(|n| !n.is_empty()) {
@@ -354,24 +262,22 @@ impl ClaimsController {
             true
         })
         .await;
-        let mut races = self.races.lock();
-        races.forget_wait(&uid);
         let ours = written.as_ref().ok().and_then(|stored| {
             stored
                 .as_ref()
                 .and_then(|c| annotation(c, ANN_SELECTED_NODE))
                 .filter(|n| *n == node.name)
         });
-        match races.taken.get_mut(&uid) {
-            Some(t) if ours.is_some() => t.written = true,
-            _ => {
-                races.taken.remove(&uid);
+        self.records.existing(&uid, |r| {
+            r.race.forget_wait();
+            match r.race.taken.as_mut() {
+                Some(t) if ours.is_some() => t.written = true,
+                _ => r.race.taken = None,
             }
-        }
+        });
         if ours.is_some() {
             klog::v!(2, claim = %claim_name(claim), node = %node.name, waited = ?waited, "Took claim for this node");
         }
-        drop(races);
         written.map(drop).map_err(|source| {
             ClaimError::ClaimWrite {
                 claim: claim_name(claim),
@@ -444,11 +350,13 @@ impl ClaimsController {
     /// Bytes of the claims this instance took whose volumes do not exist yet; claims that
     /// got their PV, went to another node or are gone are dropped from the count.
     fn in_flight(&self, node: &NodeDeployment) -> i64 {
-        self.races.lock().in_flight(|uid, reference| {
-            self.ctx.caches.claims.get(reference).is_some_and(|c| {
-                c.metadata.uid.as_deref() == Some(uid)
-                    && annotation(&c, ANN_SELECTED_NODE) == Some(node.name.as_str())
-                    && !self.pv_exists(&c)
+        self.records.sum(|uid, r| {
+            r.race.in_flight(|reference| {
+                self.ctx.caches.claims.get(reference).is_some_and(|c| {
+                    c.metadata.uid.as_deref() == Some(uid)
+                        && annotation(&c, ANN_SELECTED_NODE) == Some(node.name.as_str())
+                        && !self.pv_exists(&c)
+                })
             })
         })
     }
@@ -506,7 +414,7 @@ impl ClaimsController {
         }
         // The other instances' objects reach each cache moments apart: judge from a settled
         // view, or the explanation names too few places and changes a moment later.
-        let waited = self.races.lock().waited(uid, Instant::now());
+        let waited = self.records.with(uid, |r| r.race.waited(Instant::now()));
         if waited < EXPLAIN_AFTER {
             return Err(SyncError::Turn(EXPLAIN_AFTER - waited));
         }
@@ -591,41 +499,48 @@ pub(super) fn on_node(claim: &PersistentVolumeClaim, node: &str) -> PersistentVo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::claims::record::Records;
 
     #[test]
     fn failures_here_outlive_the_claim_leaving_the_cache_but_not_their_time() {
-        let mut races = Races::default();
+        let mut race = Race::default();
         let t0 = Instant::now();
-        races.failed_here("u", t0);
-        races.failed_here("u", t0 + Duration::from_secs(1));
-        assert_eq!(races.failures("u", t0 + Duration::from_secs(2)), 2);
-        races.forget("u");
-        assert_eq!(races.failures("u", t0 + Duration::from_secs(2)), 2, "kept");
+        race.failed_here(t0);
+        race.failed_here(t0 + Duration::from_secs(1));
+        assert_eq!(race.failures(t0 + Duration::from_secs(2)), 2);
+        let kept = race.kept(t0 + Duration::from_secs(2)).expect("kept");
+        assert_eq!(kept.failures(t0 + Duration::from_secs(2)), 2, "kept");
         let later = t0 + Duration::from_secs(1) + FAILURES_REMEMBERED;
-        assert_eq!(races.failures("u", later), 0, "expired");
-        races.failed_here("v", later);
+        assert_eq!(race.failures(later), 0, "expired");
+        assert!(race.kept(later).is_none());
+        // In the store: a forgotten claim keeps its failures, uncounted, until they expire.
+        let records = Records::default();
+        records.with("u", |r| r.race.failed_here(Instant::now()));
+        records.forget("u");
+        assert_eq!(records.len(), 0);
+        assert_eq!(
+            records.existing("u", |r| r.race.failures(Instant::now())),
+            Some(1)
+        );
+        records.prune(Instant::now() + FAILURES_REMEMBERED);
         assert!(
-            !races.failed.contains_key("u"),
-            "pruned on the next failure"
+            records.existing("u", |_| ()).is_none(),
+            "pruned once expired"
         );
     }
 
     #[test]
     fn a_wait_without_room_does_not_count_towards_a_turn() {
-        let mut races = Races::default();
+        let mut race = Race::default();
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        races.no_turn("u");
-        assert_eq!(
-            races.waited("u", t0),
-            s(0),
-            "the explanation's timer starts"
-        );
-        races.no_turn("u");
-        assert_eq!(races.waited("u", t0 + s(60)), s(60));
+        race.no_turn();
+        assert_eq!(race.waited(t0), s(0), "the explanation's timer starts");
+        race.no_turn();
+        assert_eq!(race.waited(t0 + s(60)), s(60));
         // Room appears, this instance second in the order: its wait starts now.
-        assert_eq!(races.waited_for_turn("u", s(2), t0 + s(60)), s(0));
-        assert_eq!(races.waited_for_turn("u", s(2), t0 + s(62)), s(2));
+        assert_eq!(race.waited_for_turn(s(2), t0 + s(60)), s(0));
+        assert_eq!(race.waited_for_turn(s(2), t0 + s(62)), s(2));
     }
 
     #[test]
@@ -646,37 +561,48 @@ mod tests {
 
     #[test]
     fn takes_on_their_way_count_until_the_cache_can_judge_them() {
-        let mut races = Races::default();
-        let take = |name: &str, bytes, written| Taken {
-            claim: ObjectRef::new(name).within("ns"),
-            bytes,
-            written,
+        let take = |name: &str, bytes, written| Race {
+            taken: Some(Taken {
+                claim: ObjectRef::new(name).within("ns"),
+                bytes,
+                written,
+            }),
+            ..Race::default()
         };
-        races.taken.insert("sent".into(), take("a", 1, false));
-        races.taken.insert("landed".into(), take("b", 10, true));
-        races.taken.insert("bound".into(), take("c", 100, true));
-        // Only "landed" is still ours in the cache; "sent" is not in the cache yet at all.
-        let still_ours = |uid: &str, _: &ObjectRef<PersistentVolumeClaim>| uid == "landed";
-        assert_eq!(races.in_flight(still_ours), 11);
-        assert!(!races.taken.contains_key("bound"), "a judged take leaves");
-        assert!(races.taken.contains_key("sent"), "a take on its way stays");
-        races.forget("sent");
-        assert_eq!(races.in_flight(|_, _| false), 0);
+        let (mut sent, mut landed, mut bound) = (
+            take("a", 1, false),
+            take("b", 10, true),
+            take("c", 100, true),
+        );
+        // Only "b" is still ours in the cache; "a" is not in the cache yet at all.
+        let still_ours = |r: &ObjectRef<PersistentVolumeClaim>| r.name == "b";
+        let counted = [&mut sent, &mut landed, &mut bound].map(|r| r.in_flight(still_ours));
+        assert_eq!(counted, [1, 10, 0]);
+        assert!(bound.taken.is_none(), "a judged take leaves");
+        assert!(sent.taken.is_some(), "a take on its way stays");
+        sent.forget_wait();
+        assert_eq!(
+            sent.in_flight(|_| false),
+            1,
+            "forgetting the wait keeps the take"
+        );
         // Requests of exabytes (each parsed to i64::MAX) saturate instead of wrapping.
-        races.taken.insert("x".into(), take("x", i64::MAX, false));
-        races.taken.insert("y".into(), take("y", i64::MAX, false));
-        assert_eq!(races.in_flight(|_, _| false), i64::MAX);
+        let records = Records::default();
+        for uid in ["x", "y"] {
+            records.with(uid, |r| r.race = take(uid, i64::MAX, false));
+        }
+        assert_eq!(records.sum(|_, r| r.race.in_flight(|_| false)), i64::MAX);
     }
 
     #[test]
     fn waits_restart_from_the_shift() {
-        let mut races = Races::default();
+        let mut race = Race::default();
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        assert_eq!(races.waited_for_turn("u", s(10), t0), s(0));
-        assert_eq!(races.waited_for_turn("u", s(10), t0 + s(3)), s(3));
+        assert_eq!(race.waited_for_turn(s(10), t0), s(0));
+        assert_eq!(race.waited_for_turn(s(10), t0 + s(3)), s(3));
         // Third became second at 3 s: its 5 s wait counts from then, not from 0.
-        assert_eq!(races.waited_for_turn("u", s(5), t0 + s(3)), s(0));
-        assert_eq!(races.waited_for_turn("u", s(5), t0 + s(6)), s(3));
+        assert_eq!(race.waited_for_turn(s(5), t0 + s(3)), s(0));
+        assert_eq!(race.waited_for_turn(s(5), t0 + s(6)), s(3));
     }
 }

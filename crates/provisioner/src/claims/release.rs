@@ -3,7 +3,7 @@
 use controller_kit::workqueue::exponential;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
-use super::memory::Lane;
+use super::record::Lane;
 use super::{ClaimKey, ClaimsController, update};
 
 impl ClaimsController {
@@ -19,10 +19,10 @@ impl ClaimsController {
         } else {
             (Lane::Background, self.ctx.background_client.clone())
         };
-        if !self.memory.start_release(&uid, lane) {
+        if !self.records.start_release(&uid, lane) {
             return;
         }
-        let (memory, claim, task_uid) = (self.memory.clone(), claim.clone(), uid.clone());
+        let (records, claim, task_uid) = (self.records.clone(), claim.clone(), uid.clone());
         let claims = self.ctx.caches.claims.clone();
         // This node's own finalizer goes too: the claim is back here and its PV holds the
         // volume this node may have made before.
@@ -37,17 +37,17 @@ impl ClaimsController {
                 .await
             {
                 // The PV owns the volume now; later syncs read the claim through our write.
-                Ok(_) => memory.forget(&task_uid),
+                Ok(_) => records.forget(&task_uid),
                 Err(e) => {
-                    let delay = exponential(start, max, memory.release_failed(&task_uid));
+                    let delay = exponential(start, max, records.release_failed(&task_uid));
                     let key = ClaimKey::of(&claim);
                     tracing::warn!(claim = %key.to_string(), err = %e, retry_in = ?delay, "Cannot remove the creating-volume finalizer; will retry");
                     queue.count_error("claim_write");
                     queue.add_after(key, delay);
                 }
             }
-            memory.end_release(&task_uid, lane);
+            records.end_release(&task_uid, lane);
         });
-        self.memory.track_release(&uid, lane, task.abort_handle());
+        self.records.track_release(&uid, lane, task.abort_handle());
     }
 }

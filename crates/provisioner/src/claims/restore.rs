@@ -6,7 +6,7 @@ use csi::v1::VolumeContentSource;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::DynamicObject;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -20,13 +20,7 @@ use provisioning::retry;
 
 use super::restorers::{Belief, Version};
 use super::{ClaimsController, claim_name};
-use crate::data_source_api::{
-    content_resource, contents, set_snapshot_finalizer, snapshot_resource, snapshots, typed,
-};
-
-/// How long a snapshot's readiness is remembered for attempts that were reading it meanwhile
-/// (far longer than any attempt runs).
-const READY_MEMORY: Duration = Duration::from_secs(600);
+use crate::data_source_api::{contents, set_snapshot_finalizer, snapshots, typed};
 
 impl ClaimsController {
     /// The snapshot's content source; with `protect`, our finalizer goes on the snapshot once
@@ -41,13 +35,15 @@ impl ClaimsController {
         let client = &self.ctx.client;
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let api = snapshots(client, &source.namespace);
-        let cached = self.cached_snapshot(&source.namespace, &source.name);
+        let cached = self
+            .snapshots
+            .cached_snapshot(&source.namespace, &source.name);
         let from_cache = cached.is_some();
         let object = match cached {
             Some(object) => object,
             None => api.get(&source.name).await.map_err(|e| {
                 if matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                    self.awaiting_snapshot.lock().insert(uid.clone());
+                    self.records.with(&uid, |r| r.awaiting_snapshot = true);
                 }
                 source.error(format!(
                     "error getting snapshot {} from api server: {}",
@@ -60,7 +56,7 @@ impl ClaimsController {
         // Only a snapshot that is missing or not ready yet is worth waiting for; any other
         // refusal keeps the usual backoff.
         if snapshot.status.as_ref().and_then(|s| s.ready_to_use) != Some(true) {
-            self.awaiting_snapshot.lock().insert(uid.clone());
+            self.records.with(&uid, |r| r.awaiting_snapshot = true);
         }
         let content_name = snapshot
             .status
@@ -109,10 +105,10 @@ impl ClaimsController {
     ) -> Result<(), ProvisionError> {
         let api = snapshots(&self.ctx.client, &source.namespace);
         let key = (source.namespace.clone(), source.name.clone());
-        let turn = self.snapshot_use.turn(&key);
+        let turn = self.snapshots.turn(&key);
         let _turn = turn.lock().await;
         let has = |o: &DynamicObject| has_finalizer(&o.metadata, names::SNAPSHOT_SOURCE_FINALIZER);
-        let belief = self.snapshot_use.with(|r| {
+        let belief = self.snapshots.with(|r| {
             r.begin(key.clone(), uid);
             if !from_cache {
                 // Just read from the API server: fresher than anything we wrote.
@@ -136,7 +132,7 @@ impl ClaimsController {
                         crate::api_error::message(&e)
                     ))
                 })?;
-                self.snapshot_use.with(|r| r.settled(&key));
+                self.snapshots.with(|r| r.settled(&key));
                 if has(&object) {
                     return Ok(());
                 }
@@ -147,48 +143,43 @@ impl ClaimsController {
             .map_err(|e| ProvisionError::no_change(crate::api_error::message(&e)))?;
         if let Some(stored) = stored {
             let version = Version::of(&stored.metadata);
-            self.snapshot_use
+            self.snapshots
                 .with(|r| r.wrote(key, true, version, Instant::now()));
-            self.protected_snapshots
-                .lock()
-                .insert(uid.to_string(), stored);
+            self.records
+                .with(uid, |r| r.protected_snapshot = Some(stored));
         }
         Ok(())
-    }
-
-    /// The snapshot as the watch last saw it (`None`: not seen, or no watch). A stale copy
-    /// costs nothing: the finalizer update is guarded by its resourceVersion and re-reads on a
-    /// conflict, and a snapshot that turns ready wakes the claim again.
-    fn cached_snapshot(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
-        let key = ObjectRef::new_with(name, snapshot_resource()).within(namespace);
-        cached(&self.snapshot_cache, &key)
     }
 
     /// The content from the content watch's cache once it carries its snapshot handle (a ready
     /// snapshot's content has it before the snapshot says ready); otherwise by GET.
     async fn content(&self, name: &str) -> Result<DynamicObject, kube::Error> {
-        let key = ObjectRef::new_with(name, content_resource());
-        match cached(&self.content_cache, &key) {
+        match self.snapshots.cached_content(name) {
             Some(object) if object.data["status"]["snapshotHandle"].is_string() => Ok(object),
             _ => contents(&self.ctx.client).get(name).await,
         }
     }
 
     /// After a successful restore our finalizer comes off the snapshot, through the
-    /// background lane (best effort: the orphan sweep catches what is missed).
-    pub(super) async fn release_restored_snapshot(&self, claim: &PersistentVolumeClaim) {
+    /// background lane (best effort: the orphan sweep catches what is missed). `ours`: the
+    /// snapshot as our protecting write left it.
+    pub(super) async fn release_restored_snapshot(
+        &self,
+        claim: &PersistentVolumeClaim,
+        ours: Option<DynamicObject>,
+    ) {
         let Some(name) = provisioning::data_source::restored_snapshot(claim) else {
             return;
         };
         let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
         let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        self.release_snapshot(namespace, name, uid).await;
+        self.release_snapshot(namespace, name, uid, ours).await;
     }
 
     /// Makes the releases owed to snapshots whose last restorer failed (see `restorers.rs`)
     /// until `cancel`.
     pub(super) async fn release_owed_snapshots(&self, cancel: CancellationToken) {
-        let Some(mut owed) = self.snapshot_use.take_owed() else {
+        let Some(mut owed) = self.snapshots.take_owed() else {
             return;
         };
         loop {
@@ -198,23 +189,28 @@ impl ClaimsController {
             };
             let Some((namespace, name)) = key else { return };
             klog::v!(4, snapshot = %format!("{namespace}/{name}"), "The last restore from the snapshot failed; taking off the finalizer an earlier restore kept for it");
-            self.release_snapshot(&namespace, &name, "").await;
+            self.release_snapshot(&namespace, &name, "", None).await;
         }
     }
 
     /// Takes our finalizer off the snapshot unless an attempt other than `uid`'s (`""`: none
-    /// of ours) still restores from it.
-    async fn release_snapshot(&self, namespace: &str, name: &str, uid: &str) {
+    /// of ours) still restores from it. `ours`: the snapshot as our add left it, if known.
+    async fn release_snapshot(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        ours: Option<DynamicObject>,
+    ) {
         let api = snapshots(&self.ctx.background_client, namespace);
         // A cached copy without our finalizer may predate our adding it (a fast driver): then
         // our own write is the newer version, or else the snapshot is read (upstream always
         // reads it). Missing it would leave the finalizer until the sweep, or for ever with
         // the sweep off. A version that turns out stale costs a conflict and a re-read.
-        let ours = self.protected_snapshots.lock().remove(uid);
         let key = (namespace.to_string(), name.to_string());
-        let turn = self.snapshot_use.turn(&key);
+        let turn = self.snapshots.turn(&key);
         let _turn = turn.lock().await;
-        let others = self.snapshot_use.with(|r| {
+        let others = self.snapshots.with(|r| {
             let others = r.others(&key, uid);
             r.owe(&key, others > 0);
             others
@@ -225,6 +221,7 @@ impl ClaimsController {
             return;
         }
         let cached = self
+            .snapshots
             .cached_snapshot(namespace, name)
             .filter(|o| has_finalizer(&o.metadata, names::SNAPSHOT_SOURCE_FINALIZER));
         let current = match cached.or(ours) {
@@ -240,7 +237,7 @@ impl ClaimsController {
                     .map(|stored| {
                         if let Some(stored) = stored {
                             let version = Version::of(&stored.metadata);
-                            self.snapshot_use
+                            self.snapshots
                                 .with(|r| r.wrote(key.clone(), false, version, Instant::now()));
                         }
                     })
@@ -265,40 +262,26 @@ impl ClaimsController {
                 provisioning::data_source::snapshot::wanted_by(&claim).contains(&(namespace, name));
             wanted |= wants;
             let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-            if wants && self.memory.hold(uid).is_some_and(|h| h.awaits_snapshot) {
+            if wants && self.records.hold(uid).is_some_and(|h| h.awaits_snapshot) {
                 klog::v!(4, claim = %claim_name(&claim), snapshot = %format!("{namespace}/{name}"), "Snapshot is ready; retrying now");
-                self.memory.set_hold(uid, None);
+                self.records.set_hold(uid, None);
                 self.enqueue(&claim);
             }
         }
         if wanted {
-            let now = Instant::now();
-            let mut ready = self.ready_snapshots.lock();
-            // Only attempts still running can need an entry: forget old ones.
-            ready.retain(|_, at| now.duration_since(*at) < READY_MEMORY);
-            ready.insert((namespace.to_string(), name.to_string()), now);
+            let key = (namespace.to_string(), name.to_string());
+            self.snapshots.seen_ready(key, Instant::now());
         }
-    }
-
-    /// Whether the snapshot `source` names was seen ready after `since` (see
-    /// [`Self::snapshot_ready`]).
-    pub(super) fn snapshot_ready_since(&self, source: &DataSource, since: Instant) -> bool {
-        source.kind == SourceKind::Snapshot
-            && self
-                .ready_snapshots
-                .lock()
-                .get(&(source.namespace.clone(), source.name.clone()))
-                .is_some_and(|at| *at >= since)
     }
 
     /// The VolumeSnapshotContent watch started (its cache, after the first list) or cannot run.
     pub fn set_content_cache(&self, cache: Option<Store<DynamicObject>>) {
-        *self.content_cache.lock() = cache;
+        self.snapshots.set_content_cache(cache);
     }
 
     /// The VolumeSnapshot watch started (its cache, after the first list) or cannot run.
     pub fn set_snapshot_watch(&self, cache: Option<Store<DynamicObject>>) {
-        *self.snapshot_cache.lock() = cache;
+        self.snapshots.set_snapshot_cache(cache);
     }
 
     /// The hold after a failed restore attempt ([`retry::restore_hold`] decides); `None`:
@@ -309,23 +292,18 @@ impl ClaimsController {
         source: &DataSource,
         attempt_began: Instant,
     ) -> Option<Duration> {
-        let awaiting_snapshot = self.awaiting_snapshot.lock().remove(uid);
+        let awaiting_snapshot = self
+            .records
+            .existing(uid, |r| std::mem::take(&mut r.awaiting_snapshot))
+            .unwrap_or(false);
         let from_snapshot = source.kind == SourceKind::Snapshot;
+        let key = (source.namespace.clone(), source.name.clone());
         let attempt = retry::RestoreAttempt {
             from_snapshot,
-            ready_during_attempt: from_snapshot && self.snapshot_ready_since(source, attempt_began),
+            ready_during_attempt: from_snapshot && self.snapshots.ready_since(&key, attempt_began),
             awaiting_snapshot,
-            watch_running: self.snapshot_cache.lock().is_some(),
+            watch_running: self.snapshots.watch_running(),
         };
         retry::restore_hold(attempt, self.ctx.opts.retry_interval_max)
     }
-}
-
-/// `key` from a watch's cache, while that watch runs.
-fn cached(
-    cache: &parking_lot::Mutex<Option<Store<DynamicObject>>>,
-    key: &ObjectRef<DynamicObject>,
-) -> Option<DynamicObject> {
-    let store = cache.lock().clone()?;
-    store.get(key).map(|o| (*o).clone())
 }

@@ -15,7 +15,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kube::api::DynamicObject;
+use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
+
+use crate::data_source_api::{content_resource, snapshot_resource};
 
 /// A snapshot: namespace and name.
 pub(crate) type SnapshotKey = (String, String);
@@ -152,29 +156,7 @@ impl Restorers {
     }
 }
 
-/// The shared state: the bookkeeping, the turns, and the owed releases on their way to the
-/// task that makes them (an attempt ends in a `Drop`, which cannot write).
-#[derive(Debug)]
-pub(crate) struct SnapshotUse {
-    restorers: Arc<Mutex<Restorers>>,
-    turns: Mutex<HashMap<SnapshotKey, Arc<tokio::sync::Mutex<()>>>>,
-    owed_tx: tokio::sync::mpsc::UnboundedSender<SnapshotKey>,
-    owed_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<SnapshotKey>>>,
-}
-
-impl Default for SnapshotUse {
-    fn default() -> Self {
-        let (owed_tx, owed_rx) = tokio::sync::mpsc::unbounded_channel();
-        Self {
-            restorers: Arc::default(),
-            turns: Mutex::default(),
-            owed_tx,
-            owed_rx: Mutex::new(Some(owed_rx)),
-        }
-    }
-}
-
-impl SnapshotUse {
+impl Snapshots {
     /// The turn whose holder alone looks at and writes our finalizer on the snapshot. Turns
     /// no one holds or waits for are dropped on the way.
     pub(crate) fn turn(&self, key: &SnapshotKey) -> Arc<tokio::sync::Mutex<()>> {
@@ -204,7 +186,94 @@ impl SnapshotUse {
     }
 }
 
-/// See [`SnapshotUse::attempt`].
+/// What the claim controller knows of snapshots: the two watches' caches (while they run),
+/// when each wanted snapshot was last seen ready, which attempts restore from which, the turns
+/// on our finalizer, and the owed releases on their way to the task that makes them (an
+/// attempt ends in a `Drop`, which cannot write).
+pub(crate) struct Snapshots {
+    snapshot_cache: Mutex<Option<Store<DynamicObject>>>,
+    content_cache: Mutex<Option<Store<DynamicObject>>>,
+    /// Snapshots a waiting claim wants, by when they were seen ready.
+    ready: Mutex<HashMap<SnapshotKey, Instant>>,
+    restorers: Arc<Mutex<Restorers>>,
+    turns: Mutex<HashMap<SnapshotKey, Arc<tokio::sync::Mutex<()>>>>,
+    owed_tx: tokio::sync::mpsc::UnboundedSender<SnapshotKey>,
+    owed_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<SnapshotKey>>>,
+}
+
+impl Default for Snapshots {
+    fn default() -> Self {
+        let (owed_tx, owed_rx) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            snapshot_cache: Mutex::default(),
+            content_cache: Mutex::default(),
+            ready: Mutex::default(),
+            restorers: Arc::default(),
+            turns: Mutex::default(),
+            owed_tx,
+            owed_rx: Mutex::new(Some(owed_rx)),
+        }
+    }
+}
+
+/// How long a snapshot's readiness is remembered for attempts that were reading it meanwhile
+/// (far longer than any attempt runs).
+const READY_MEMORY: Duration = Duration::from_secs(600);
+
+impl Snapshots {
+    /// The VolumeSnapshot watch started (its cache, after the first list) or cannot run.
+    pub(crate) fn set_snapshot_cache(&self, cache: Option<Store<DynamicObject>>) {
+        *self.snapshot_cache.lock() = cache;
+    }
+
+    /// The VolumeSnapshotContent watch started (its cache, after the first list) or cannot run.
+    pub(crate) fn set_content_cache(&self, cache: Option<Store<DynamicObject>>) {
+        *self.content_cache.lock() = cache;
+    }
+
+    /// Whether the VolumeSnapshot watch runs (a ready snapshot then wakes its claims).
+    pub(crate) fn watch_running(&self) -> bool {
+        self.snapshot_cache.lock().is_some()
+    }
+
+    /// The snapshot as the watch last saw it (`None`: not seen, or no watch).
+    pub(crate) fn cached_snapshot(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
+        let key = ObjectRef::new_with(name, snapshot_resource()).within(namespace);
+        cached(&self.snapshot_cache, &key)
+    }
+
+    /// The content as its watch last saw it (`None`: not seen, or no watch).
+    pub(crate) fn cached_content(&self, name: &str) -> Option<DynamicObject> {
+        cached(
+            &self.content_cache,
+            &ObjectRef::new_with(name, content_resource()),
+        )
+    }
+
+    /// A snapshot some waiting claim wants was seen ready `now`.
+    pub(crate) fn seen_ready(&self, key: SnapshotKey, now: Instant) {
+        let mut ready = self.ready.lock();
+        // Only attempts still running can need an entry: forget old ones.
+        ready.retain(|_, at| now.duration_since(*at) < READY_MEMORY);
+        ready.insert(key, now);
+    }
+
+    /// Whether the snapshot was seen ready after `since`.
+    pub(crate) fn ready_since(&self, key: &SnapshotKey, since: Instant) -> bool {
+        self.ready.lock().get(key).is_some_and(|at| *at >= since)
+    }
+}
+
+/// `key` from a watch's cache, while that watch runs.
+fn cached(
+    cache: &Mutex<Option<Store<DynamicObject>>>,
+    key: &ObjectRef<DynamicObject>,
+) -> Option<DynamicObject> {
+    let store = cache.lock().clone()?;
+    store.get(key).map(|o| (*o).clone())
+}
+
+/// See [`Snapshots::attempt`].
 #[derive(Debug)]
 pub(crate) struct Attempt {
     restorers: Arc<Mutex<Restorers>>,
@@ -354,7 +423,7 @@ mod tests {
 
     #[test]
     fn a_failed_attempt_sends_what_it_owes_when_dropped() {
-        let uses = SnapshotUse::default();
+        let uses = Snapshots::default();
         let mut owed = uses.take_owed().expect("the receiver");
         assert!(uses.take_owed().is_none(), "one task makes the releases");
         let first = uses.attempt("a");
@@ -376,7 +445,7 @@ mod tests {
 
     #[test]
     fn an_attempt_ends_its_registrations_when_dropped() {
-        let uses = SnapshotUse::default();
+        let uses = Snapshots::default();
         let attempt = uses.attempt("a");
         uses.with(|r| r.begin(key("s"), "a"));
         assert_eq!(uses.with(|r| r.others(&key("s"), "b")), 1);
@@ -386,7 +455,7 @@ mod tests {
 
     #[test]
     fn turns_are_shared_while_held_and_dropped_after() {
-        let uses = SnapshotUse::default();
+        let uses = Snapshots::default();
         let first = uses.turn(&key("s"));
         let again = uses.turn(&key("s"));
         assert!(Arc::ptr_eq(&first, &again));

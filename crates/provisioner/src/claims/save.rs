@@ -10,7 +10,6 @@ use provisioning::attempt::VolumeState;
 use provisioning::errors::ProvisionError;
 use provisioning::names;
 
-use super::fail::Failed;
 use super::{ClaimError, ClaimsController, SyncError, bound_uid, claim_name};
 
 impl ClaimsController {
@@ -19,11 +18,12 @@ impl ClaimsController {
     pub(super) async fn save_unsaved_pv(
         &self,
         claim: &PersistentVolumeClaim,
-        pv: PersistentVolume,
     ) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let started = self.memory.started(&uid);
-        self.save_pv(claim, pv, started).await
+        match self.records.existing(&uid, |r| r.unsaved_pv.clone()) {
+            Some(Some(pv)) => self.save_pv(claim, pv, self.records.started(&uid)).await,
+            _ => Ok(()),
+        }
     }
 
     /// Creates the PV. An existing PV bound to this claim counts as success (a retry after a
@@ -37,9 +37,6 @@ impl ClaimsController {
     ) -> Result<(), SyncError> {
         let ctx = &self.ctx;
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let class = provisioning::claim::class_name(claim)
-            .unwrap_or_default()
-            .to_string();
         let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
         let name = pv.metadata.name.clone().unwrap_or_default();
         // What was stored is recorded as our write: the next sync sees the PV before the cache
@@ -74,20 +71,14 @@ impl ClaimsController {
         match saved {
             Ok(true) => {}
             Ok(false) => {
-                self.memory
+                self.records
                     .set_volume_state(&uid, VolumeState::Collision, None);
-                let failed = Failed {
-                    class: &class,
-                    class_uid: None,
-                    infeasible: false,
-                };
-                return self
-                    .fail_named(claim, failed, ProvisionError::name_collision(&name))
-                    .await;
+                let err = ProvisionError::name_collision(&name);
+                return self.fail_saving(claim, err).await;
             }
             Err(message) => {
                 tracing::error!(pv = %name, err = %message, "Failed to save PersistentVolume; will retry");
-                self.memory.keep_unsaved_pv(&uid, pv);
+                self.records.with(&uid, |r| r.unsaved_pv = Some(pv));
                 return Err(ClaimError::SavePv {
                     claim: claim_name(claim),
                     pv: name,
@@ -97,7 +88,7 @@ impl ClaimsController {
             }
         }
         // The PV owns the volume now; the PV cache shows our create until the watch does.
-        self.memory.forget(&uid);
+        self.records.forget(&uid);
         let reference = provisioning::pv::claim_reference(claim);
         ctx.recorder.event(
             &reference,
@@ -124,19 +115,19 @@ impl ClaimsController {
         reason: &str,
     ) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        self.memory.drop_unsaved_pv(&uid);
+        self.records.existing(&uid, |r| r.unsaved_pv = None);
         let mut message = format!(
             "Error creating provisioned PV object for claim {}: {reason}. Deleting the volume.",
             claim_name(claim)
         );
-        let created = match self.memory.volume_state(&uid, false) {
+        let created = match self.records.volume_state(&uid, false) {
             VolumeState::Created(id) => Some(id),
             _ => None,
         };
-        match (created, self.memory.last_request(&uid)) {
+        match (created, self.records.last_request(&uid)) {
             (Some(id), Some(request)) => {
                 if self.delete_unkept(&uid, &id, &request).await {
-                    self.memory
+                    self.records
                         .set_volume_state(&uid, VolumeState::MayExist, Some(request));
                 } else {
                     message.push_str(&format!(
@@ -146,15 +137,7 @@ impl ClaimsController {
             }
             _ => message.push_str(&format!(" The volume of PV {pv} is not known any more.")),
         }
-        let class = provisioning::claim::class_name(claim)
-            .unwrap_or_default()
-            .to_string();
-        let failed = Failed {
-            class: &class,
-            class_uid: None,
-            infeasible: false,
-        };
-        self.fail_named(claim, failed, ProvisionError::background(message))
+        self.fail_saving(claim, ProvisionError::background(message))
             .await
     }
 }

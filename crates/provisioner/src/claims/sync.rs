@@ -1,17 +1,15 @@
-//! Step 1, sync: read the claim through our own writes, save a PV left unsaved, and let
-//! [`provisioning::lifecycle::decide`] pick the next step.
+//! Step 1, sync: read the claim through our own writes, gather the facts once, let
+//! [`provisioning::claim_step::next_step`] pick the step, and carry it out.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::ObjectRef;
-use provisioning::claim::{ShouldProvision, should_provision};
-use provisioning::data_source::clone::guards_source;
-use provisioning::lifecycle::{Step, bound_elsewhere, decide, has_finalizer};
+use provisioning::claim_step::{ClaimFacts, NodeFacts, Step, next_step};
+use provisioning::distributed::{NodeOwner, node_owner};
 
-use super::protection;
-use super::race::NodeStep;
-use super::{ClaimError, ClaimKey, ClaimsController, SyncError, bound_uid};
+use super::{ClaimError, ClaimKey, ClaimsController, SyncError, bound_uid, claim_name};
 
 impl ClaimsController {
     pub(super) async fn sync(&self, key: &ClaimKey) -> Result<(), SyncError> {
@@ -30,145 +28,126 @@ impl ClaimsController {
             .get(&reference)
             .is_none_or(|c| c.metadata.uid.as_deref() != Some(uid.as_str()))
         {
-            self.memory.forget(&uid);
+            self.records.forget(&uid);
         }
         result
     }
 
-    pub(super) async fn sync_claim(
-        &self,
-        claim: Arc<PersistentVolumeClaim>,
-    ) -> Result<(), SyncError> {
-        let key = &ClaimKey::of(&claim);
-        let uid = claim.metadata.uid.clone().unwrap_or_default();
-        let ours = provisioning::claim::is_ours(&claim, &self.ctx.driver.name);
-        // A created volume whose PV did not save yet: save it first, whatever else changed.
-        if ours
-            && claim.metadata.deletion_timestamp.is_none()
-            && let Some(pv) = self.memory.unsaved_pv(&uid)
-        {
-            return self.save_unsaved_pv(&claim, pv).await;
-        }
-        if protection::is_held_source(&claim)
-            && self.ctx.driver.capabilities.clone_volume
-            && guards_source(&claim, &self.ctx.driver.name)
-        {
-            self.protect_clone_source(&claim).await?;
-        }
+    async fn sync_claim(&self, claim: Arc<PersistentVolumeClaim>) -> Result<(), SyncError> {
         let class = self.class_of(&claim);
-        // A claim this node gave back while a volume of it may exist here.
-        if ours && let Some(done) = self.left_here(&claim).await {
-            return done;
+        let class = class.as_deref();
+        let mut step = next_step(&self.facts(&claim, class));
+        if step == Step::ProtectSource {
+            self.protect_clone_source(&claim).await?;
+            let facts = self.facts(&claim, class);
+            step = next_step(&ClaimFacts {
+                source_checked: true,
+                ..facts
+            });
         }
-        if ours {
-            match self.node_step(&claim, class.as_deref()) {
-                NodeStep::Continue => {}
-                NodeStep::Skip => return Ok(()),
-                // A claim waiting for its node (late binding, or Immediate without
-                // `--node-deployment-immediate-binding`) may hold the admission policy's
-                // finalizer, and no node will ever take it once it is deleted.
-                NodeStep::Wait if claim.metadata.deletion_timestamp.is_some() => {
-                    return self.let_go_unclaimed(&claim).await;
-                }
-                NodeStep::Wait => {
-                    return match class.as_deref() {
-                        Some(class) => self.report_no_room(&claim, class),
-                        None => Ok(()),
-                    };
-                }
-                NodeStep::Race => {
-                    return match class.as_deref() {
-                        Some(class) => self.race(&claim, class).await,
-                        None => Ok(()),
-                    };
-                }
+        // Taken by a node: this instance waits on it no more (what it holds in flight is
+        // pruned by `in_flight`).
+        if let (Some(node), Some(class)) = (&self.ctx.node, class)
+            && let NodeOwner::ThisNode | NodeOwner::OtherNode =
+                node_owner(&claim, class, &node.name, node.immediate_binding)
+        {
+            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+            self.records.existing(uid, |r| r.race.forget_wait());
+        }
+        klog::v!(5, claim = %claim_name(&claim), step = ?step, "Syncing claim");
+        self.execute(step, &claim, class).await
+    }
+
+    /// Everything [`next_step`] looks at, from the caches and the claim's record.
+    fn facts<'a>(
+        &'a self,
+        claim: &'a PersistentVolumeClaim,
+        class: Option<&'a StorageClass>,
+    ) -> ClaimFacts<'a> {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        ClaimFacts {
+            claim,
+            class,
+            driver: &self.ctx.driver.name,
+            can_clone: self.ctx.driver.capabilities.clone_volume,
+            node: self.ctx.node.as_ref().map(|n| NodeFacts {
+                name: &n.name,
+                immediate_binding: n.immediate_binding,
+            }),
+            capacity_tracking: self.ctx.capacity.is_some(),
+            started: self.started,
+            // Read through our own writes: a PV we just saved counts before the watch shows it.
+            pv_exists: self.pv_exists(claim),
+            record: self
+                .records
+                .existing(uid, |r| r.facts())
+                .unwrap_or_default(),
+            source_checked: false,
+        }
+    }
+
+    async fn execute(
+        &self,
+        step: Step,
+        claim: &PersistentVolumeClaim,
+        class: Option<&StorageClass>,
+    ) -> Result<(), SyncError> {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        let node = self.ctx.node.as_ref().map(|n| n.name.as_str());
+        match (step, class, node) {
+            (Step::SaveUnsavedPv, ..) => self.save_unsaved_pv(claim).await,
+            (Step::ProtectSource, ..) => self.protect_clone_source(claim).await,
+            (Step::CleanUpLeft, _, Some(node)) => self.clean_up(claim, Some(node)).await,
+            (Step::DropNodeFinalizer, ..) => self.drop_node_finalizer(claim).await,
+            (Step::LetGo, ..) => self.let_go(claim).await,
+            (Step::TakeNode, Some(class), _) => self.race(claim, class).await,
+            // Each instance publishes one node's capacity: the explanation needs every
+            // instance's objects, and one instance to give it.
+            (Step::ExplainWait, Some(class), Some(_)) => self.report_no_room(claim, class),
+            (Step::ExplainWait, Some(class), None) => {
+                self.explain_if_nothing_fits(claim, class);
+                Ok(())
             }
-        }
-        let should = should_provision(&claim, class.as_deref(), &self.ctx.driver.name);
-        // Read through our own writes: a PV we just saved counts before the watch shows it.
-        let pv_exists = self.pv_exists(&claim);
-        // After a restart the finalizer (without the admission policy) is what says a call
-        // may have been made.
-        let may_exist = ours
-            && self
-                .memory
-                .volume_may_exist(&uid, self.earlier_attempt_possible(&claim));
-        let step = bound_elsewhere(
-            decide(&claim, should, ours, ours && pv_exists),
-            &claim,
-            should,
-            ours && pv_exists,
-            may_exist,
-        );
-        if step == Step::Ignore && self.settled(&claim) {
-            self.memory.forget(&uid);
-        }
-        klog::v!(5, claim = %format!("{}/{}", key.namespace, key.name), step = ?step, "Syncing claim");
-        match step {
-            Step::Ignore | Step::WaitForNode => {
-                if should == ShouldProvision::ClassForOtherProvisioner {
-                    klog::v!(4, claim = %format!("{}/{}", key.namespace, key.name), "Class names another provisioner; ignoring claim");
-                }
-                match (&self.ctx.node, class.as_deref()) {
-                    // Each instance publishes one node's capacity: the explanation needs
-                    // every instance's objects, and one instance to give it.
-                    (Some(_), Some(class)) => self.report_no_room(&claim, class),
-                    (Some(_), None) => Ok(()),
-                    (None, _) => {
-                        self.explain_if_nothing_fits(&claim, class.as_deref());
-                        Ok(())
-                    }
-                }
-            }
-            Step::ClassMissing => {
+            (Step::ClassMissing, ..) => {
                 let err = ClaimError::ClassMissing {
-                    class: provisioning::claim::class_name(&claim)
+                    class: provisioning::claim::class_name(claim)
                         .unwrap_or_default()
                         .to_string(),
                 };
                 // At the default verbosity, as upstream's "error syncing claim" line; and a
                 // failed attempt in the metrics, as upstream's shouldProvision error is.
-                tracing::error!(claim = %format!("{}/{}", key.namespace, key.name), "error syncing claim: {err}");
-                let (class_label, source) = provisioning::claim::metric_labels(&claim);
+                tracing::error!(claim = %claim_name(claim), "error syncing claim: {err}");
+                let (class_label, source) = provisioning::claim::metric_labels(claim);
                 self.ctx.metrics.provision_failed(class_label, source);
                 Err(err.into())
             }
-            Step::ReleaseFinalizer => {
-                self.release_later(&claim);
+            (Step::Release, ..) => {
+                self.release_later(claim);
                 Ok(())
             }
-            Step::WaitForProtection => {
-                let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-                self.memory.abort_background_release(uid);
+            (Step::WaitForProtection, ..) => {
+                self.records.abort_background_release(uid);
                 Ok(())
             }
-            Step::Provision => match class {
-                Some(class) => self.provision(&claim, &class).await,
-                None => Ok(()),
-            },
-            Step::CleanUp => self.clean_up(&claim).await,
+            (Step::Provision, Some(class), _) => self.provision(claim, class).await,
+            (Step::CleanUp, ..) => self.clean_up(claim, None).await,
+            (Step::Forget, ..) => {
+                self.records.forget(uid);
+                Ok(())
+            }
+            (Step::Nothing, ..) => {
+                let driver = &self.ctx.driver.name;
+                let should = provisioning::claim::should_provision(claim, class, driver);
+                if should == provisioning::claim::ShouldProvision::ClassForOtherProvisioner {
+                    klog::v!(4, claim = %claim_name(claim), "Class names another provisioner; ignoring claim");
+                }
+                Ok(())
+            }
+            // Never chosen without the class or node they need.
+            (Step::CleanUpLeft | Step::TakeNode | Step::ExplainWait | Step::Provision, ..) => {
+                Ok(())
+            }
         }
-    }
-
-    /// Nothing is pending for the claim: it is bound (or another driver's) and holds no finalizer
-    /// of ours, and no PV of ours waits to be saved.
-    pub(super) fn settled(&self, claim: &PersistentVolumeClaim) -> bool {
-        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
-        // A call that ended without an answer, or a volume no PV holds, may leave a volume no
-        // PV owns: kept until the claim is Bound (`bound_elsewhere`), even when the finalizer
-        // went with the binding (an admission policy rendered before it kept it for claims bound
-        // elsewhere).
-        if has_finalizer(claim)
-            || self.memory.unsaved_pv(uid).is_some()
-            || self.memory.volume_may_exist(uid, false)
-        {
-            return false;
-        }
-        claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.volume_name.as_deref())
-            .is_some_and(|v| !v.is_empty())
     }
 
     /// Whether a PV for this claim exists: the PV named for it and bound to its UID (read

@@ -1,5 +1,6 @@
-//! What the claim controller remembers between attempts. Nothing here is needed for
-//! correctness after a restart (the claim's finalizer is); it saves CSI and API calls.
+//! What the claim controller remembers about each claim: one [`ClaimRecord`] per claim UID, in
+//! one store with one [`Records::forget`]. Nothing here is needed for correctness after a
+//! restart (the claim's finalizer is); it saves CSI and API calls.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -7,17 +8,16 @@ use std::time::Instant;
 use csi::v1::{CreateVolumeRequest, TopologyRequirement};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use parking_lot::Mutex;
-use provisioning::attempt::{VolumeState, may_release};
+use provisioning::attempt::VolumeState;
 use provisioning::retry::Hold;
 use tokio::task::AbortHandle;
 
-/// Per-claim memory, keyed by claim UID.
+use super::race::Race;
+
+/// Every claim's record, keyed by claim UID.
 #[derive(Default)]
-pub struct Memory {
-    claims: Mutex<HashMap<String, ClaimMemory>>,
-    /// Claims whose finalizer release is under way, and on which lane (one task per claim and
-    /// lane at a time).
-    releasing: Mutex<HashMap<String, Release>>,
+pub struct Records {
+    claims: Mutex<HashMap<String, ClaimRecord>>,
 }
 
 /// A finalizer release under way.
@@ -36,8 +36,9 @@ pub enum Lane {
     Foreground,
 }
 
-#[derive(Default, Clone)]
-struct ClaimMemory {
+/// Everything remembered about one claim.
+#[derive(Default)]
+pub struct ClaimRecord {
     /// What this process knows about the claim's volume (`None`: no record yet; see
     /// [`VolumeState::initial`]).
     volume: Option<VolumeState>,
@@ -46,7 +47,7 @@ struct ClaimMemory {
     last_request: Option<CreateVolumeRequest>,
     /// A PV built for a created volume whose save failed: saved again on every sync until it
     /// lands, whatever happens to the StorageClass (upstream's unsaved-PV queue).
-    unsaved_pv: Option<PersistentVolume>,
+    pub(super) unsaved_pv: Option<PersistentVolume>,
     /// Topology computed on the first attempt for this selected node, reused on retries so a
     /// retried CreateVolume asks for the same placement (upstream's fix for leaked volumes).
     topology: Option<(Option<String>, Option<TopologyRequirement>)>,
@@ -59,9 +60,31 @@ struct ClaimMemory {
     /// Finalizer releases that failed in a row: the backoff of the next (a release runs on its
     /// own task, after the sync that started it was counted a success).
     release_failures: u32,
+    /// The finalizer release under way, and on which lane (one task per lane at a time).
+    release: Option<Release>,
+    /// A deleting clone source: the pending clones last reported in an event.
+    pub(super) clone_hold: Option<Vec<String>>,
+    /// The last attempt found its snapshot missing or not ready.
+    pub(super) awaiting_snapshot: bool,
+    /// The snapshot as our adding the source-protection finalizer left it, so that its
+    /// removal after the restore needs no read when the watch lags behind.
+    pub(super) protected_snapshot: Option<kube::api::DynamicObject>,
+    /// Distributed provisioning: this instance's wait on the claim, and its take of it.
+    pub(super) race: Race,
+    /// Forgotten but for what outlives the claim ([`Race::outlives`]): not counted.
+    forgotten: bool,
 }
 
-impl ClaimMemory {
+impl ClaimRecord {
+    /// What [`provisioning::claim_step::next_step`] needs of the record.
+    pub fn facts(&self) -> provisioning::claim_step::RecordFacts {
+        provisioning::claim_step::RecordFacts {
+            volume: self.volume.clone(),
+            unsaved_pv: self.unsaved_pv.is_some(),
+            clone_hold: self.clone_hold.is_some(),
+        }
+    }
+
     /// The request is kept only while a volume may exist without a PV (the earlier one when
     /// none is given), and a PV to save only while the created volume is ours.
     fn record(&mut self, state: VolumeState, request: Option<CreateVolumeRequest>) {
@@ -77,9 +100,34 @@ impl ClaimMemory {
     }
 }
 
-impl Memory {
-    fn with<R>(&self, uid: &str, f: impl FnOnce(&mut ClaimMemory) -> R) -> R {
-        f(self.claims.lock().entry(uid.to_string()).or_default())
+impl Records {
+    /// `f` over the claim's record, made if there is none.
+    pub fn with<R>(&self, uid: &str, f: impl FnOnce(&mut ClaimRecord) -> R) -> R {
+        let mut claims = self.claims.lock();
+        let record = claims.entry(uid.to_string()).or_default();
+        record.forgotten = false;
+        f(record)
+    }
+
+    /// `f` over the claim's record if there is one (none is made).
+    pub fn existing<R>(&self, uid: &str, f: impl FnOnce(&mut ClaimRecord) -> R) -> Option<R> {
+        self.claims.lock().get_mut(uid).map(f)
+    }
+
+    /// The sum of `f` over every record (with its claim's UID). Saturating: a request of
+    /// exabytes parses to i64::MAX, and two of them would wrap.
+    pub fn sum(&self, mut f: impl FnMut(&str, &mut ClaimRecord) -> i64) -> i64 {
+        let mut claims = self.claims.lock();
+        claims
+            .iter_mut()
+            .fold(0_i64, |sum, (uid, r)| sum.saturating_add(f(uid, r)))
+    }
+
+    /// Drops every record whose claim was forgotten and whose kept part is over.
+    pub fn prune(&self, now: Instant) {
+        self.claims
+            .lock()
+            .retain(|_, r| !r.forgotten || r.race.outlives(now));
     }
 
     /// Whether a release on `lane` may start now: none is under way for this claim, or only a
@@ -87,24 +135,25 @@ impl Memory {
     /// That background release is aborted: its copy of the claim predates the deletion, so
     /// sending it would only cost a conflict and a re-read.
     pub fn start_release(&self, uid: &str, lane: Lane) -> bool {
-        let mut releasing = self.releasing.lock();
-        if let Some(current) = releasing.get(uid) {
-            if current.lane >= lane {
-                return false;
+        self.with(uid, |r| {
+            if let Some(current) = &r.release {
+                if current.lane >= lane {
+                    return false;
+                }
+                if let Some(task) = &current.task {
+                    task.abort();
+                }
             }
-            if let Some(task) = &current.task {
-                task.abort();
-            }
-        }
-        releasing.insert(uid.to_string(), Release { lane, task: None });
-        true
+            r.release = Some(Release { lane, task: None });
+            true
+        })
     }
 
     /// The task of the release [`start_release`](Self::start_release) allowed on `lane`; it is
     /// aborted at once if a faster release superseded it meanwhile.
     pub fn track_release(&self, uid: &str, lane: Lane, task: AbortHandle) {
-        let mut releasing = self.releasing.lock();
-        match releasing.get_mut(uid) {
+        let mut claims = self.claims.lock();
+        match claims.get_mut(uid).and_then(|r| r.release.as_mut()) {
             Some(current) if current.lane == lane && current.task.is_none() => {
                 current.task = Some(task);
             }
@@ -117,15 +166,16 @@ impl Memory {
     /// Aborts a background release that has not finished: the claim changed (it was deleted),
     /// so the copy it would send is stale. A later sync starts a new release when it is time.
     pub fn abort_background_release(&self, uid: &str) {
-        let mut releasing = self.releasing.lock();
-        if let Some(current) = releasing.get(uid)
-            && current.lane == Lane::Background
-        {
-            if let Some(task) = &current.task {
-                task.abort();
+        self.existing(uid, |r| {
+            if let Some(current) = &r.release
+                && current.lane == Lane::Background
+            {
+                if let Some(task) = &current.task {
+                    task.abort();
+                }
+                r.release = None;
             }
-            releasing.remove(uid);
-        }
+        });
     }
 
     /// A release of the claim's finalizer failed: returns how many failed in a row before this
@@ -140,20 +190,35 @@ impl Memory {
 
     /// A release on `lane` ended (a later one on a faster lane keeps its entry).
     pub fn end_release(&self, uid: &str, lane: Lane) {
-        let mut releasing = self.releasing.lock();
-        if releasing.get(uid).is_some_and(|r| r.lane == lane) {
-            releasing.remove(uid);
+        self.existing(uid, |r| {
+            if r.release.as_ref().is_some_and(|r| r.lane == lane) {
+                r.release = None;
+            }
+        });
+    }
+
+    /// Drops everything remembered for a claim (deleted, or settled with its PV), but for the
+    /// failures of this node's attempts, which outlive it for a while ([`Race::outlives`]).
+    pub fn forget(&self, uid: &str) {
+        let mut claims = self.claims.lock();
+        if let Some(record) = claims.remove(uid)
+            && let Some(race) = record.race.kept(Instant::now())
+        {
+            let forgotten = true;
+            claims.insert(
+                uid.to_string(),
+                ClaimRecord {
+                    race,
+                    forgotten,
+                    ..Default::default()
+                },
+            );
         }
     }
 
-    /// Drops everything remembered for a claim (deleted, or settled with its PV).
-    pub fn forget(&self, uid: &str) {
-        self.claims.lock().remove(uid);
-    }
-
-    /// How many claims have an entry: bounded by the live claims of our driver.
+    /// How many claims have a record: bounded by the live claims of our driver.
     pub fn len(&self) -> usize {
-        self.claims.lock().len()
+        self.claims.lock().values().filter(|r| !r.forgotten).count()
     }
 
     /// What is known about the claim's volume; `earlier_attempt` (an earlier process may have
@@ -164,13 +229,6 @@ impl Memory {
             .get(uid)
             .and_then(|m| m.volume.clone())
             .unwrap_or_else(|| VolumeState::initial(earlier_attempt))
-    }
-
-    /// Whether a volume of the claim may exist that no PV owns: a call of this process ended
-    /// without an answer, or made a volume no PV holds yet, or (`earlier_attempt`, for a claim
-    /// this process has no record of) an earlier process may have called CreateVolume.
-    pub fn volume_may_exist(&self, uid: &str, earlier_attempt: bool) -> bool {
-        !may_release(&self.volume_state(uid, earlier_attempt))
     }
 
     /// Records the state after an attempt, with the request it sent while a volume may exist.
@@ -201,33 +259,16 @@ impl Memory {
             .and_then(|m| m.last_request.clone())
     }
 
-    pub fn keep_unsaved_pv(&self, uid: &str, pv: PersistentVolume) {
-        self.with(uid, |m| m.unsaved_pv = Some(pv));
-    }
-
-    pub fn drop_unsaved_pv(&self, uid: &str) {
-        if let Some(m) = self.claims.lock().get_mut(uid) {
-            m.unsaved_pv = None;
-        }
-    }
-
-    pub fn unsaved_pv(&self, uid: &str) -> Option<PersistentVolume> {
-        self.claims
-            .lock()
-            .get(uid)
-            .and_then(|m| m.unsaved_pv.clone())
-    }
-
     /// The hold a failed attempt put on the next one.
     pub fn hold(&self, uid: &str) -> Option<Hold> {
         self.claims.lock().get(uid).and_then(|m| m.hold.clone())
     }
 
     pub fn set_hold(&self, uid: &str, hold: Option<Hold>) {
-        if hold.is_none() && !self.claims.lock().contains_key(uid) {
-            return;
+        match hold {
+            None => drop(self.existing(uid, |m| m.hold = None)),
+            hold => self.with(uid, |m| m.hold = hold),
         }
-        self.with(uid, |m| m.hold = hold);
     }
 
     /// The cached topology for this selected node, if any.
@@ -288,7 +329,7 @@ mod tests {
 
     #[test]
     fn topology_is_reused_only_for_the_same_node() {
-        let m = Memory::default();
+        let m = Records::default();
         let req = TopologyRequirement::default();
         m.remember_topology("u", Some("n1"), Some(req.clone()));
         assert_eq!(m.topology("u", Some("n1")), Some(Some(req)));
@@ -299,7 +340,7 @@ mod tests {
 
     #[test]
     fn explanations_are_posted_once_per_message() {
-        let m = Memory::default();
+        let m = Records::default();
         assert!(m.explain_once("u", "a"));
         assert!(!m.explain_once("u", "a"));
         assert!(m.explain_once("u", "b"));
@@ -307,7 +348,7 @@ mod tests {
 
     #[test]
     fn failed_releases_count_up_until_the_claim_is_forgotten() {
-        let m = Memory::default();
+        let m = Records::default();
         assert_eq!(
             [
                 m.release_failed("u"),
@@ -327,7 +368,7 @@ mod tests {
     #[test]
     fn one_release_at_a_time_per_claim_and_lane() {
         use Lane::*;
-        let m = Memory::default();
+        let m = Records::default();
         assert!(m.start_release("u", Background));
         assert!(!m.start_release("u", Background));
         assert!(m.start_release("v", Background));
@@ -347,7 +388,7 @@ mod tests {
     #[tokio::test]
     async fn a_deleted_claims_release_aborts_the_waiting_background_one() {
         use Lane::*;
-        let m = Memory::default();
+        let m = Records::default();
         assert!(m.start_release("u", Background));
         // Stands for a request waiting for a free token.
         let waiting = tokio::spawn(std::future::pending::<()>());
@@ -384,7 +425,7 @@ mod tests {
 
     #[test]
     fn forget_drops_everything() {
-        let m = Memory::default();
+        let m = Records::default();
         m.set_volume_state("u", VolumeState::Created("vol-1".into()), None);
         assert_eq!(m.len(), 1);
         m.forget("u");
@@ -398,7 +439,7 @@ mod tests {
 
     #[test]
     fn the_first_state_is_recorded_without_losing_a_kept_request() {
-        let m = Memory::default();
+        let m = Records::default();
         assert_eq!(m.volume_state_recorded("u", false), VolumeState::None);
         // The finalizer goes on now: still None, not an earlier process's Unknown.
         assert_eq!(m.volume_state("u", true), VolumeState::None);
@@ -413,17 +454,17 @@ mod tests {
 
     #[test]
     fn a_pv_is_kept_for_saving_only_while_its_volume_is_ours() {
-        let m = Memory::default();
+        let m = Records::default();
         m.set_volume_state("u", VolumeState::Created("vol".into()), None);
-        m.keep_unsaved_pv("u", PersistentVolume::default());
-        assert!(m.unsaved_pv("u").is_some());
+        m.with("u", |r| r.unsaved_pv = Some(PersistentVolume::default()));
+        assert!(m.existing("u", |r| r.unsaved_pv.is_some()).unwrap());
         m.set_volume_state("u", VolumeState::Collision, None);
-        assert!(m.unsaved_pv("u").is_none());
+        assert!(m.existing("u", |r| r.unsaved_pv.is_none()).unwrap());
     }
 
     #[test]
     fn the_request_is_kept_only_while_a_volume_may_exist() {
-        let m = Memory::default();
+        let m = Records::default();
         let request = CreateVolumeRequest {
             name: "pvc-u".into(),
             ..Default::default()
@@ -435,22 +476,5 @@ mod tests {
         assert_eq!(m.last_request("u"), Some(request.clone()));
         m.set_volume_state("u", VolumeState::None, Some(request));
         assert_eq!(m.last_request("u"), None);
-    }
-
-    #[test]
-    fn a_volume_may_exist_after_an_unanswered_call_a_created_volume_or_an_earlier_process() {
-        let m = Memory::default();
-        // No record: only an earlier process's call (the claim holds our finalizer) may have
-        // made one.
-        assert!(!m.volume_may_exist("u", false));
-        assert!(m.volume_may_exist("u", true));
-        m.set_volume_state("u", VolumeState::MayExist, None);
-        assert!(m.volume_may_exist("u", false));
-        m.set_volume_state("u", VolumeState::Created("v".into()), None);
-        assert!(m.volume_may_exist("u", false));
-        for nothing in [VolumeState::None, VolumeState::Collision] {
-            m.set_volume_state("u", nothing, None);
-            assert!(!m.volume_may_exist("u", true));
-        }
     }
 }
