@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
-use world::{GI, World, bytes, eventually, key};
+use world::{GI, World, bytes, eventually, key, record_values};
 
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
@@ -260,39 +260,4 @@ async fn without_the_schedulers_capacity_check_the_driver_decides() {
         "{events:?}"
     );
     assert_eq!(w.create_calls(), 1, "one call in all");
-}
-
-type Shown = std::sync::Arc<std::sync::Mutex<BTreeMap<(String, String), Vec<Option<i64>>>>>;
-
-/// Every capacity value each of our objects shows from now on, in order. Returns once the
-/// initial list is in.
-async fn record_values(w: &World) -> (Shown, tokio::task::JoinHandle<()>) {
-    use futures::StreamExt;
-    use kube::runtime::watcher::{self, Event};
-    let shown = Shown::default();
-    let (ready, listed) = tokio::sync::oneshot::channel();
-    let api = w.capacities();
-    let record = shown.clone();
-    let task = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
-        let mut ready = Some(ready);
-        while let Some(event) = stream.next().await {
-            match event.unwrap() {
-                Event::InitDone => {
-                    if let Some(ready) = ready.take() {
-                        let _ = ready.send(());
-                    }
-                }
-                Event::Apply(o) | Event::InitApply(o) => {
-                    let value = bytes(&o);
-                    for (key, _) in world::by_key(vec![o]) {
-                        record.lock().unwrap().entry(key).or_default().push(value);
-                    }
-                }
-                Event::Delete(_) | Event::Init => {}
-            }
-        }
-    });
-    listed.await.unwrap();
-    (shown, task)
 }

@@ -375,3 +375,41 @@ pub async fn owner_chain(client: &Client, ns: &str) -> (Deployment, ReplicaSet, 
         .unwrap();
     (dep, rs, pod)
 }
+
+/// Capacity values seen per object key, in the order shown.
+#[allow(dead_code)] // tests/capacity.rs records none
+pub type Shown = std::sync::Arc<std::sync::Mutex<BTreeMap<(String, String), Vec<Option<i64>>>>>;
+
+/// Every capacity value each of our objects shows from now on, in order: a watch delivers each
+/// version, so a value shown for a moment is recorded too. Returns once the initial list is in.
+#[allow(dead_code)] // tests/capacity.rs records none
+pub async fn record_values(w: &World) -> (Shown, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let shown = Shown::default();
+    let (ready, listed) = tokio::sync::oneshot::channel();
+    let api = w.capacities();
+    let record = shown.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+        let mut ready = Some(ready);
+        while let Some(event) = stream.next().await {
+            match event.unwrap() {
+                Event::InitDone => {
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
+                }
+                Event::Apply(o) | Event::InitApply(o) => {
+                    let value = bytes(&o);
+                    for (key, _) in by_key(vec![o]) {
+                        record.lock().unwrap().entry(key).or_default().push(value);
+                    }
+                }
+                Event::Delete(_) | Event::Init => {}
+            }
+        }
+    });
+    listed.await.unwrap();
+    (shown, task)
+}

@@ -5,33 +5,13 @@
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use testenv::MockDriver;
 
-use super::support::{self, Scenario, eventually};
+use super::support::{self, Scenario, eventually, volumes_of};
 use super::{Instance, nodes_with, on};
 
 /// This node's own finalizer, as `provisioning::distributed::node_finalizer` writes it.
 fn node_finalizer(node: &str) -> String {
     format!("external-provisioner.volume.kubernetes.io/creating-volume-on-{node}")
-}
-
-/// The volumes a node's driver holds now (ListVolumes).
-async fn volumes_of(mock: &MockDriver) -> Vec<String> {
-    let client = csi::Client::connect(
-        &format!("unix://{}", mock.socket.display()),
-        Default::default(),
-    )
-    .await
-    .unwrap();
-    let resp = client
-        .list_volumes(csi::v1::ListVolumesRequest::default())
-        .await
-        .unwrap();
-    resp.entries
-        .into_iter()
-        .filter_map(|e| e.volume)
-        .map(|v| v.volume_id)
-        .collect()
 }
 
 /// Two nodes; node a's first CreateVolume outlives the provisioner's 2 s timeout (the driver

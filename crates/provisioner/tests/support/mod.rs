@@ -362,21 +362,7 @@ impl Scenario {
 
     /// Names of the volumes the driver holds now (ListVolumes through our own CSI client).
     pub async fn driver_volumes(&self) -> Vec<String> {
-        let client = csi::Client::connect(
-            &format!("unix://{}", self.mock().socket.display()),
-            Default::default(),
-        )
-        .await
-        .unwrap();
-        let resp = client
-            .list_volumes(csi::v1::ListVolumesRequest::default())
-            .await
-            .unwrap();
-        resp.entries
-            .into_iter()
-            .filter_map(|e| e.volume)
-            .map(|v| v.volume_id)
-            .collect()
+        volumes_of(self.mock()).await
     }
 }
 
@@ -766,4 +752,23 @@ pub async fn claim_labels(s: &Scenario, name: &str) -> BTreeMap<String, String> 
         .metadata
         .labels
         .unwrap_or_default()
+}
+
+/// Names of the volumes `mock` holds now (ListVolumes through our own CSI client).
+pub async fn volumes_of(mock: &MockDriver) -> Vec<String> {
+    let client = csi::Client::connect(
+        &format!("unix://{}", mock.socket.display()),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    let resp = client
+        .list_volumes(csi::v1::ListVolumesRequest::default())
+        .await
+        .unwrap();
+    resp.entries
+        .into_iter()
+        .filter_map(|e| e.volume)
+        .map(|v| v.volume_id)
+        .collect()
 }
