@@ -72,6 +72,15 @@ pub async fn modify_claim(
     unreachable!("the last attempt returns")
 }
 
+/// Remembers that RBAC refuses us `patch` on claims, and says so once.
+fn patch_refused() {
+    if !PATCH_REFUSED.swap(true, Ordering::Relaxed) {
+        tracing::info!(
+            "Not allowed to patch PersistentVolumeClaims: each claim write reads the claim first (one GET more), so that it keeps what others wrote. Grant patch on persistentvolumeclaims to save it"
+        );
+    }
+}
+
 /// Writes the difference between `before` (the version the change was decided on) and
 /// `after`, and nothing else.
 async fn write(
@@ -101,7 +110,9 @@ async fn write(
             .patch(name, &PatchParams::default(), &Patch::<()>::Json(ops))
             .await
         {
-            Err(kube::Error::Api(e)) if e.code == 403 && refused_verb(&e.message, "patch") => {}
+            Err(kube::Error::Api(e)) if e.code == 403 && refused_verb(&e.message, "patch") => {
+                patch_refused();
+            }
             // The list changed since we read it: as a guarded patch's conflict (re-read).
             Err(kube::Error::Api(mut e)) if e.code == 422 && e.message.contains("test failed") => {
                 e.code = 409;
@@ -118,11 +129,7 @@ async fn write(
             .await
         {
             Err(kube::Error::Api(e)) if e.code == 403 && refused_verb(&e.message, "patch") => {
-                if !PATCH_REFUSED.swap(true, Ordering::Relaxed) {
-                    tracing::info!(
-                        "Not allowed to patch PersistentVolumeClaims: each claim write reads the claim first (one GET more), so that it keeps what others wrote. Grant patch on persistentvolumeclaims to save it"
-                    );
-                }
+                patch_refused();
             }
             other => return other,
         }
