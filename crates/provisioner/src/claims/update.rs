@@ -113,8 +113,10 @@ async fn write(
             Err(kube::Error::Api(e)) if e.code == 403 && refused_verb(&e.message, "patch") => {
                 patch_refused();
             }
-            // The list changed since we read it: as a guarded patch's conflict (re-read).
-            Err(kube::Error::Api(mut e)) if e.code == 422 && e.message.contains("test failed") => {
+            // The list changed since we read it (the API server answers a failed `test` with
+            // a bare 422 Invalid, naming nothing): as a guarded patch's conflict, re-read and
+            // decided again; a patch invalid for another reason fails on every retry anyway.
+            Err(kube::Error::Api(mut e)) if e.code == 422 => {
                 e.code = 409;
                 return Err(kube::Error::Api(e));
             }
