@@ -71,7 +71,22 @@ pub fn compare<K: Resource>(cached: Option<&K>, pending: &Pending<K>, now: Insta
         None if pending.replaced.is_empty() && pending.after.is_some() => Seen::Lagging,
         None => Seen::CaughtUp,
         Some(Some(rv)) if pending.replaced.iter().any(|r| r == rv) => Seen::Lagging,
+        Some(Some(rv)) if older_than_ours(rv, pending) => Seen::Lagging,
         Some(_) => Seen::CaughtUp,
+    }
+}
+
+/// Whether the cache shows a version from before our write that we never read (another
+/// writer's, between the version we read and ours: a conflict's re-read can skip it). Only
+/// where both versions are numbers, as etcd's are; opaque ones are never judged older.
+fn older_than_ours<K: Resource>(cached: &str, pending: &Pending<K>) -> bool {
+    let ours = pending
+        .after
+        .as_ref()
+        .and_then(|a| a.meta().resource_version.as_deref());
+    match (cached.parse::<u64>(), ours.map(str::parse::<u64>)) {
+        (Ok(cached), Some(Ok(ours))) => cached < ours,
+        _ => false,
     }
 }
 

@@ -34,7 +34,13 @@ fn compare_table() {
     let updated = pending(&["3", "4"], Some(cm("a", "5", "ours")));
     let deleted = pending(&["4"], None);
     let deleting = pending(&["4"], Some(cm("a", "5", "deleting")));
-    let cases: [(&str, Option<ConfigMap>, &Pending<ConfigMap>, Seen); 12] = [
+    let cases: [(&str, Option<ConfigMap>, &Pending<ConfigMap>, Seen); 13] = [
+        (
+            "update, cache at another writer's version we never read",
+            Some(cm("a", "4x", "x")),
+            &updated,
+            CaughtUp,
+        ),
         ("create not shown yet", None, &created, Lagging),
         ("create shown", Some(cm("a", "5", "x")), &created, CaughtUp),
         (
@@ -86,6 +92,14 @@ fn compare_table() {
     for (what, cached, p, want) in cases {
         assert_eq!(compare(cached.as_ref(), p, now), want, "{what}");
     }
+    // Versions 3 and 5 are ours (read, written); 4 was someone else's, skipped by a re-read:
+    // the cache showing it still lags behind our write.
+    let skipped = pending(&["3"], Some(cm("a", "5", "ours")));
+    assert_eq!(
+        compare(Some(&cm("a", "4", "x")), &skipped, now),
+        Lagging,
+        "another writer's version older than ours"
+    );
     let old = Pending {
         at: now - MAX_PENDING - Duration::from_secs(1),
         ..created.clone()

@@ -113,11 +113,15 @@ async fn write(
             Err(kube::Error::Api(e)) if e.code == 403 && refused_verb(&e.message, "patch") => {
                 patch_refused();
             }
-            // The list changed since we read it (the API server answers a failed `test` with
-            // a bare 422 Invalid, naming nothing): as a guarded patch's conflict, re-read and
-            // decided again; a patch invalid for another reason fails on every retry anyway.
+            // A failed `test` is a bare 422 Invalid naming nothing, as is an admission
+            // policy's refusal: only a list that changed since we read it makes it a conflict
+            // (re-read and decided again); otherwise the refusal stands, to be explained.
             Err(kube::Error::Api(mut e)) if e.code == 422 => {
-                e.code = 409;
+                let now = api.get_opt(name).await?;
+                let listed = |c: &PersistentVolumeClaim| c.metadata.finalizers.clone();
+                if now.as_ref().is_none_or(|c| listed(c) != listed(before)) {
+                    e.code = 409;
+                }
                 return Err(kube::Error::Api(e));
             }
             other => return other,
