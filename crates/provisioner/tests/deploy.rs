@@ -482,18 +482,24 @@ async fn without_patch_on_claims_writes_keep_what_kubectl_applied() {
                 .filter(|w| w.user_agent.starts_with("csi-provisioner/"))
                 .map(|w| (w.verb, w.code))
                 .collect();
-            (writes.len() >= 3).then_some(writes)
+            let answered = writes.iter().filter(|w| w.1 != Some(409)).count();
+            (answered >= 3).then_some(writes)
         })
         .await;
+    // A PUT needs the version it read: the release may meet kube-controller-manager's status
+    // write right after binding (a 409, then a re-read); patch rights avoid that.
+    let conflicts = ours.iter().filter(|w| w.1 == Some(409)).count();
+    let done: Vec<_> = ours.iter().filter(|w| w.1 != Some(409)).cloned().collect();
     assert_eq!(
-        ours,
+        done,
         [
             ("patch".to_string(), Some(403)),
             ("update".to_string(), Some(200)),
             ("update".to_string(), Some(200)),
         ],
-        "one refused patch, then the finalizer's add and release as updates"
+        "one refused patch, then the finalizer's add and release as updates: {ours:?}"
     );
+    assert!(conflicts <= 1, "{ours:?}");
     support::kubectl_apply_claim(s, "data", &imm, json!({"app": "db"}));
     assert_eq!(
         support::claim_labels(s, "data").await,
