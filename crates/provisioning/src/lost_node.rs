@@ -190,13 +190,7 @@ pub fn claim_step(claim: &PersistentVolumeClaim, node: &str, driver: Option<&str
         .is_some_and(|v| !v.is_empty());
     let provisioner = annotation(names::ANN_STORAGE_PROVISIONER)
         .or_else(|| annotation(names::ANN_BETA_STORAGE_PROVISIONER));
-    let holds = |name: &str| {
-        claim
-            .metadata
-            .finalizers
-            .as_ref()
-            .is_some_and(|f| f.iter().any(|f| f == name))
-    };
+    let holds = |name: &str| crate::data_source::snapshot::has_finalizer(&claim.metadata, name);
     let nodes_own = holds(&crate::distributed::node_finalizer(node));
     if driver.is_some_and(|d| provisioner != Some(d)) {
         return ClaimStep::Keep;
