@@ -1,4 +1,5 @@
-//! What every controller shares: clients, the driver, caches, options, events, metrics.
+//! What every controller shares: clients, the driver, caches, events, metrics. Each
+//! controller's flags come as its own config (`ClaimsConfig`, `CapacityConfig`), not here.
 
 use std::sync::Arc;
 
@@ -23,7 +24,6 @@ pub struct Context {
     pub identity: String,
     /// Distributed provisioning (`--node-deployment`): this instance's node.
     pub node: Option<Arc<NodeDeployment>>,
-    pub opts: Arc<cli::Options>,
     pub caches: Caches,
     /// Events of the provisioning controller (source: `<driver>_<host>_<uuid>`, as upstream).
     pub recorder: EventRecorder,
@@ -35,13 +35,4 @@ pub struct Context {
     /// The VolumeAttributesClass gate after start-up discovery (upstream turns it off when the
     /// API server lacks storage.k8s.io/v1 VolumeAttributesClass and it was not set explicitly).
     pub volume_attributes_class: bool,
-}
-
-impl Context {
-    /// Whether provisioning computes topology requirements: the driver must ask for it and the
-    /// `Topology` gate (GA) must be on.
-    pub fn supports_topology(&self) -> bool {
-        self.driver.capabilities.volume_accessibility_constraints
-            && self.opts.feature_gates.enabled(cli::Feature::Topology)
-    }
 }

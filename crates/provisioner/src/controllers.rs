@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::base::Base;
 use crate::caches::{CacheOptions, Caches, Changes};
 use crate::capacity_controller::{self as cap, CapacityChanges, CapacityController};
-use crate::claims::ClaimsController;
+use crate::claims::{ClaimsConfig, ClaimsController};
 use crate::context::Context;
 use crate::stopped::AppError;
 use crate::supervise::Tasks;
@@ -111,7 +111,6 @@ pub(crate) async fn run_controllers(
         driver: base.driver.clone(),
         identity: base.identity.clone(),
         node: base.node.clone(),
-        opts: opts.clone(),
         caches: caches.clone(),
         recorder,
         populator_recorder,
@@ -119,8 +118,15 @@ pub(crate) async fn run_controllers(
         capacity: capacity.as_ref().map(|(_, handle)| handle.clone()),
         volume_attributes_class: base.volume_attributes_class,
     };
-    let claims = ClaimsController::new(ctx.clone(), &base.queue_metrics);
-    let volumes = VolumesController::new(ctx.clone(), &base.queue_metrics);
+    let (policy_updates, policy) = crate::policy_watch::channel();
+    let claims = ClaimsController::new(
+        ctx.clone(),
+        ClaimsConfig::from_options(opts),
+        policy,
+        &base.queue_metrics,
+    );
+    let retry = (opts.retry_interval_start, opts.retry_interval_max);
+    let volumes = VolumesController::new(ctx.clone(), retry, &base.queue_metrics);
     let Changes {
         claims: claim_changes,
         volumes: volume_changes,
@@ -232,6 +238,7 @@ pub(crate) async fn run_controllers(
         crate::policy_watch::run(
             base.client.clone(),
             base.driver.name.clone(),
+            policy_updates,
             base.controller_metrics.clone(),
             cancel.clone(),
         ),

@@ -1,7 +1,8 @@
 //! Whether the admission policy that keeps our creating-volume finalizer on the API server's
 //! side (`csi-provisioner admission-policy`) is in force for our driver: watched (two watches,
-//! idle when nothing changes), logged on every change, and exported as
-//! `csi_provisioner_admission_policy_active`.
+//! idle when nothing changes), published to the claim controller through a watch channel
+//! ([`PolicyInForce`], the one record of it), logged on every change, and exported as
+//! `csi_provisioner_admission_policy_active` (the gauge only observes).
 //!
 //! With the policy our own finalizer writes find nothing to do, and without it they run as
 //! before; only the release after a failed attempt asks (`provisioning::attempt::after_failure`),
@@ -13,10 +14,38 @@ use kube::api::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission_policy::api_resource;
 use crate::metrics::ControllerMetrics;
+
+/// The claim controller's view of the policy: in force or not, as the watch last saw it
+/// (not in force until it has seen otherwise).
+#[derive(Clone, Debug)]
+pub struct PolicyInForce(watch::Receiver<bool>);
+
+impl PolicyInForce {
+    pub fn get(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
+/// The writing end, owned by [`run`].
+pub struct PolicyUpdates(watch::Sender<bool>);
+
+/// A channel whose receiving end reads "not in force" until [`run`] says otherwise.
+pub fn channel() -> (PolicyUpdates, PolicyInForce) {
+    let (tx, rx) = watch::channel(false);
+    (PolicyUpdates(tx), PolicyInForce(rx))
+}
+
+impl PolicyUpdates {
+    fn set(&self, active: bool, metrics: &ControllerMetrics) {
+        self.0.send_replace(active);
+        metrics.set_admission_policy_active(active);
+    }
+}
 
 /// What one watch has shown of the object named like our policy.
 #[derive(Debug, Default, Clone)]
@@ -67,6 +96,7 @@ fn status(e: &watcher::Error) -> Option<u16> {
 pub async fn run(
     client: Client,
     driver: String,
+    updates: PolicyUpdates,
     metrics: ControllerMetrics,
     cancel: CancellationToken,
 ) {
@@ -103,7 +133,7 @@ pub async fn run(
                     tracing::warn!(policy = %name, err = %e,
                         "Cannot read MutatingAdmissionPolicies: grant get, list and watch on mutatingadmissionpolicies and mutatingadmissionpolicybindings (deploy/kubernetes/rbac.yaml does) to see whether the creating-volume finalizer is kept by the API server. Not watching");
                 }
-                metrics.set_admission_policy_active(false);
+                updates.set(false, &metrics);
                 cancel.cancelled().await;
                 return;
             }
@@ -115,7 +145,7 @@ pub async fn run(
         let now = active(&policy, &binding, &name);
         if shown != Some(now) {
             shown = Some(now);
-            metrics.set_admission_policy_active(now);
+            updates.set(now, &metrics);
             if now {
                 tracing::info!(policy = %name, "The creating-volume finalizer is kept by the API server (MutatingAdmissionPolicy in force): no claim writes for it");
             } else {
@@ -157,6 +187,17 @@ mod tests {
                 "{p:?} {b:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_claim_side_reads_what_the_watch_last_set() {
+        let (updates, in_force) = channel();
+        assert!(!in_force.get(), "not in force before the watch has seen it");
+        let metrics = ControllerMetrics::default();
+        updates.set(true, &metrics);
+        assert!(in_force.get() && in_force.clone().get());
+        updates.set(false, &metrics);
+        assert!(!in_force.get());
     }
 
     #[test]

@@ -86,7 +86,7 @@ impl ClaimsController {
             // Only the GA annotation can be removed to reschedule (the library's rule): with
             // the alpha one alone the failure is final and retried, not sent back.
             provisioning::claim::annotation(claim, names::ANN_SELECTED_NODE).is_some(),
-            ctx.metrics.admission_policy_active(),
+            self.policy.get(),
             ctx.node.is_some(),
         );
         let now = Instant::now();
@@ -94,7 +94,7 @@ impl ClaimsController {
             now,
             self.queue.next_backoff(&ClaimKey::of(claim)),
             infeasible,
-            ctx.opts.retry_interval_max,
+            self.config.retry_interval_max,
             class_uid,
         );
         let wait = hold.until - now;

@@ -15,6 +15,7 @@
 //! about each claim, one record per UID) and `error` (why a sync runs again).
 
 mod cleanup;
+mod config;
 mod error;
 mod explain;
 mod facts;
@@ -44,6 +45,8 @@ use provisioning::prepare::ProvisionerConfig;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
+use crate::policy_watch::PolicyInForce;
+pub use config::ClaimsConfig;
 use error::outcome;
 pub use error::{ClaimError, SyncError};
 use record::Records;
@@ -77,6 +80,9 @@ pub const QUEUE_NAME: &str = "claims";
 #[derive(Clone)]
 pub struct ClaimsController {
     ctx: Context,
+    config: Arc<ClaimsConfig>,
+    /// Whether the admission policy keeps our creating-volume finalizer (`policy_watch`).
+    policy: PolicyInForce,
     queue: WorkQueue<ClaimKey>,
     /// Everything remembered about each claim, by UID.
     records: Arc<Records>,
@@ -92,11 +98,18 @@ pub struct ClaimsController {
 }
 
 impl ClaimsController {
-    pub fn new(ctx: Context, metrics: &WorkQueueMetrics) -> ClaimsController {
-        let limiter = RateLimiter::new(ctx.opts.retry_interval_start, ctx.opts.retry_interval_max);
+    pub fn new(
+        ctx: Context,
+        config: ClaimsConfig,
+        policy: PolicyInForce,
+        metrics: &WorkQueueMetrics,
+    ) -> ClaimsController {
+        let limiter = RateLimiter::new(config.retry_interval_start, config.retry_interval_max);
         ClaimsController {
             queue: WorkQueue::new(QUEUE_NAME, limiter, Some(metrics)),
             ctx,
+            config: Arc::new(config),
+            policy,
             records: Arc::default(),
             taking: Arc::default(),
             warned_classes: Arc::default(),
@@ -201,12 +214,22 @@ impl ClaimsController {
     }
 
     fn volume_name(&self, uid: &str) -> Result<String, provisioning::volume_name::VolumeNameError> {
-        let len = self
-            .ctx
-            .opts
-            .volume_name_uuid_length
-            .map_or(-1, |l| l as i32);
-        provisioning::volume_name::make_volume_name(&self.ctx.opts.volume_name_prefix, uid, len)
+        let c = &self.config;
+        provisioning::volume_name::make_volume_name(
+            &c.volume_name_prefix,
+            uid,
+            c.volume_name_uuid_length,
+        )
+    }
+
+    /// Whether provisioning computes topology requirements: the driver must ask for it and the
+    /// `Topology` gate (GA) must be on.
+    fn supports_topology(&self) -> bool {
+        self.ctx
+            .driver
+            .capabilities
+            .volume_accessibility_constraints
+            && self.config.topology
     }
 
     /// Distributed provisioning: this node's own finalizer
@@ -224,18 +247,8 @@ impl ClaimsController {
     }
 
     fn provisioner_config(&self) -> ProvisionerConfig<'_> {
-        let opts = &self.ctx.opts;
-        ProvisionerConfig {
-            driver_name: &self.ctx.driver.name,
-            volume_name_prefix: &opts.volume_name_prefix,
-            volume_name_uuid_length: opts.volume_name_uuid_length.map_or(-1, |l| l as i32),
-            default_fs_type: opts.default_fstype.as_deref().unwrap_or_default(),
-            extra_create_metadata: opts.extra_create_metadata,
-            volume_attributes_class_enabled: self.vac_enabled(),
-            cross_namespace_data_sources: opts
-                .feature_gates
-                .enabled(cli::Feature::CrossNamespaceVolumeDataSource),
-        }
+        self.config
+            .provisioner(&self.ctx.driver.name, self.vac_enabled())
     }
 
     fn vac_enabled(&self) -> bool {

@@ -35,7 +35,7 @@ impl ClaimsController {
         let Some(capacity) = ctx
             .capacity
             .as_ref()
-            .filter(|_| ctx.opts.capacity_pod_aware)
+            .filter(|_| self.config.capacity_pod_aware)
         else {
             return Ok(());
         };

@@ -56,7 +56,7 @@ impl ClaimsController {
                 config: &config,
                 capabilities: ctx.driver.capabilities,
                 topology,
-                reused_topology: reused_topology.filter(|_| ctx.supports_topology()),
+                reused_topology: reused_topology.filter(|_| self.supports_topology()),
             })
         })
     }
@@ -88,7 +88,7 @@ impl ClaimsController {
     ) -> R {
         let ctx = &self.ctx;
         let driver = ctx.driver.name.as_str();
-        let snapshot = (with_topology && ctx.supports_topology()).then(|| {
+        let snapshot = (with_topology && self.supports_topology()).then(|| {
             TopologySnapshot::take(
                 &ctx.caches,
                 driver,
@@ -104,8 +104,8 @@ impl ClaimsController {
             .map(|s| s.node_labels())
             .unwrap_or_default();
         f(snapshot.as_ref().map(|s| TopologyFacts {
-            strict_topology: ctx.opts.strict_topology,
-            immediate_topology: ctx.opts.immediate_topology,
+            strict_topology: self.config.strict_topology,
+            immediate_topology: self.config.immediate_topology,
             selected_node_topology_keys: s.selected_keys.as_deref(),
             selected_node_labels: s.selected_labels.as_ref(),
             csi_node_topology_keys: &csi_keys,

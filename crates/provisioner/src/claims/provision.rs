@@ -160,7 +160,7 @@ impl ClaimsController {
             .reserve(&a.claim, &class_name(class), plan.requested_bytes, &before)
             .await?;
         let selected = provisioning::claim::selected_node(&a.claim);
-        let reschedule = may_reschedule(self.ctx.supports_topology(), selected);
+        let reschedule = may_reschedule(self.supports_topology(), selected);
         // From here a volume may exist: the claim must not disappear without us knowing.
         match self.protect_claim(&a.claim).await? {
             Some(claim) => a.claim = claim,
@@ -341,9 +341,9 @@ impl ClaimsController {
             capacity_bytes: capacity,
             fs_type: &plan.fs_type,
             capabilities: &plan.capabilities,
-            controller_publish_read_only: ctx.opts.controller_publish_readonly,
+            controller_publish_read_only: self.config.controller_publish_read_only,
             secrets: &plan.secrets,
-            supports_topology: ctx.supports_topology(),
+            supports_topology: self.supports_topology(),
             volume_attributes_class_enabled: self.vac_enabled(),
         });
         // Capacity changed when the driver created the volume, not when the PV object lands:

@@ -29,8 +29,8 @@ impl ClaimsController {
         let node_finalizer = self.node_finalizer();
         let queue = self.queue.clone();
         let (start, max) = (
-            self.ctx.opts.retry_interval_start,
-            self.ctx.opts.retry_interval_max,
+            self.config.retry_interval_start,
+            self.config.retry_interval_max,
         );
         let task = tokio::spawn(async move {
             match update::remove_finalizer(&client, &claims, &claim, node_finalizer.as_deref())

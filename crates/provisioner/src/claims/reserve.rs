@@ -26,8 +26,7 @@ impl ClaimsController {
             return Ok(None);
         };
         let selected = provisioning::claim::selected_node(claim);
-        let Some(node) =
-            selected.filter(|_| may_reschedule(self.ctx.supports_topology(), selected))
+        let Some(node) = selected.filter(|_| may_reschedule(self.supports_topology(), selected))
         else {
             return Ok(None);
         };
@@ -44,7 +43,7 @@ impl ClaimsController {
         }
         // Only with --strict-topology is the selected node all the driver may use: without it
         // the driver may put the volume elsewhere, and the answer is the driver's.
-        let check = fresh && self.ctx.opts.strict_topology;
+        let check = fresh && self.config.strict_topology;
         // Refused only on certainty (see `capacity::ledger`); the failure path then refreshes
         // the node's objects before the claim goes back to the scheduler.
         capacity

@@ -81,7 +81,7 @@ impl ClaimsController {
             content: content.as_ref(),
             provisioner: provisioning::migration::source_provisioner(class),
             class: class.metadata.name.as_deref().unwrap_or_default(),
-            prevent_volume_mode_conversion: self.ctx.opts.prevent_volume_mode_conversion,
+            prevent_volume_mode_conversion: self.config.prevent_volume_mode_conversion,
         })
         .map_err(|e| source.error(e))?;
         if let Some(warning) = &restore.warning {
@@ -304,6 +304,6 @@ impl ClaimsController {
             awaiting_snapshot,
             watch_running: self.snapshots.watch_running(),
         };
-        retry::restore_hold(attempt, self.ctx.opts.retry_interval_max)
+        retry::restore_hold(attempt, self.config.retry_interval_max)
     }
 }

@@ -130,12 +130,6 @@ impl ControllerMetrics {
         self.admission_policy_active.set(i64::from(active));
     }
 
-    /// What [`Self::set_admission_policy_active`] said last: the gauge is the one record of
-    /// which path is in use.
-    pub fn admission_policy_active(&self) -> bool {
-        self.admission_policy_active.get() == 1
-    }
-
     /// How many claims the claim controller remembers now.
     pub fn set_remembered_claims(&self, n: usize) {
         self.remembered_claims

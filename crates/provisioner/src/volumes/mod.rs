@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use controller_kit::events::EventType;
 use controller_kit::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
@@ -40,8 +40,13 @@ pub struct VolumesController {
 }
 
 impl VolumesController {
-    pub fn new(ctx: Context, metrics: &WorkQueueMetrics) -> VolumesController {
-        let limiter = RateLimiter::new(ctx.opts.retry_interval_start, ctx.opts.retry_interval_max);
+    /// `retry`: `--retry-interval-start` and `--retry-interval-max`.
+    pub fn new(
+        ctx: Context,
+        retry: (Duration, Duration),
+        metrics: &WorkQueueMetrics,
+    ) -> VolumesController {
+        let limiter = RateLimiter::new(retry.0, retry.1);
         VolumesController {
             queue: WorkQueue::new(QUEUE_NAME, limiter, Some(metrics)),
             ctx,
