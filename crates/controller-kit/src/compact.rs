@@ -150,12 +150,23 @@ impl<K: Resource + DeserializeOwned> CompactStore<K> {
     where
         K: Resource<DynamicType = ()>,
     {
+        self.references_with(&())
+    }
+
+    /// [`Self::references`], for a kind known at run time.
+    pub fn references_with(&self, dyntype: &K::DynamicType) -> Vec<ObjectRef<K>>
+    where
+        K::DynamicType: Clone,
+    {
         let objects = self.shared.objects.read();
         objects
             .keys()
-            .map(|(namespace, name)| match namespace {
-                Some(ns) => ObjectRef::new(name).within(ns),
-                None => ObjectRef::new(name),
+            .map(|(namespace, name)| {
+                let reference = ObjectRef::new_with(name, dyntype.clone());
+                match namespace {
+                    Some(ns) => reference.within(ns),
+                    None => reference,
+                }
             })
             .collect()
     }

@@ -14,6 +14,7 @@
 //! object or its deletion, and at the latest after [`MAX_PENDING`].
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -117,8 +118,11 @@ impl Name {
         }
     }
 
-    fn reference<K: Resource<DynamicType = ()>>(&self) -> ObjectRef<K> {
-        let reference = ObjectRef::new(&self.name);
+    fn reference<K: Resource>(&self, dyntype: &K::DynamicType) -> ObjectRef<K>
+    where
+        K::DynamicType: Clone,
+    {
+        let reference = ObjectRef::new_with(&self.name, dyntype.clone());
         match &self.namespace {
             Some(ns) => reference.within(ns),
             None => reference,
@@ -128,37 +132,48 @@ impl Name {
 
 /// The cache under a [`Fresh`]: kube's reflector store (objects decoded) or a
 /// [`CompactStore`] (objects as JSON, decoded on read: for kinds counted in tens of thousands).
-enum Backing<K: Resource<DynamicType = ()> + 'static> {
-    Decoded(Store<K>),
-    Compact(CompactStore<K>),
+/// Dynamic objects (kinds without Rust types, as VolumeSnapshots) carry their type.
+enum Backing<K: Resource + 'static>
+where
+    K::DynamicType: Clone + Eq + Hash,
+{
+    Decoded(Store<K>, K::DynamicType),
+    Compact(CompactStore<K>, K::DynamicType),
 }
 
 impl<K> Backing<K>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
+    K: Resource + Clone + DeserializeOwned + 'static,
+    K::DynamicType: Clone + Eq + Hash,
 {
+    fn dyntype(&self) -> &K::DynamicType {
+        match self {
+            Backing::Decoded(_, d) | Backing::Compact(_, d) => d,
+        }
+    }
+
     fn get(&self, reference: &ObjectRef<K>) -> Option<Arc<K>> {
         match self {
-            Backing::Decoded(s) => s.get(reference),
-            Backing::Compact(s) => s.get(reference),
+            Backing::Decoded(s, _) => s.get(reference),
+            Backing::Compact(s, _) => s.get(reference),
         }
     }
 
     fn state(&self) -> Vec<Arc<K>> {
         match self {
-            Backing::Decoded(s) => s.state(),
-            Backing::Compact(s) => s.state(),
+            Backing::Decoded(s, _) => s.state(),
+            Backing::Compact(s, _) => s.state(),
         }
     }
 
     fn references(&self) -> Vec<ObjectRef<K>> {
         match self {
-            Backing::Decoded(s) => s
+            Backing::Decoded(s, d) => s
                 .state()
                 .iter()
-                .map(|o| Name::of(o.as_ref()).reference())
+                .map(|o| Name::of(o.as_ref()).reference(d))
                 .collect(),
-            Backing::Compact(s) => s.references(),
+            Backing::Compact(s, d) => s.references_with(d),
         }
     }
 }
@@ -168,7 +183,10 @@ where
 type StoreReadHook = Box<dyn FnMut() + Send>;
 
 /// An informer cache seen through our own pending writes. Cheap to clone; clones share both.
-pub struct Fresh<K: Resource<DynamicType = ()> + 'static> {
+pub struct Fresh<K: Resource + 'static>
+where
+    K::DynamicType: Clone + Eq + Hash,
+{
     store: Arc<Backing<K>>,
     /// Our writes not yet confirmed. Readers take this lock *before* they read the store, as
     /// [`Fresh::observe`] does: a watch event landing between a store read and the lock would
@@ -179,7 +197,10 @@ pub struct Fresh<K: Resource<DynamicType = ()> + 'static> {
     after_store_read: Arc<Mutex<Option<StoreReadHook>>>,
 }
 
-impl<K: Resource<DynamicType = ()> + 'static> Clone for Fresh<K> {
+impl<K: Resource + 'static> Clone for Fresh<K>
+where
+    K::DynamicType: Clone + Eq + Hash,
+{
     fn clone(&self) -> Self {
         Fresh {
             store: self.store.clone(),
@@ -196,12 +217,23 @@ where
 {
     /// Reads `store` through the writes recorded here.
     pub fn new(store: Store<K>) -> Fresh<K> {
-        Fresh::over(Backing::Decoded(store))
+        Fresh::over(Backing::Decoded(store, ()))
     }
 
     /// Reads a [`CompactStore`] through the writes recorded here.
     pub fn compact(store: CompactStore<K>) -> Fresh<K> {
-        Fresh::over(Backing::Compact(store))
+        Fresh::over(Backing::Compact(store, ()))
+    }
+}
+
+impl<K> Fresh<K>
+where
+    K: Resource + Clone + DeserializeOwned + 'static,
+    K::DynamicType: Clone + Eq + Hash,
+{
+    /// Reads `store` of a kind known at run time (`dyntype`) through the writes recorded here.
+    pub fn new_with(store: Store<K>, dyntype: K::DynamicType) -> Fresh<K> {
+        Fresh::over(Backing::Decoded(store, dyntype))
     }
 
     fn over(store: Backing<K>) -> Fresh<K> {
@@ -224,9 +256,12 @@ where
     /// Waits until the cache's first list has ended (client-go's `WaitForCacheSync`).
     pub async fn wait_until_ready(&self, timeout: Duration) -> Result<(), ReflectError> {
         match self.store.as_ref() {
-            Backing::Decoded(s) => crate::reflect::wait_until_ready(s, timeout).await,
-            Backing::Compact(s) => {
-                let kind = K::kind(&()).into_owned();
+            Backing::Decoded(s, d) => {
+                let kind = K::kind(d).into_owned();
+                crate::reflect::ready_within(kind, timeout, s.wait_until_ready()).await
+            }
+            Backing::Compact(s, d) => {
+                let kind = K::kind(d).into_owned();
                 crate::reflect::ready_within(kind, timeout, s.wait_until_ready()).await
             }
         }
@@ -309,7 +344,7 @@ where
             pending
                 .keys()
                 .filter(|name| !cached.contains(*name))
-                .map(Name::reference),
+                .map(|n| n.reference(self.store.dyntype())),
         );
         refs
     }
@@ -408,7 +443,7 @@ where
                 // showed the object (a just-created PV looked missing: a second CreateVolume).
                 let name = Name::of(obj);
                 if let Some(p) = pending.get(&name) {
-                    let cached = self.store.get(&name.reference());
+                    let cached = self.store.get(&name.reference(self.store.dyntype()));
                     if compare(cached.as_deref(), p, Instant::now()) == Seen::CaughtUp {
                         pending.remove(&name);
                     }
@@ -428,7 +463,7 @@ where
             Change::Relisted => {
                 let now = Instant::now();
                 pending.retain(|name, p| {
-                    let cached = self.store.get(&name.reference());
+                    let cached = self.store.get(&name.reference(self.store.dyntype()));
                     compare(cached.as_deref(), p, now) == Seen::Lagging
                 });
             }

@@ -327,3 +327,48 @@ fn our_create_stays_visible_when_its_watch_event_lands_during_a_read() {
         Some("a".into())
     );
 }
+
+/// A kind known only at run time (as VolumeSnapshots are) reads through our writes the same way.
+#[test]
+fn dynamic_objects_read_through_our_writes() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "snapshot.storage.k8s.io",
+        "v1",
+        "VolumeSnapshot",
+    ));
+    let snapshot = |rv: &str, finalizer: bool| {
+        let mut o = DynamicObject::new("s", &resource).within("ns");
+        o.metadata.uid = Some("uid-s".into());
+        o.metadata.resource_version = Some(rv.into());
+        o.metadata.finalizers = finalizer.then(|| vec!["ours".to_string()]);
+        o
+    };
+    let mut writer = Writer::new(resource.clone());
+    writer.apply_watcher_event(&Event::Apply(snapshot("4", false)));
+    let fresh = Fresh::new_with(writer.as_reader(), resource.clone());
+    let key = ObjectRef::new_with("s", resource.clone()).within("ns");
+    let finalized = |f: &Fresh<DynamicObject>| f.get(&key).map(|o| o.metadata.finalizers.is_some());
+    fresh.updated(["4"], snapshot("5", true));
+    assert_eq!(
+        finalized(&fresh),
+        Some(true),
+        "the cache lags: our write shows"
+    );
+    assert_eq!(fresh.references().len(), 1);
+    writer.apply_watcher_event(&Event::Apply(snapshot("5", true)));
+    fresh.observe(&Change::Applied(snapshot("5", true)));
+    assert_eq!(fresh.pending_len(), 0, "the watch confirmed it");
+    fresh.updated(["5"], snapshot("6", false));
+    assert_eq!(
+        finalized(&fresh),
+        Some(false),
+        "our removal shows over the older copy"
+    );
+    writer.apply_watcher_event(&Event::Apply(snapshot("7", true)));
+    assert_eq!(
+        finalized(&fresh),
+        Some(true),
+        "a later writer's version is the truth"
+    );
+}
