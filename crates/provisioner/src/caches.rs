@@ -3,8 +3,9 @@
 //! as metadata only, CSIStorageCapacities only in our namespace with our labels, and claims
 //! and PVs are kept as JSON bytes.
 //!
-//! The three kinds we write (claims, PVs, CSIStorageCapacities) are read through
-//! [`Fresh`]: our own writes show until the watch delivers them, the one read-your-writes rule
+//! The kinds we write (claims, PVs, CSIStorageCapacities, and VolumeSnapshots in
+//! [`SnapshotCaches`]) are read through [`Fresh`]: our own writes show until the watch
+//! delivers them, the one read-your-writes rule
 //! of every controller (`controller_kit::fresh`). Each change stream confirms pending writes as
 //! it passes.
 
@@ -24,6 +25,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 
+use crate::snapshot_caches::SnapshotCaches;
 use crate::unsettled::Unsettled;
 
 /// Read-only views of the cluster, shared by all controllers.
@@ -46,6 +48,8 @@ pub struct Caches {
     /// Central `--enable-capacity`: objects in our namespace we do not manage, checked for
     /// overlaps with ours (`capacity::conflicts`).
     pub foreign: Option<Store<CSIStorageCapacity>>,
+    /// VolumeSnapshots and their contents, filled late by `snapshot_watch` when it can run.
+    pub snapshots: SnapshotCaches,
 }
 
 /// The change streams that feed the work queues. Each must be polled: a cache only fills
@@ -181,6 +185,7 @@ impl Caches {
                 capacities,
                 peers,
                 foreign,
+                snapshots: SnapshotCaches::default(),
             },
             Changes {
                 claims: claim_changes,

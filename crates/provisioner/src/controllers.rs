@@ -213,13 +213,18 @@ pub(crate) async fn run_controllers(
     if base.driver.capabilities.create_delete_snapshot {
         tasks.spawn(
             "snapshot watch",
-            crate::snapshot_watch::run(base.client.clone(), claims.clone(), cancel.clone()),
+            crate::snapshot_watch::run(
+                base.client.clone(),
+                caches.snapshots.clone(),
+                claims.clone(),
+                cancel.clone(),
+            ),
         );
         tasks.spawn(
             "snapshot content watch",
             crate::snapshot_watch::run_contents(
                 base.client.clone(),
-                claims.clone(),
+                caches.snapshots.clone(),
                 cancel.clone(),
             ),
         );

@@ -24,6 +24,7 @@ pub mod orphans;
 pub mod policy_watch;
 pub mod release_node;
 pub mod secrets;
+pub mod snapshot_caches;
 pub mod snapshot_sweep;
 pub mod snapshot_watch;
 pub mod stopped;

@@ -14,18 +14,26 @@
 
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
-use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use kube::runtime::{WatchStreamExt, reflector};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
+use controller_kit::fresh::Fresh;
+use controller_kit::reflect::Change;
+
 use crate::claims::ClaimsController;
 use crate::data_source_api::{all_snapshots, content_resource, contents, snapshot_resource};
+use crate::snapshot_caches::SnapshotCaches;
 
-/// Watches VolumeSnapshots until `cancel`.
-pub async fn run(client: Client, claims: ClaimsController, cancel: CancellationToken) {
+/// Watches VolumeSnapshots into `caches` until `cancel`.
+pub async fn run(
+    client: Client,
+    caches: SnapshotCaches,
+    claims: ClaimsController,
+    cancel: CancellationToken,
+) {
     let watch = Watch {
         api: all_snapshots(&client),
         resource: snapshot_resource(),
@@ -34,20 +42,22 @@ pub async fn run(client: Client, claims: ClaimsController, cancel: CancellationT
     };
     watch
         .run(cancel, |seen| match seen {
-            Seen::Applied(s) => {
-                if s.data["status"]["readyToUse"] == true
+            Seen::Changed(change) => {
+                caches.snapshot_seen(change);
+                if let Change::Applied(s) = change
+                    && s.data["status"]["readyToUse"] == true
                     && let (Some(ns), Some(name)) = (&s.metadata.namespace, &s.metadata.name)
                 {
                     claims.snapshot_ready(ns, name);
                 }
             }
-            Seen::Listed(cache) => claims.set_snapshot_watch(cache),
+            Seen::Listed(cache) => caches.set_snapshots(cache),
         })
         .await;
 }
 
-/// Keeps the VolumeSnapshotContent cache until `cancel`.
-pub async fn run_contents(client: Client, claims: ClaimsController, cancel: CancellationToken) {
+/// Keeps the VolumeSnapshotContent cache in `caches` until `cancel`.
+pub async fn run_contents(client: Client, caches: SnapshotCaches, cancel: CancellationToken) {
     let watch = Watch {
         api: contents(&client),
         resource: content_resource(),
@@ -57,7 +67,7 @@ pub async fn run_contents(client: Client, claims: ClaimsController, cancel: Canc
     watch
         .run(cancel, |seen| {
             if let Seen::Listed(cache) = seen {
-                claims.set_content_cache(cache);
+                caches.set_contents(cache);
             }
         })
         .await;
@@ -65,11 +75,11 @@ pub async fn run_contents(client: Client, claims: ClaimsController, cancel: Canc
 
 /// What a cached watch reports.
 enum Seen<'a> {
-    /// An object was listed or changed (the cache already has it).
-    Applied(&'a DynamicObject),
+    /// An object was listed, changed or deleted, or a relist ended (the cache already shows it).
+    Changed(&'a Change<DynamicObject>),
     /// The cache after the first list, or `None`: the watch cannot work (no such resource, or
     /// no permission).
-    Listed(Option<Store<DynamicObject>>),
+    Listed(Option<Fresh<DynamicObject>>),
 }
 
 /// A watch of dynamic objects into a cache.
@@ -90,8 +100,9 @@ impl Watch {
             kind,
             instead,
         } = self;
-        let writer = Writer::new(resource);
-        let cache = writer.as_reader();
+        let writer = Writer::new(resource.clone());
+        let cache = Fresh::new_with(writer.as_reader(), resource);
+        let mut listed = false;
         // managedFields are never read. Dropped, not emptied: an update that leaves them out
         // keeps them, while an empty list would reset every owner's fields.
         let events = watcher::watcher(api, watcher::Config::default())
@@ -105,10 +116,15 @@ impl Watch {
             };
             match event {
                 Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
-                    on(Seen::Applied(&o));
+                    on(Seen::Changed(&Change::Applied(o)));
                 }
-                Some(Ok(watcher::Event::InitDone)) => on(Seen::Listed(Some(cache.clone()))),
-                Some(Ok(_)) => {}
+                Some(Ok(watcher::Event::Delete(o))) => on(Seen::Changed(&Change::Deleted(o))),
+                Some(Ok(watcher::Event::InitDone)) if !listed => {
+                    listed = true;
+                    on(Seen::Listed(Some(cache.clone())));
+                }
+                Some(Ok(watcher::Event::InitDone)) => on(Seen::Changed(&Change::Relisted)),
+                Some(Ok(watcher::Event::Init)) => {}
                 Some(Err(e)) if unavailable(&e) => {
                     on(Seen::Listed(None));
                     tracing::info!(err = %e, "Not watching {kind} (no such resource, or no list/watch permission): {instead}");

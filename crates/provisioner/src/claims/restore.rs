@@ -6,7 +6,6 @@ use csi::v1::VolumeContentSource;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::DynamicObject;
-use kube::runtime::reflector::Store;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +17,6 @@ use provisioning::errors::ProvisionError;
 use provisioning::names;
 use provisioning::retry;
 
-use super::restorers::{Belief, Version};
 use super::{ClaimsController, claim_name};
 use crate::data_source_api::{contents, set_snapshot_finalizer, snapshots, typed};
 
@@ -36,8 +34,10 @@ impl ClaimsController {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let api = snapshots(client, &source.namespace);
         let cached = self
+            .ctx
+            .caches
             .snapshots
-            .cached_snapshot(&source.namespace, &source.name);
+            .snapshot(&source.namespace, &source.name);
         let from_cache = cached.is_some();
         let object = match cached {
             Some(object) => object,
@@ -95,56 +95,36 @@ impl ClaimsController {
     }
 
     /// Puts our finalizer on the snapshot unless it is there, in the snapshot's turn, and
-    /// counts the attempt of `uid` as restoring from it (see `restorers.rs`).
+    /// counts the attempt of `uid` as restoring from it (see `restorers.rs`). `object` was
+    /// read before the turn: from the cache, it is looked up again in the turn, which shows
+    /// any write of another attempt of ours made meanwhile.
     async fn protect_snapshot(
         &self,
         uid: &str,
         source: &DataSource,
-        mut object: DynamicObject,
+        object: DynamicObject,
         from_cache: bool,
     ) -> Result<(), ProvisionError> {
         let api = snapshots(&self.ctx.client, &source.namespace);
         let key = (source.namespace.clone(), source.name.clone());
         let turn = self.snapshots.turn(&key);
         let _turn = turn.lock().await;
-        let has = |o: &DynamicObject| has_finalizer(&o.metadata, names::SNAPSHOT_SOURCE_FINALIZER);
-        let belief = self.snapshots.with(|r| {
-            r.begin(key.clone(), uid);
-            if !from_cache {
-                // Just read from the API server: fresher than anything we wrote.
-                r.settled(&key);
-            }
-            r.belief(
-                &key,
-                has(&object),
-                &Version::of(&object.metadata),
-                Instant::now(),
-            )
-        });
-        match belief {
-            Belief::On => return Ok(()),
-            Belief::Off => {}
-            Belief::Read => {
-                object = api.get(&source.name).await.map_err(|e| {
-                    source.error(format!(
-                        "error getting snapshot {} from api server: {}",
-                        source.name,
-                        crate::api_error::message(&e)
-                    ))
-                })?;
-                self.snapshots.with(|r| r.settled(&key));
-                if has(&object) {
-                    return Ok(());
-                }
-            }
+        self.snapshots.with(|r| r.begin(key.clone(), uid));
+        let cache = &self.ctx.caches.snapshots;
+        let object = if from_cache {
+            cache.snapshot(&key.0, &key.1).unwrap_or(object)
+        } else {
+            object
+        };
+        if has_finalizer(&object.metadata, names::SNAPSHOT_SOURCE_FINALIZER) {
+            return Ok(());
         }
+        let replaced = object.metadata.resource_version.clone().unwrap_or_default();
         let stored = set_snapshot_finalizer(&api, object, true, true)
             .await
             .map_err(|e| ProvisionError::no_change(crate::api_error::message(&e)))?;
         if let Some(stored) = stored {
-            let version = Version::of(&stored.metadata);
-            self.snapshots
-                .with(|r| r.wrote(key, true, version, Instant::now()));
+            cache.snapshot_written(&replaced, stored.clone());
             self.records
                 .with(uid, |r| r.protected_snapshot = Some(stored));
         }
@@ -154,7 +134,7 @@ impl ClaimsController {
     /// The content from the content watch's cache once it carries its snapshot handle (a ready
     /// snapshot's content has it before the snapshot says ready); otherwise by GET.
     async fn content(&self, name: &str) -> Result<DynamicObject, kube::Error> {
-        match self.snapshots.cached_content(name) {
+        match self.ctx.caches.snapshots.content(name) {
             Some(object) if object.data["status"]["snapshotHandle"].is_string() => Ok(object),
             _ => contents(&self.ctx.client).get(name).await,
         }
@@ -203,8 +183,8 @@ impl ClaimsController {
         ours: Option<DynamicObject>,
     ) {
         let api = snapshots(&self.ctx.background_client, namespace);
-        // A cached copy without our finalizer may predate our adding it (a fast driver): then
-        // our own write is the newer version, or else the snapshot is read (upstream always
+        // The cache shows our own add until the watch brings it (a fast driver); without a
+        // cached copy that has the finalizer, our add's answer or else a read (upstream always
         // reads it). Missing it would leave the finalizer until the sweep, or for ever with
         // the sweep off. A version that turns out stale costs a conflict and a re-read.
         let key = (namespace.to_string(), name.to_string());
@@ -220,9 +200,9 @@ impl ClaimsController {
             klog::v!(4, snapshot = %format!("{namespace}/{name}"), restores = others, "Keeping the snapshot's finalizer: other claims still restore from it");
             return;
         }
-        let cached = self
-            .snapshots
-            .cached_snapshot(namespace, name)
+        let cache = &self.ctx.caches.snapshots;
+        let cached = cache
+            .snapshot(namespace, name)
             .filter(|o| has_finalizer(&o.metadata, names::SNAPSHOT_SOURCE_FINALIZER));
         let current = match cached.or(ours) {
             Some(object) => Ok(Some(object)),
@@ -232,13 +212,12 @@ impl ClaimsController {
             Ok(Some(object))
                 if has_finalizer(&object.metadata, names::SNAPSHOT_SOURCE_FINALIZER) =>
             {
+                let replaced = object.metadata.resource_version.clone().unwrap_or_default();
                 set_snapshot_finalizer(&api, object, false, true)
                     .await
                     .map(|stored| {
                         if let Some(stored) = stored {
-                            let version = Version::of(&stored.metadata);
-                            self.snapshots
-                                .with(|r| r.wrote(key.clone(), false, version, Instant::now()));
+                            cache.snapshot_written(&replaced, stored);
                         }
                     })
             }
@@ -274,16 +253,6 @@ impl ClaimsController {
         }
     }
 
-    /// The VolumeSnapshotContent watch started (its cache, after the first list) or cannot run.
-    pub fn set_content_cache(&self, cache: Option<Store<DynamicObject>>) {
-        self.snapshots.set_content_cache(cache);
-    }
-
-    /// The VolumeSnapshot watch started (its cache, after the first list) or cannot run.
-    pub fn set_snapshot_watch(&self, cache: Option<Store<DynamicObject>>) {
-        self.snapshots.set_snapshot_cache(cache);
-    }
-
     /// The hold after a failed restore attempt ([`retry::restore_hold`] decides); `None`:
     /// keep the failure's own hold.
     pub(super) fn restore_hold(
@@ -302,7 +271,7 @@ impl ClaimsController {
             from_snapshot,
             ready_during_attempt: from_snapshot && self.snapshots.ready_since(&key, attempt_began),
             awaiting_snapshot,
-            watch_running: self.snapshots.watch_running(),
+            watch_running: self.ctx.caches.snapshots.watching_snapshots(),
         };
         retry::restore_hold(attempt, self.config.retry_interval_max)
     }

@@ -7,61 +7,17 @@
 //! nothing owed leaves it to the orphan sweep, as upstream.
 //!
 //! One turn per snapshot orders a release's look and write against another attempt's look and
-//! add. Our last write to each snapshot is remembered against a watch that lags behind it: a
-//! cached copy without the finalizer we just added is older than our add (no second write),
-//! and one that still shows the finalizer we just took off is read again instead of believed.
+//! add. Both look through the snapshot cache, which shows our own last write until the watch
+//! brings it (`snapshot_caches`: the read-your-writes rule of every cache).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::DynamicObject;
-use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
-
-use crate::data_source_api::{content_resource, snapshot_resource};
 
 /// A snapshot: namespace and name.
 pub(crate) type SnapshotKey = (String, String);
-
-/// How long our last write is remembered against a lagging cache (far longer than a watch
-/// lags).
-const WRITE_MEMORY: Duration = Duration::from_secs(600);
-
-/// Which snapshot, at which resourceVersion.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Version {
-    pub(crate) uid: String,
-    pub(crate) resource_version: String,
-}
-
-impl Version {
-    pub(crate) fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
-        Self {
-            uid: meta.uid.clone().unwrap_or_default(),
-            resource_version: meta.resource_version.clone().unwrap_or_default(),
-        }
-    }
-}
-
-/// What to take as the state of our finalizer on a snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Belief {
-    On,
-    Off,
-    /// The cache may predate our own removal: ask the API server.
-    Read,
-}
-
-/// Our last write of the finalizer to one snapshot.
-#[derive(Debug)]
-struct Written {
-    on: bool,
-    /// The snapshot written (one of the same name made later is another).
-    uid: String,
-    version: String,
-    at: Instant,
-}
 
 /// The bookkeeping itself, without locking: pure, so it is tested on its own.
 #[derive(Debug, Default)]
@@ -70,7 +26,6 @@ pub(crate) struct Restorers {
     by_snapshot: HashMap<SnapshotKey, HashSet<String>>,
     /// Snapshots whose finished restore kept the finalizer for attempts still running.
     owed: HashSet<SnapshotKey>,
-    written: HashMap<SnapshotKey, Written>,
 }
 
 impl Restorers {
@@ -113,47 +68,6 @@ impl Restorers {
             .get(key)
             .map_or(0, |uids| uids.iter().filter(|u| *u != uid).count())
     }
-
-    /// Our write put the finalizer on (`on`) or took it off, leaving the snapshot `version`.
-    pub(crate) fn wrote(&mut self, key: SnapshotKey, on: bool, version: Version, now: Instant) {
-        self.written
-            .retain(|_, w| now.duration_since(w.at) < WRITE_MEMORY);
-        self.written.insert(
-            key,
-            Written {
-                on,
-                uid: version.uid,
-                version: version.resource_version,
-                at: now,
-            },
-        );
-    }
-
-    /// The API server was asked: what it said is fresher than our last write.
-    pub(crate) fn settled(&mut self, key: &SnapshotKey) {
-        self.written.remove(key);
-    }
-
-    /// The finalizer's state, from a cached copy (at `cached`) that shows it (`cached_on`)
-    /// or not, and our last write.
-    pub(crate) fn belief(
-        &self,
-        key: &SnapshotKey,
-        cached_on: bool,
-        cached: &Version,
-        now: Instant,
-    ) -> Belief {
-        let belief = if cached_on { Belief::On } else { Belief::Off };
-        match self.written.get(key) {
-            None => belief,
-            Some(w) if now.duration_since(w.at) >= WRITE_MEMORY || w.uid != cached.uid => belief,
-            Some(w) if cached.resource_version == w.version || w.on == cached_on => belief,
-            // Only our writes add it: a copy without it is older than our add.
-            Some(w) if w.on => Belief::On,
-            // A copy with it may predate our removal, or someone may have added it since.
-            Some(_) => Belief::Read,
-        }
-    }
 }
 
 impl Snapshots {
@@ -186,13 +100,10 @@ impl Snapshots {
     }
 }
 
-/// What the claim controller knows of snapshots: the two watches' caches (while they run),
-/// when each wanted snapshot was last seen ready, which attempts restore from which, the turns
+/// What the claim controller knows of snapshots: when each wanted snapshot was last seen ready, which attempts restore from which, the turns
 /// on our finalizer, and the owed releases on their way to the task that makes them (an
 /// attempt ends in a `Drop`, which cannot write).
 pub(crate) struct Snapshots {
-    snapshot_cache: Mutex<Option<Store<DynamicObject>>>,
-    content_cache: Mutex<Option<Store<DynamicObject>>>,
     /// Snapshots a waiting claim wants, by when they were seen ready.
     ready: Mutex<HashMap<SnapshotKey, Instant>>,
     restorers: Arc<Mutex<Restorers>>,
@@ -205,8 +116,6 @@ impl Default for Snapshots {
     fn default() -> Self {
         let (owed_tx, owed_rx) = tokio::sync::mpsc::unbounded_channel();
         Self {
-            snapshot_cache: Mutex::default(),
-            content_cache: Mutex::default(),
             ready: Mutex::default(),
             restorers: Arc::default(),
             turns: Mutex::default(),
@@ -221,35 +130,6 @@ impl Default for Snapshots {
 const READY_MEMORY: Duration = Duration::from_secs(600);
 
 impl Snapshots {
-    /// The VolumeSnapshot watch started (its cache, after the first list) or cannot run.
-    pub(crate) fn set_snapshot_cache(&self, cache: Option<Store<DynamicObject>>) {
-        *self.snapshot_cache.lock() = cache;
-    }
-
-    /// The VolumeSnapshotContent watch started (its cache, after the first list) or cannot run.
-    pub(crate) fn set_content_cache(&self, cache: Option<Store<DynamicObject>>) {
-        *self.content_cache.lock() = cache;
-    }
-
-    /// Whether the VolumeSnapshot watch runs (a ready snapshot then wakes its claims).
-    pub(crate) fn watch_running(&self) -> bool {
-        self.snapshot_cache.lock().is_some()
-    }
-
-    /// The snapshot as the watch last saw it (`None`: not seen, or no watch).
-    pub(crate) fn cached_snapshot(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
-        let key = ObjectRef::new_with(name, snapshot_resource()).within(namespace);
-        cached(&self.snapshot_cache, &key)
-    }
-
-    /// The content as its watch last saw it (`None`: not seen, or no watch).
-    pub(crate) fn cached_content(&self, name: &str) -> Option<DynamicObject> {
-        cached(
-            &self.content_cache,
-            &ObjectRef::new_with(name, content_resource()),
-        )
-    }
-
     /// A snapshot some waiting claim wants was seen ready `now`.
     pub(crate) fn seen_ready(&self, key: SnapshotKey, now: Instant) {
         let mut ready = self.ready.lock();
@@ -262,15 +142,6 @@ impl Snapshots {
     pub(crate) fn ready_since(&self, key: &SnapshotKey, since: Instant) -> bool {
         self.ready.lock().get(key).is_some_and(|at| *at >= since)
     }
-}
-
-/// `key` from a watch's cache, while that watch runs.
-fn cached(
-    cache: &Mutex<Option<Store<DynamicObject>>>,
-    key: &ObjectRef<DynamicObject>,
-) -> Option<DynamicObject> {
-    let store = cache.lock().clone()?;
-    store.get(key).map(|o| (*o).clone())
 }
 
 /// See [`Snapshots::attempt`].
@@ -324,64 +195,6 @@ mod tests {
             r.by_snapshot.is_empty(),
             "nothing is kept for ended attempts"
         );
-    }
-
-    fn at(uid: &str, version: &str) -> Version {
-        Version {
-            uid: uid.into(),
-            resource_version: version.into(),
-        }
-    }
-
-    #[test]
-    fn our_last_write_outweighs_a_cache_that_lags_behind_it() {
-        use Belief::*;
-        let now = Instant::now();
-        let mut r = Restorers::default();
-        let s = key("s");
-        // Nothing written: the cache is all there is.
-        assert_eq!(r.belief(&s, true, &at("u", "1"), now), On);
-        assert_eq!(r.belief(&s, false, &at("u", "1"), now), Off);
-        r.wrote(s.clone(), true, at("u", "7"), now);
-        assert_eq!(
-            r.belief(&s, false, &at("u", "5"), now),
-            On,
-            "older than our add"
-        );
-        assert_eq!(r.belief(&s, true, &at("u", "5"), now), On);
-        assert_eq!(r.belief(&s, false, &at("u", "7"), now), Off, "caught up");
-        assert_eq!(
-            r.belief(&s, false, &at("v", "8"), now),
-            Off,
-            "a new snapshot of the same name"
-        );
-        r.wrote(s.clone(), false, at("u", "9"), now);
-        assert_eq!(
-            r.belief(&s, true, &at("u", "7"), now),
-            Read,
-            "may predate our removal"
-        );
-        assert_eq!(r.belief(&s, false, &at("u", "7"), now), Off);
-        assert_eq!(r.belief(&s, true, &at("u", "9"), now), On);
-        assert_eq!(r.belief(&s, true, &at("v", "8"), now), On);
-        assert_eq!(
-            r.belief(&key("t"), true, &at("u", "7"), now),
-            On,
-            "another snapshot"
-        );
-        // Long after, the cache has long caught up.
-        assert_eq!(r.belief(&s, true, &at("u", "7"), now + WRITE_MEMORY), On);
-        r.settled(&s);
-        assert_eq!(r.belief(&s, true, &at("u", "7"), now), On);
-    }
-
-    #[test]
-    fn old_writes_are_forgotten_when_new_ones_come() {
-        let now = Instant::now();
-        let mut r = Restorers::default();
-        r.wrote(key("s"), false, at("u", "1"), now);
-        r.wrote(key("t"), true, at("u", "2"), now + WRITE_MEMORY);
-        assert_eq!(r.written.len(), 1);
     }
 
     #[test]
