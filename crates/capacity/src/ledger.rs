@@ -192,6 +192,9 @@ pub fn fits(reading: Capacity, reserved: i64, requested: i64) -> bool {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::Segment;

@@ -385,4 +385,6 @@ fn mix(mut h: u32) -> u32 {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;

@@ -98,6 +98,9 @@ pub fn restore_hold(attempt: RestoreAttempt, slow: Duration) -> Option<Duration>
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
