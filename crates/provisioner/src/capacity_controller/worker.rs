@@ -83,6 +83,10 @@ impl Shared {
             }
             state.staleness.retain(&desired, Instant::now());
             state.refreshed.retain(|k, _| desired.contains(k));
+            // No refresh of these keys will come: their callers go on now.
+            for waiter in state.waiters.retain(|k| desired.contains(k)) {
+                let _ = waiter.send(());
+            }
             state.readings.retain(|k, _| desired.contains(k));
             state.ledger.retain_keys(|k| desired.contains(k));
             state.unattempted.retain(|k| desired.contains(k));
@@ -138,7 +142,16 @@ impl Shared {
                     .start();
                 let outcome = self.refresh(key.clone(), round).await;
                 // Published or failed: whoever waits for this key may go on.
-                self.state.lock().refreshed.entry(key).or_default().finish();
+                let told = {
+                    let mut state = self.state.lock();
+                    let state = &mut *state;
+                    let rounds = state.refreshed.entry(key.clone()).or_default();
+                    rounds.finish();
+                    state.waiters.served(&key, rounds)
+                };
+                for waiter in told {
+                    let _ = waiter.send(());
+                }
                 self.bump();
                 outcome
             }
