@@ -103,12 +103,7 @@ impl RefreshHandle {
             // Under one lock with the keys, so a resync cannot drop a key in between and
             // leave its waiter untold.
             let keys = keys(&state, what);
-            for key in &keys {
-                let ticket = state.refreshed.get(key).map_or(0, |r| r.ticket());
-                let (tx, rx) = oneshot::channel();
-                state.waiters.add(key.clone(), ticket, tx);
-                pending.push(rx);
-            }
+            pending.extend(keys.iter().map(|k| state.tell_after_next_round(k)));
             keys
         };
         self.shared.enqueue_urgent(keys);
@@ -176,5 +171,34 @@ fn keys(state: &State, what: Refresh<'_>) -> Vec<Key> {
                 .collect(),
             None => Vec::new(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    #[test]
+    fn refreshed_completes_once_every_key_is_told() {
+        let (a, a_rx) = oneshot::channel();
+        let (b, b_rx) = oneshot::channel::<()>();
+        let mut refreshed = Refreshed {
+            pending: vec![a_rx, b_rx],
+        };
+        assert!((&mut refreshed).now_or_never().is_none());
+        a.send(()).unwrap();
+        assert!((&mut refreshed).now_or_never().is_none(), "b not yet");
+        // A controller that ended drops its senders: the caller goes on.
+        drop(b);
+        assert!(refreshed.now_or_never().is_some());
+    }
+
+    #[test]
+    fn refreshed_of_no_key_is_complete() {
+        let refreshed = Refreshed {
+            pending: Vec::new(),
+        };
+        assert!(refreshed.now_or_never().is_some());
     }
 }

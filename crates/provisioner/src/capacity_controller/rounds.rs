@@ -5,8 +5,13 @@
 //! reacts to (a refused CreateVolume) and would publish the old value. The work queue runs at
 //! most one refresh of a key at a time, so counting starts and ends is enough.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
+
+use capacity::Key;
+use tokio::sync::oneshot;
+
+use super::State;
 
 /// Refreshes of one key: how many began, how many ended.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +97,41 @@ impl<K: Eq + Hash, T> Waiters<K, T> {
             kept
         });
         released
+    }
+}
+
+/// The controller's rounds and waiters, kept together under the state lock.
+impl State {
+    /// Tells the receiver when a refresh of `key` begun from now on has ended.
+    pub(super) fn tell_after_next_round(&mut self, key: &Key) -> oneshot::Receiver<()> {
+        let ticket = self.refreshed.get(key).map_or(0, Rounds::ticket);
+        let (tx, rx) = oneshot::channel();
+        self.waiters.add(key.clone(), ticket, tx);
+        rx
+    }
+
+    /// A worker took `key` off the queue: the number of this round.
+    pub(super) fn begin_round(&mut self, key: &Key) -> u64 {
+        self.refreshed.entry(key.clone()).or_default().start()
+    }
+
+    /// The round of `key` ended (published or failed): tells the waiters it serves.
+    pub(super) fn end_round(&mut self, key: &Key) {
+        let rounds = self.refreshed.entry(key.clone()).or_default();
+        rounds.finish();
+        for waiter in self.waiters.served(key, rounds) {
+            // A caller that stopped waiting dropped its receiver: nothing to tell.
+            let _ = waiter.send(());
+        }
+    }
+
+    /// Forgets the rounds of keys no longer desired; their waiters are told now, as no
+    /// refresh of those keys will come.
+    pub(super) fn forget_rounds(&mut self, desired: &BTreeSet<Key>) {
+        self.refreshed.retain(|k, _| desired.contains(k));
+        for waiter in self.waiters.retain(|k| desired.contains(k)) {
+            let _ = waiter.send(());
+        }
     }
 }
 
@@ -221,5 +261,41 @@ mod tests {
         r.start();
         r.finish();
         assert!(r.served(t));
+    }
+
+    fn told(rx: &mut oneshot::Receiver<()>) -> bool {
+        rx.try_recv().is_ok()
+    }
+
+    fn key(class: &str) -> Key {
+        Key {
+            segment: Default::default(),
+            class: class.into(),
+        }
+    }
+
+    #[test]
+    fn the_controller_tells_a_waiter_when_a_later_round_ends() {
+        let (a, b) = (key("a"), key("b"));
+        let mut state = State::default();
+        state.begin_round(&a); // in flight when the caller asks
+        let mut rx = state.tell_after_next_round(&a);
+        let mut other = state.tell_after_next_round(&b);
+        state.end_round(&a);
+        assert!(
+            !told(&mut rx),
+            "the round in flight may have read the old value"
+        );
+        state.begin_round(&a);
+        assert!(!told(&mut rx), "begun, not ended");
+        state.end_round(&a);
+        assert!(told(&mut rx));
+        assert!(!told(&mut other), "another key's round");
+        state.forget_rounds(&BTreeSet::from([a.clone()]));
+        assert!(
+            told(&mut other),
+            "b stopped being published: no round will come"
+        );
+        assert!(state.waiters.by_key.is_empty());
     }
 }
