@@ -19,6 +19,7 @@ mod conflicts;
 mod dispatch;
 mod error;
 mod index;
+mod line;
 mod metrics;
 mod owner;
 mod reservations;
@@ -32,15 +33,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capacity::class::Class;
-use capacity::explain::explain_exhaustion;
 use capacity::published::ObjectTemplate;
-use capacity::refresh::keys_for_volume;
 use capacity::{Capacity, Key, Segment};
 use controller_kit::events::EventRecorder;
 use controller_kit::reflect::Change;
 use controller_kit::workqueue::{Outcome, RateLimiter, WorkQueue, WorkQueueMetrics, run_workers};
 use futures::stream::BoxStream;
-use k8s_openapi::api::core::v1::{Node, VolumeNodeAffinity};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Api;
@@ -53,6 +52,7 @@ use tokio_util::sync::CancellationToken;
 use crate::caches::Caches;
 
 pub use error::CapacityError;
+pub use line::{Refresh, RefreshHandle, Refreshed};
 pub use metrics::CapacityMetrics;
 pub use owner::OwnerError;
 pub use reservations::{Hold, NoRoom};
@@ -131,8 +131,10 @@ struct State {
     node_segments: HashMap<String, Segment>,
     /// Nodes in their driver grace ([`capacity::grace`]).
     lost: capacity::grace::Lost,
-    /// Refreshes of each key begun and ended, for [`RefreshHandle::refresh_and_wait`].
+    /// Refreshes of each key begun and ended, for [`RefreshHandle::refresh_then_tell`].
     refreshed: HashMap<Key, rounds::Rounds>,
+    /// Who waits to be told of a refresh ([`RefreshHandle::refresh_then_tell`]).
+    waiters: rounds::Waiters<Key, tokio::sync::oneshot::Sender<()>>,
     /// The last successful GetCapacity of each key and the refresh round that asked it.
     readings: HashMap<Key, (Capacity, u64)>,
     /// Volumes being created, by claim ([`reservations`]).
@@ -214,136 +216,6 @@ impl metrics::Source for Shared {
 
     fn view(&self) -> capacity::view::View {
         Shared::view(self)
-    }
-}
-
-/// How the provisioning controllers talk to the capacity controller.
-#[derive(Clone)]
-pub struct RefreshHandle {
-    shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for RefreshHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RefreshHandle")
-            .field("driver", &self.shared.config.driver_name)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Which published objects a provisioning controller's work may have made stale: the one
-/// request claims and volumes send to the capacity controller.
-#[derive(Debug, Clone, Copy)]
-pub enum Refresh<'a> {
-    /// A volume of `class` was created or deleted where `affinity` says (every class of the
-    /// volume's segments shares its pool).
-    Volume {
-        class: &'a str,
-        affinity: Option<&'a VolumeNodeAffinity>,
-    },
-    /// An attempt for `class` failed or was cleaned up: its objects anywhere.
-    Class(&'a str),
-    /// The objects of `class` for the segment of `node`.
-    Node { class: &'a str, node: &'a str },
-}
-
-impl RefreshHandle {
-    /// Refreshes the objects `what` names now, ahead of periodic work (bursts coalesce per
-    /// object).
-    pub fn refresh(&self, what: Refresh<'_>) {
-        let keys = self.keys(what);
-        self.shared.enqueue_urgent(keys);
-    }
-
-    /// [`RefreshHandle::refresh`], then waits (at most `timeout`) until every object named
-    /// has been refreshed by a GetCapacity begun after this call (published, or found
-    /// failing); one already in flight may have read the value from before.
-    pub async fn refresh_and_wait(&self, what: Refresh<'_>, timeout: Duration) {
-        let keys = self.keys(what);
-        let tickets: Vec<(Key, u64)> = {
-            let state = self.shared.state.lock();
-            let ticket = |k: &Key| state.refreshed.get(k).map_or(0, |r| r.ticket());
-            keys.iter().map(|k| (k.clone(), ticket(k))).collect()
-        };
-        let mut changes = self.subscribe();
-        self.shared.enqueue_urgent(keys);
-        let all_done = || {
-            let state = self.shared.state.lock();
-            tickets
-                .iter()
-                .all(|(k, t)| state.refreshed.get(k).is_some_and(|r| r.served(*t)))
-        };
-        let wait = async {
-            while !all_done() {
-                if changes.changed().await.is_err() {
-                    return;
-                }
-            }
-        };
-        let _ = tokio::time::timeout(timeout, wait).await;
-    }
-
-    fn keys(&self, what: Refresh<'_>) -> Vec<Key> {
-        let state = self.shared.state.lock();
-        match what {
-            Refresh::Volume { class, affinity } => keys_for_volume(affinity, class, &state.desired)
-                .into_iter()
-                .collect(),
-            Refresh::Class(class) => state
-                .desired
-                .iter()
-                .filter(|k| k.class == class)
-                .cloned()
-                .collect(),
-            Refresh::Node { class, node } => match state.node_segments.get(node) {
-                Some(segment) => state
-                    .desired
-                    .iter()
-                    .filter(|k| k.class == class && &k.segment == segment)
-                    .cloned()
-                    .collect(),
-                None => Vec::new(),
-            },
-        }
-    }
-
-    /// When no published segment of `class` can hold `requested` bytes, the message to put on
-    /// a waiting claim; `None` when one can, or before every object of the class was read
-    /// once (a starting controller must not claim that nothing fits).
-    pub fn explain(&self, class: &str, requested: i64) -> Option<String> {
-        let state = self.shared.state.lock();
-        let settled = state.started
-            && state.classes.contains_key(class)
-            && !state.unattempted.iter().any(|k| k.class == class);
-        if !settled {
-            return None;
-        }
-        // What the scheduler sees: the objects of the class, with their volume limits.
-        let readings: Vec<(Segment, Capacity)> = state
-            .index
-            .all()
-            .filter(|p| !p.deleting)
-            .filter_map(|p| {
-                let key = p.key.as_ref()?;
-                if key.class != class || !state.desired.contains(key) {
-                    return None;
-                }
-                if p.capacity.is_none() && p.maximum_volume_size.is_none() {
-                    return None;
-                }
-                let reading = Capacity {
-                    available: p.capacity.unwrap_or(0),
-                    maximum_volume_size: p.maximum_volume_size,
-                };
-                Some((key.segment.clone(), reading))
-            })
-            .collect();
-        explain_exhaustion(class, requested, &readings)
-    }
-
-    /// Bumped whenever published capacity changes, so waiting claims can be re-checked.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.shared.published.subscribe()
     }
 }
 

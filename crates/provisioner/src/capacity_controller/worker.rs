@@ -82,7 +82,7 @@ impl Shared {
                     .rebuild(store.state().iter().map(|o| o.as_ref()));
             }
             state.staleness.retain(&desired, Instant::now());
-            state.refreshed.retain(|k, _| desired.contains(k));
+            state.forget_rounds(&desired);
             state.readings.retain(|k, _| desired.contains(k));
             state.ledger.retain_keys(|k| desired.contains(k));
             state.unattempted.retain(|k| desired.contains(k));
@@ -131,14 +131,10 @@ impl Shared {
         };
         match item {
             Item::Refresh(key) => {
-                let round = (self.state.lock())
-                    .refreshed
-                    .entry(key.clone())
-                    .or_default()
-                    .start();
+                let round = self.state.lock().begin_round(&key);
                 let outcome = self.refresh(key.clone(), round).await;
                 // Published or failed: whoever waits for this key may go on.
-                self.state.lock().refreshed.entry(key).or_default().finish();
+                self.state.lock().end_round(&key);
                 self.bump();
                 outcome
             }

@@ -73,9 +73,8 @@ impl ClaimsController {
                 && let Some(node) = provisioning::claim::selected_node(claim)
             {
                 let node = Refresh::Node { class, node };
-                capacity
-                    .refresh_and_wait(node, REFRESH_BEFORE_RESCHEDULE)
-                    .await;
+                let refreshed = capacity.refresh_then_tell(node);
+                let _ = tokio::time::timeout(REFRESH_BEFORE_RESCHEDULE, refreshed).await;
             }
             capacity.refresh(Refresh::Class(class));
         }
