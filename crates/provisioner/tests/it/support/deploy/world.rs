@@ -11,8 +11,8 @@ use kube::api::PostParams;
 use serde_json::{Value, json};
 use testenv::{ControlPlane, Provisioner};
 
-use super::{free_port, kubectl, load_objects, localize, manifests_dir, mint_token};
-use crate::support::Scenario;
+use super::{kubectl, load_objects, localize, manifests_dir, mint_token};
+use crate::support::{Scenario, free_port};
 
 pub const KEY: &str = "topology.mock.csi/node";
 /// The Pod csi-provisioner "runs in": POD_NAME, and the owner at --capacity-ownerref-level=0.

@@ -2,18 +2,15 @@
 //! driver when the scheduler does not use capacity (issue 46, items 8 and 10), against the real
 //! control plane with the mock CSI driver.
 
-#[path = "capacity/world.rs"]
-#[allow(dead_code)] // shared with tests/capacity.rs, which uses the rest
-mod world;
-
+use crate::support::{CAPACITY_WAIT, eventually};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::support::world::{GI, World, bytes, key, record_values};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
-use world::{GI, World, bytes, eventually, key, record_values};
 
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
@@ -51,6 +48,7 @@ fn creates_for(w: &World, uid: &str) -> Vec<Value> {
 async fn wait_sent_back(w: &World, name: &str) {
     eventually(
         &format!("claim {name} sent back to the scheduler"),
+        CAPACITY_WAIT,
         || async {
             let c = claims(w).get(name).await.ok()?;
             let a = c.metadata.annotations.unwrap_or_default();
@@ -61,7 +59,7 @@ async fn wait_sent_back(w: &World, name: &str) {
 }
 
 async fn wait_bound(w: &World, name: &str) {
-    eventually(&format!("claim {name} bound"), || async {
+    eventually(&format!("claim {name} bound"), CAPACITY_WAIT, || async {
         let c = claims(w).get(name).await.ok()?;
         (c.status?.phase.as_deref() == Some("Bound")).then_some(())
     })
@@ -119,18 +117,22 @@ async fn failed_attempts_end_their_reservations_while_getcapacity_fails() {
     let mut uids = BTreeMap::new();
     for name in names {
         let uid = claim_on(&w, name, &class, "30Gi", &node).await;
-        eventually(&format!("{name} called"), || async {
+        eventually(&format!("{name} called"), CAPACITY_WAIT, || async {
             (!creates_for(&w, &uid).is_empty()).then_some(())
         })
         .await;
         uids.insert(name, uid);
     }
     // Each claim fails, is retried (1 s, 2 s, ...) and fails again: three calls each.
-    eventually("three failed CreateVolumes per claim", || async {
-        uids.values()
-            .all(|uid| creates_for(&w, uid).len() >= 3)
-            .then_some(())
-    })
+    eventually(
+        "three failed CreateVolumes per claim",
+        CAPACITY_WAIT,
+        || async {
+            uids.values()
+                .all(|uid| creates_for(&w, uid).len() >= 3)
+                .then_some(())
+        },
+    )
     .await;
     for name in names {
         let sent_back = failed_events(&w, name).await;
@@ -151,7 +153,7 @@ async fn failed_attempts_end_their_reservations_while_getcapacity_fails() {
             .await
             .unwrap();
     }
-    eventually("the failing claims gone", || async {
+    eventually("the failing claims gone", CAPACITY_WAIT, || async {
         let list = claims(&w).list(&ListParams::default()).await.ok()?;
         list.items.is_empty().then_some(())
     })
@@ -174,7 +176,7 @@ async fn failed_attempts_end_their_reservations_while_getcapacity_fails() {
         .delete("later", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the later volume deleted", || async {
+    eventually("the later volume deleted", CAPACITY_WAIT, || async {
         (w.mock.succeeded("DeleteVolume") == 1).then_some(())
     })
     .await;

@@ -8,16 +8,16 @@
 //! one plugin and one `--node-deployment` provisioner per node: the plugin's own distributed
 //! deployment, tested at the end.
 
-mod support;
-
+use crate::support;
+use crate::support::WAIT;
 use std::time::Duration;
 
+use crate::support::{Scenario, eventually, wait_gone};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
-use support::{Scenario, eventually, wait_gone};
 use testenv::{ControlPlane, HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, Provisioner};
 
 const GI: i64 = 1 << 30;
@@ -207,7 +207,7 @@ async fn capacity_objects_follow_the_plugins_get_capacity() {
     let params = json!({"parameters": {"kind": "fast"}});
     let class = w.s.class("fast", "WaitForFirstConsumer", params).await;
 
-    let first = eventually("one capacity object of 10Gi", || async {
+    let first = eventually("one capacity object of 10Gi", WAIT, || async {
         let caps = w.capacities(&class).await;
         (caps == [(w.node.clone(), 10 * GI)]).then_some(caps)
     })
@@ -227,7 +227,7 @@ async fn capacity_objects_follow_the_plugins_get_capacity() {
         vec![(HOSTPATH_TOPOLOGY_KEY.to_string(), vec![w.node.clone()])]
     );
 
-    eventually("the capacity object to drop to 6Gi", || async {
+    eventually("the capacity object to drop to 6Gi", WAIT, || async {
         (w.capacities(&class).await == [(w.node.clone(), 6 * GI)]).then_some(())
     })
     .await;
@@ -416,9 +416,11 @@ async fn distributed_plugins_one_per_node() {
     let want = |sizes: [i64; 3]| -> Vec<(String, i64)> {
         nodes.iter().cloned().zip(sizes.map(|g| g * GI)).collect()
     };
-    eventually("one object per node with its plugin's capacity", || async {
-        (capacities_of(&s, &late).await == want([10, 10, 100])).then_some(())
-    })
+    eventually(
+        "one object per node with its plugin's capacity",
+        WAIT,
+        || async { (capacities_of(&s, &late).await == want([10, 10, 100])).then_some(()) },
+    )
     .await;
 
     s.claim("big", &late, "50Gi", json!({})).await;
@@ -436,7 +438,7 @@ async fn distributed_plugins_one_per_node() {
     );
     let held: Vec<usize> = plugins.iter().map(|p| p.volumes().len()).collect();
     assert_eq!(held, [0, 0, 1]);
-    eventually("the big node's object to drop to 50Gi", || async {
+    eventually("the big node's object to drop to 50Gi", WAIT, || async {
         (capacities_of(&s, &late).await == want([10, 10, 50])).then_some(())
     })
     .await;
@@ -495,7 +497,7 @@ async fn distributed_plugins_one_per_node() {
     pods.delete("app", &force).await.unwrap();
     // The plugin logs a call once it has answered, after its state file changed: wait for
     // the log too.
-    let deletes = eventually("every plugin to be empty", || async {
+    let deletes = eventually("every plugin to be empty", WAIT, || async {
         let deletes: Vec<usize> = plugins
             .iter()
             .map(|p| p.calls_of("DeleteVolume").len())

@@ -2,6 +2,8 @@
 //! its claims created again elsewhere, never lost (the state file), never brought back once
 //! deleted, and never released while the node shows signs of life.
 
+use crate::support::WAIT;
+use crate::support::deploy;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -9,8 +11,8 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::support::{self, Scenario, eventually};
-use super::{capacity_objects, deploy_support, distributed, pv_node};
+use super::{capacity_objects, distributed, pv_node};
+use crate::support::{self, Scenario, eventually};
 use testenv::ControlPlane;
 
 /// Runs `csi-provisioner release-node <args>` as the admin in the scenario's directory (where
@@ -117,7 +119,7 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
 
     // The provisioner's own ServiceAccount may not delete or create claims: the release
     // stops before its first write, rather than after a PV is gone and its claim is not back.
-    let sa = deploy_support::world::grant_shipped_rbac(&s, |_| {}).await;
+    let sa = deploy::world::grant_shipped_rbac(&s, |_| {}).await;
     let (code, out) = release_node_as(&s, &sa, &[&nodes[0].node, &driver, "--dry-run=false"]);
     assert_eq!(code, 1, "{out}");
     assert!(
@@ -130,6 +132,7 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
     // objects first (the Node is gone), as it does within a poll interval.
     eventually(
         "node a's capacity objects removed by the survivor",
+        WAIT,
         || async {
             let a = &nodes[0].node;
             let left = capacity_objects(&s).await.into_iter().any(|c| {
@@ -218,7 +221,7 @@ async fn release_node_leaves_a_claim_bound_elsewhere_alone() {
         .create(&PostParams::default(), &provisioned)
         .await
         .unwrap();
-    let released = support::eventually("the stale PV to be Released", || async {
+    let released = support::eventually("the stale PV to be Released", WAIT, || async {
         let p = s.volumes().get(&stale).await.ok()?;
         (p.status?.phase.as_deref() == Some("Released")).then_some(p.spec?.claim_ref?)
     })
@@ -376,7 +379,7 @@ async fn wait_claim_create(s: &Scenario, allowed: bool) {
         dry_run: true,
         ..Default::default()
     };
-    eventually("the policy to take effect", || async {
+    eventually("the policy to take effect", WAIT, || async {
         (s.claims().create(&dry, &probe).await.is_ok() == allowed).then_some(())
     })
     .await;

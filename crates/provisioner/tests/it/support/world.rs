@@ -2,10 +2,9 @@
 //! each, the mock CSI driver and the real `csi-provisioner`, plus helpers to read what the
 //! scheduler and the provisioner did.
 
+use super::{CAPACITY_WAIT, eventually, free_port, scrape};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
@@ -14,9 +13,9 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use testenv::{ControlPlane, MockDriver, Provisioner};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-pub const KEY: &str = "topology.mock.csi/node";
+/// The mock driver's topology key.
+pub const KEY: &str = super::NODE_KEY;
 pub const GI: i64 = 1 << 30;
 
 /// One test's world: namespace, driver, nodes, mock driver and provisioner.
@@ -108,7 +107,7 @@ impl World {
 
     /// Waits until our objects, by (class, node), satisfy `ok`.
     pub async fn wait_objects(&self, what: &str, ok: impl Fn(&Objects) -> bool) -> Objects {
-        eventually(what, || async {
+        eventually(what, CAPACITY_WAIT, || async {
             let list = self.capacities().list(&ListParams::default()).await.ok()?;
             let objects = by_key(list.items);
             ok(&objects).then_some(objects)
@@ -147,7 +146,7 @@ impl World {
     }
 
     pub async fn wait_scheduled(&self, pod: &str) -> String {
-        eventually(&format!("pod {pod} scheduled"), || async {
+        eventually(&format!("pod {pod} scheduled"), CAPACITY_WAIT, || async {
             let p = self.pods().get(pod).await.ok()?;
             p.spec?.node_name
         })
@@ -159,20 +158,24 @@ impl World {
     /// scheduler whose cache has not seen the claim yet first says "persistentvolumeclaim not
     /// found", then tries again when the claim arrives.
     pub async fn wait_unschedulable(&self, pod: &str, because: &str) -> String {
-        eventually(&format!("pod {pod} unschedulable: {because}"), || async {
-            let p = self.pods().get(pod).await.ok()?;
-            assert_eq!(p.spec.as_ref()?.node_name, None, "pod {pod} was scheduled");
-            let c = p
-                .status?
-                .conditions?
-                .into_iter()
-                .find(|c| c.type_ == "PodScheduled")?;
-            let message = c.message.unwrap_or_default();
-            (c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-                && message.contains(because))
-            .then_some(message)
-        })
+        eventually(
+            &format!("pod {pod} unschedulable: {because}"),
+            CAPACITY_WAIT,
+            || async {
+                let p = self.pods().get(pod).await.ok()?;
+                assert_eq!(p.spec.as_ref()?.node_name, None, "pod {pod} was scheduled");
+                let c = p
+                    .status?
+                    .conditions?
+                    .into_iter()
+                    .find(|c| c.type_ == "PodScheduled")?;
+                let message = c.message.unwrap_or_default();
+                (c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+                    && message.contains(because))
+                .then_some(message)
+            },
+        )
         .await
     }
 
@@ -216,15 +219,7 @@ impl World {
     }
 
     pub async fn metrics(&self) -> Option<String> {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .ok()?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .await
-            .ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).await.ok()?;
-        Some(text)
+        scrape(self.port).await
     }
 
     /// A gauge of one (class, node) key, from /metrics.
@@ -308,46 +303,6 @@ pub fn key(class: &str, node: &str) -> (String, String) {
     (class.to_string(), node.to_string())
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Polls `f` until it returns `Some`, for up to two minutes.
-pub async fn eventually<T, F, Fut>(what: &str, f: F) -> T
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-pub fn kubectl(args: &[&str]) -> String {
-    let out = Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", ControlPlane::shared().kubeconfig())
-        .output()
-        .expect(
-            "kubectl is needed for this test (it is on the project's machines at /usr/bin/kubectl)",
-        );
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// A Deployment → ReplicaSet → Pod chain (no controllers run for them: plain objects).
 pub async fn owner_chain(client: &Client, ns: &str) -> (Deployment, ReplicaSet, Pod) {
     let pp = PostParams::default();
@@ -377,12 +332,10 @@ pub async fn owner_chain(client: &Client, ns: &str) -> (Deployment, ReplicaSet, 
 }
 
 /// Capacity values seen per object key, in the order shown.
-#[allow(dead_code)] // tests/capacity.rs records none
 pub type Shown = std::sync::Arc<std::sync::Mutex<BTreeMap<(String, String), Vec<Option<i64>>>>>;
 
 /// Every capacity value each of our objects shows from now on, in order: a watch delivers each
 /// version, so a value shown for a moment is recorded too. Returns once the initial list is in.
-#[allow(dead_code)] // tests/capacity.rs records none
 pub async fn record_values(w: &World) -> (Shown, tokio::task::JoinHandle<()>) {
     use futures::StreamExt;
     use kube::runtime::watcher::{self, Event};
