@@ -29,15 +29,22 @@ struct World {
     port: u16,
 }
 
-/// Starts the one snapshot-controller of this test binary, once the CRDs are there. It runs
+/// The control plane of these tests: their snapshot-controller acts on every snapshot in the
+/// cluster, so they get one of their own (as they had when they were a test binary of their
+/// own), and tests elsewhere that make snapshots by hand never meet it.
+fn control_plane() -> &'static ControlPlane {
+    ControlPlane::shared_group("data_sources")
+}
+
+/// Starts the one snapshot-controller of these tests, once the CRDs are there. It runs
 /// without leader election, so one per test would all act on every snapshot, and their writes
-/// would conflict with each other's and with ours. It dies with the test binary.
+/// would conflict with each other's and with ours. It dies with the test process.
 fn snapshot_controller() {
     static CONTROLLER: std::sync::Mutex<Option<testenv::SnapshotController>> =
         std::sync::Mutex::new(None);
     let mut controller = CONTROLLER.lock().unwrap_or_else(|e| e.into_inner());
     if controller.is_none() {
-        let cp = ControlPlane::shared();
+        let cp = control_plane();
         *controller = Some(testenv::SnapshotController::start(
             &cp.dir().join("snapshot-controller"),
             cp.kubeconfig(),
@@ -58,10 +65,10 @@ impl World {
     }
 
     async fn start_as(prefix: &str, prov_args: &[&str], identity: Identity) -> World {
-        let mut s = Scenario::new(prefix).await;
+        let mut s = Scenario::new_on(control_plane(), prefix).await;
         s.driver = format!("{}.hostpath.csi", s.ns);
         let node = format!("{}-n1", s.ns);
-        let kubeconfig = ControlPlane::shared().kubeconfig();
+        let kubeconfig = control_plane().kubeconfig();
         testenv::install_snapshot_crds(&s.client)
             .await
             .expect("snapshot CRDs");
@@ -760,7 +767,7 @@ async fn a_source_in_another_namespace_needs_a_reference_grant() {
     write_marker(&source.vol_path, "from next door");
     w.snapshot("snap", "src").await;
 
-    let mut dst = Scenario::new("ds-xns-dst").await;
+    let mut dst = Scenario::new_on(control_plane(), "ds-xns-dst").await;
     dst.driver = w.s.driver.clone();
     let from = |kind: &str, group: Option<&str>, name: &str| {
         let mut r = json!({"kind": kind, "name": name, "namespace": w.s.ns});
@@ -919,7 +926,7 @@ async fn a_snapshot_that_is_not_ready_is_restored_once_it_is() {
 
     w.snapshotter = Some(testenv::Snapshotter::start(
         &w.s.dir.join("snapshotter-2"),
-        ControlPlane::shared().kubeconfig(),
+        control_plane().kubeconfig(),
         &w.plugin.socket,
     ));
     let restored = w.volume_of("restored").await;

@@ -118,6 +118,11 @@ impl Scenario {
         (s, names)
     }
 
+    /// The admin kubeconfig of the scenario's control plane.
+    pub fn kubeconfig(&self) -> &std::path::Path {
+        &self.kubeconfig
+    }
+
     pub fn mock(&self) -> &MockDriver {
         self.mock.as_ref().expect("the mock driver was not started")
     }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
-use testenv::{ControlPlane, Provisioner};
+use testenv::Provisioner;
 
 use super::{kubectl, load_objects, localize, manifests_dir, mint_token};
 use crate::support::{Scenario, free_port};
@@ -71,7 +71,7 @@ impl RbacWorld {
 /// Creates rbac.yaml's objects (moved into the scenario's namespace, then `edit`ed), waits
 /// until the authorizer sees them, and returns a kubeconfig for the ServiceAccount.
 pub async fn grant_shipped_rbac(s: &Scenario, edit: impl FnOnce(&mut Vec<Value>)) -> PathBuf {
-    let admin = ControlPlane::shared().kubeconfig();
+    let admin = s.kubeconfig();
     let mut objects = load_objects(admin, &manifests_dir().join("rbac.yaml"));
     localize(&mut objects, &s.ns);
     edit(&mut objects);
