@@ -6,14 +6,12 @@ use crate::support::world;
 use crate::support::{CAPACITY_WAIT, eventually};
 use std::collections::BTreeMap;
 
-use crate::support::world::{GI, World, bytes, key, record_values};
+use crate::support::world::{GI, SELECTED_NODE, World, bytes, key, record_values};
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::Api;
 use kube::api::ListParams;
 use serde_json::json;
-
-const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
 /// While a claim's CreateVolume runs, its node's object shows the driver's reading less the
 /// claim's size: the driver was not asked again (its pool is unchanged until the call
@@ -172,38 +170,14 @@ async fn volumes_per_node(w: &World) -> BTreeMap<String, usize> {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_that_no_longer_fits_goes_back_without_a_driver_call() {
-    let w = World::start(
-        "cap-recheck",
-        &[("a", "100Gi")],
-        &[],
-        &["--capacity-poll-interval=10m", "--strict-topology"],
-    )
-    .await;
-    let class = w.class("fast", "WaitForFirstConsumer").await;
-    let node = w.node("a");
-    w.wait_objects("100Gi on a", |o| {
-        o.get(&key(&class, &node)).and_then(bytes) == Some(100 * GI)
-    })
-    .await;
+    let (w, class, node) = World::one_strict_pool("cap-recheck").await;
     // The driver holds each call 6 s, so all three are in flight together (with room for a
     // slow machine: the third is checked while the first two still run).
     w.mock
         .set_faults(json!({"CreateVolume": {"delay_ms": 6000}}));
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(w.client.clone(), &w.ns);
+    let claims = w.claims();
     let names = ["r1", "r2", "r3"];
-    let create = |name: &'static str| {
-        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-            "metadata": {"name": name, "annotations": {
-                SELECTED_NODE: node,
-                "volume.kubernetes.io/storage-provisioner": w.driver,
-                "volume.beta.kubernetes.io/storage-provisioner": w.driver}},
-            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
-                     "resources": {"requests": {"storage": "45Gi"}}},
-        }))
-        .unwrap();
-        let claims = claims.clone();
-        async move { claims.create(&Default::default(), &claim).await.unwrap() }
-    };
+    let create = |name: &'static str| w.claim_on(name, &class, "45Gi", &node);
     futures::future::join_all(names.map(create)).await;
 
     let sent_back = eventually(
@@ -605,7 +579,7 @@ async fn pod_claims_are_limited_each_by_maximum_volume_size_and_together_by_capa
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn pod_claims_of_two_classes_are_added_up_per_class() {
-    let w = start_with_kinds(
+    let w = World::start_with_kinds(
         "cap-pod-kinds",
         &[
             ("fast", "a", "100Gi"),
@@ -613,6 +587,7 @@ async fn pod_claims_of_two_classes_are_added_up_per_class() {
             ("fast", "b", "200Gi"),
             ("slow", "b", "200Gi"),
         ],
+        &[],
         &["--capacity-poll-interval=10m", "--capacity-pod-aware"],
     )
     .await;
@@ -697,40 +672,6 @@ async fn pod_refusals(w: &World) -> Vec<String> {
         .filter_map(|e| e.message)
         .filter(|m| m.contains("together on node"))
         .collect()
-}
-
-/// [`World::start`] with pools of several kinds, (kind, node suffix, size); a class picks its
-/// pools by the parameter `kind` ([`class_of_kind`]).
-async fn start_with_kinds(prefix: &str, pools: &[(&str, &str, &str)], prov_args: &[&str]) -> World {
-    let cp = testenv::ControlPlane::shared();
-    let client = cp.client().await;
-    let ns = testenv::create_namespace(&client, prefix).await;
-    let driver = format!("{ns}.mock.csi");
-    let dir = std::path::PathBuf::from(format!("/tmp/{ns}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    testenv::create_csi_driver(&client, &driver, true).await;
-    let mut nodes: Vec<String> = pools.iter().map(|(_, n, _)| format!("{ns}-{n}")).collect();
-    nodes.dedup();
-    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
-    testenv::create_fake_nodes(&client, &driver, world::KEY, &names).await;
-    let mut args = vec![format!("--driver-name={driver}")];
-    for (kind, node, size) in pools {
-        args.push(format!("--pool={kind}@{}={ns}-{node}:{size}", world::KEY));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mock = testenv::MockDriver::start(&dir, &args);
-    let port = crate::support::free_port();
-    let prov = world::start_provisioner(&dir, &mock, &ns, port, prov_args, &[]);
-    eprintln!("world {ns}: logs in {}", dir.display());
-    World {
-        client,
-        ns,
-        driver,
-        dir,
-        mock,
-        prov,
-        port,
-    }
 }
 
 /// A WaitForFirstConsumer class of our driver whose volumes go to pools of `kind`.

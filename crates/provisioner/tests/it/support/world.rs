@@ -17,6 +17,8 @@ use testenv::{ControlPlane, MockDriver, Provisioner};
 /// The mock driver's topology key.
 pub const KEY: &str = super::NODE_KEY;
 pub const GI: i64 = 1 << 30;
+/// The scheduler's choice of node on a late-binding claim.
+pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
 /// One test's world: namespace, driver, nodes, mock driver and provisioner.
 pub struct World {
@@ -38,6 +40,20 @@ impl World {
         mock_args: &[&str],
         prov_args: &[&str],
     ) -> World {
+        let pools: Vec<(&str, &str, &str)> =
+            pools.iter().map(|(n, size)| ("", *n, *size)).collect();
+        World::start_with_kinds(prefix, &pools, mock_args, prov_args).await
+    }
+
+    /// [`World::start`] with pools of several kinds, (kind, node suffix, size), a node holding
+    /// one pool of each of its kinds (listed one after the other); an empty kind is the plain
+    /// pool of [`World::start`].
+    pub async fn start_with_kinds(
+        prefix: &str,
+        pools: &[(&str, &str, &str)],
+        mock_args: &[&str],
+        prov_args: &[&str],
+    ) -> World {
         let cp = ControlPlane::shared();
         let client = cp.client().await;
         let ns = testenv::create_namespace(&client, prefix).await;
@@ -45,12 +61,18 @@ impl World {
         let dir = PathBuf::from(format!("/tmp/{ns}"));
         std::fs::create_dir_all(&dir).unwrap();
         testenv::create_csi_driver(&client, &driver, true).await;
-        let nodes: Vec<String> = pools.iter().map(|(n, _)| format!("{ns}-{n}")).collect();
+        let mut nodes: Vec<String> = pools.iter().map(|(_, n, _)| format!("{ns}-{n}")).collect();
+        nodes.dedup();
         let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
         testenv::create_fake_nodes(&client, &driver, KEY, &names).await;
         let mut args = vec![format!("--driver-name={driver}")];
-        for (node, (_, size)) in nodes.iter().zip(pools) {
-            args.push(format!("--pool={KEY}={node}:{size}"));
+        for (kind, node, size) in pools {
+            let kind = if kind.is_empty() {
+                String::new()
+            } else {
+                format!("{kind}@")
+            };
+            args.push(format!("--pool={kind}{KEY}={ns}-{node}:{size}"));
         }
         args.extend(mock_args.iter().map(|s| s.to_string()));
         let mock = MockDriver::start(&dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
@@ -75,6 +97,26 @@ impl World {
         let class = w.class("fast", "WaitForFirstConsumer").await;
         w.wait_objects("2 objects", |o| o.len() == 2).await;
         (w, class)
+    }
+
+    /// [`World::start`] with one node, a, whose pool holds 100Gi, `--strict-topology` and the
+    /// poll out of the way (every change comes from the claims), and a WaitForFirstConsumer
+    /// class whose object shows the 100Gi; returns the class and node a.
+    pub async fn one_strict_pool(prefix: &str) -> (World, String, String) {
+        let w = World::start(
+            prefix,
+            &[("a", "100Gi")],
+            &[],
+            &["--capacity-poll-interval=10m", "--strict-topology"],
+        )
+        .await;
+        let class = w.class("fast", "WaitForFirstConsumer").await;
+        let node = w.node("a");
+        w.wait_objects("100Gi on a", |o| {
+            o.get(&key(&class, &node)).and_then(bytes) == Some(100 * GI)
+        })
+        .await;
+        (w, class, node)
     }
 
     pub fn node(&self, suffix: &str) -> String {
@@ -129,11 +171,32 @@ impl World {
         }))
         .unwrap();
         let pp = PostParams::default();
-        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &self.ns)
-            .create(&pp, &pvc)
+        self.claims().create(&pp, &pvc).await.unwrap();
+        self.pods().create(&pp, &pod).await.unwrap();
+    }
+
+    pub fn claims(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// A claim of `size` of `class` that the scheduler already sent to `node` (no pod: nothing
+    /// selects a node again once it is sent back). Returns its UID.
+    pub async fn claim_on(&self, name: &str, class: &str, size: &str, node: &str) -> String {
+        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": {
+                SELECTED_NODE: node,
+                "volume.kubernetes.io/storage-provisioner": self.driver,
+                "volume.beta.kubernetes.io/storage-provisioner": self.driver}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": size}}},
+        }))
+        .unwrap();
+        let created = self
+            .claims()
+            .create(&Default::default(), &claim)
             .await
             .unwrap();
-        self.pods().create(&pp, &pod).await.unwrap();
+        created.metadata.uid.unwrap()
     }
 
     /// Waits for an event `reason` on object `name` whose message contains `needle`.
@@ -186,7 +249,7 @@ impl World {
             ..Default::default()
         };
         self.pods().delete(name, &now).await.unwrap();
-        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &self.ns)
+        self.claims()
             .delete(name, &DeleteParams::default())
             .await
             .unwrap();
