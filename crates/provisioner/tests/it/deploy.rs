@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::support::deploy::world::{
     OWNER_POD, RbacWorld, client_from, create_pod, grant_shipped_rbac, owner_chain,
+    provisioner_as_service_account,
 };
 use crate::support::deploy::{
     beyond_upstream, drop_verb, forbidden_lines, grants, kubectl, load_objects, manifests_dir,
@@ -210,13 +211,7 @@ async fn shipped_rbac_is_enough_for_provisioning_and_capacity() {
         requests_with(&metrics, &["code=\"201\""]) >= 4.0,
         "{metrics}"
     );
-    let forbidden = requests_with(&metrics, &[FORBIDDEN]);
-    assert_eq!(
-        forbidden,
-        0.0,
-        "Forbidden API calls:\n{}",
-        forbidden_in(&metrics)
-    );
+    assert_none_forbidden(&metrics);
     let log = w.prov.log();
     assert_eq!(
         forbidden_lines(&log),
@@ -349,6 +344,16 @@ async fn owner_lookup_through_a_deployment_needs_only_the_shipped_rbac() {
     assert!(err.to_lowercase().contains("forbidden"), "{err}");
 }
 
+fn assert_none_forbidden(metrics: &str) {
+    let forbidden = requests_with(metrics, &[FORBIDDEN]);
+    assert_eq!(
+        forbidden,
+        0.0,
+        "Forbidden API calls:\n{}",
+        forbidden_in(metrics)
+    );
+}
+
 fn forbidden_in(metrics: &str) -> String {
     metrics
         .lines()
@@ -375,26 +380,16 @@ async fn node_deployment_needs_only_the_shipped_rbac() {
     ]);
     let kubeconfig = grant_shipped_rbac(&s, |_| {}).await;
     create_pod(&s, OWNER_POD, "").await;
-    let port = support::free_port();
-    let http = format!("--http-endpoint=127.0.0.1:{port}");
-    let args = [
-        "--node-deployment",
-        "--enable-capacity",
-        "--capacity-for-immediate-binding",
-        "--capacity-ownerref-level=0",
-        "-v=5",
-        http.as_str(),
-    ];
-    let kc = kubeconfig.display().to_string();
-    let env = [
-        ("KUBECONFIG", kc.as_str()),
-        ("NAMESPACE", s.ns.as_str()),
-        ("POD_NAME", OWNER_POD),
-        ("NODE_NAME", node.as_str()),
-    ];
-    let socket = s.mock().socket.clone();
-    let mut prov =
-        testenv::Provisioner::start(&s.dir, "csi-provisioner", &kubeconfig, &socket, &args, &env);
+    let (mut prov, port) = provisioner_as_service_account(
+        &s,
+        &kubeconfig,
+        &[
+            "--node-deployment",
+            "--enable-capacity",
+            "--capacity-for-immediate-binding",
+        ],
+        &[("NODE_NAME", node.as_str())],
+    );
 
     let imm = s.class("imm", "Immediate", json!({})).await;
     let wffc = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
@@ -438,13 +433,7 @@ async fn node_deployment_needs_only_the_shipped_rbac() {
     );
 
     let metrics = scrape(port).await.expect("metrics endpoint answers");
-    let forbidden = requests_with(&metrics, &[FORBIDDEN]);
-    assert_eq!(
-        forbidden,
-        0.0,
-        "Forbidden API calls:\n{}",
-        forbidden_in(&metrics)
-    );
+    assert_none_forbidden(&metrics);
     assert_eq!(forbidden_lines(&prov.log()), Vec::<&str>::new());
     // Upstream's node instances have the capacity queue but no topology queue.
     assert!(
