@@ -28,6 +28,15 @@ struct Instance {
     prov: Provisioner,
 }
 
+/// `instance`'s node is lost for good: its provisioner dies (kill -9) and its Node goes.
+async fn lose_node(s: &Scenario, instance: &mut Instance) {
+    instance.prov.kill9();
+    Api::<k8s_openapi::api::core::v1::Node>::all(s.client.clone())
+        .delete(&instance.node, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
 /// [`nodes_with`] with capacity tracking (objects owned by nobody, polled every 2 s).
 async fn distributed(
     prefix: &str,
@@ -79,13 +88,7 @@ async fn start_nodes(
         .unwrap();
     let short: Vec<&str> = pools.iter().map(|(n, _)| *n).collect();
     let names = s.node_names(&short);
-    testenv::create_fake_nodes(
-        &s.client,
-        &s.driver,
-        NODE_KEY,
-        &names.iter().map(String::as_str).collect::<Vec<_>>(),
-    )
-    .await;
+    s.create_nodes(&names).await;
     let mut instances = Vec::new();
     for (node, (_, size)) in names.iter().zip(pools) {
         let mut mock_args = vec![
@@ -673,12 +676,7 @@ async fn a_deleted_nodes_capacity_objects_are_removed_by_a_survivor() {
         .cloned()
         .collect();
     // Node a goes away with its instance. It was first in line to clean up, so b takes over.
-    nodes[0].prov.kill9();
-    let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(s.client.clone());
-    node_api
-        .delete(&nodes[0].node, &DeleteParams::default())
-        .await
-        .unwrap();
+    lose_node(&s, &mut nodes[0]).await;
     let left = eventually(
         "node a's objects to be deleted",
         Duration::from_secs(60),

@@ -108,14 +108,14 @@ impl Scenario {
         let names = s.node_names(short);
         s.start_driver(&pool_args(&names, pool_size));
         s.start_provisioner(prov_args);
-        testenv::create_fake_nodes(
-            &s.client,
-            &s.driver,
-            NODE_KEY,
-            &names.iter().map(String::as_str).collect::<Vec<_>>(),
-        )
-        .await;
+        s.create_nodes(&names).await;
         (s, names)
+    }
+
+    /// Fake nodes `names` (Node + CSINode with our driver) on the mock's topology key.
+    pub async fn create_nodes(&self, names: &[String]) {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        testenv::create_fake_nodes(&self.client, &self.driver, NODE_KEY, &names).await;
     }
 
     /// The admin kubeconfig of the scenario's control plane.
