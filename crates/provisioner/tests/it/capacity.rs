@@ -635,11 +635,7 @@ async fn an_update_keeps_what_someone_else_put_on_the_object() {
         &["--capacity-poll-interval=10m"],
     )
     .await;
-    let class = w.class("fast", "WaitForFirstConsumer").await;
-    let a = key(&class, &w.node("a"));
-    let objects = w
-        .wait_objects("10Gi on a", |o| o.get(&a).and_then(bytes) == Some(10 * GI))
-        .await;
+    let (class, a, objects) = ten_gi_on_a(&w).await;
     let name = objects[&a].metadata.name.clone().unwrap();
     let theirs = json!({"metadata": {
         "annotations": {LAST_APPLIED: "{\"kept\":true}", "team": "storage"},
@@ -782,11 +778,7 @@ async fn a_stale_object_is_reported_once_and_shows_zero() {
         ],
     )
     .await;
-    let class = w.class("fast", "WaitForFirstConsumer").await;
-    let a = key(&class, &w.node("a"));
-    let objects = w
-        .wait_objects("10Gi on a", |o| o.get(&a).and_then(bytes) == Some(10 * GI))
-        .await;
+    let (_, a, objects) = ten_gi_on_a(&w).await;
     let name = objects[&a].metadata.name.clone().unwrap();
     let maximum = |o: &k8s_openapi::api::storage::v1::CSIStorageCapacity| {
         o.maximum_volume_size.as_ref().map(|q| q.0.clone())
@@ -1022,4 +1014,15 @@ async fn capacity_refreshes_leave_immediate_claims_alone() {
         "synced again on capacity refreshes"
     );
     assert_eq!(w.create_calls(), 0);
+}
+
+/// A WaitForFirstConsumer class of `w` and node a's object of it once it shows 10Gi; returns
+/// the class, a's key and the objects then.
+async fn ten_gi_on_a(w: &World) -> (String, (String, String), Objects) {
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    let a = key(&class, &w.node("a"));
+    let objects = w
+        .wait_objects("10Gi on a", |o| o.get(&a).and_then(bytes) == Some(10 * GI))
+        .await;
+    (class, a, objects)
 }

@@ -28,6 +28,18 @@ struct Instance {
     prov: Provisioner,
 }
 
+/// Each node holds as many of `pvs` as its driver `created` volumes.
+fn assert_pvs_where_volumes_are(nodes: &[Instance], pvs: &[PersistentVolume], created: &[usize]) {
+    for (i, inst) in nodes.iter().enumerate() {
+        let here = pvs.iter().filter(|pv| pv_node(pv) == inst.node).count();
+        assert_eq!(
+            here, created[i],
+            "PVs of {} vs its driver's volumes",
+            inst.node
+        );
+    }
+}
+
 /// `instance`'s node is lost for good: its provisioner dies (kill -9) and its Node goes.
 async fn lose_node(s: &Scenario, instance: &mut Instance) {
     instance.prov.kill9();
@@ -311,14 +323,7 @@ async fn immediate_claims_are_taken_once_each_by_nodes_with_room_and_deleted_the
         .map(|i| i.mock.calls_of("CreateVolume").len())
         .collect();
     assert_eq!(calls, created, "no failed CreateVolume anywhere");
-    for (i, inst) in nodes.iter().enumerate() {
-        let here = pvs.iter().filter(|pv| pv_node(pv) == inst.node).count();
-        assert_eq!(
-            here, created[i],
-            "PVs of {} vs its driver's volumes",
-            inst.node
-        );
-    }
+    assert_pvs_where_volumes_are(&nodes, &pvs, &created);
     // Both nodes with room got claims: the order spreads them.
     assert!(created[0] > 0 && created[1] > 0, "{created:?}");
 
@@ -570,14 +575,7 @@ async fn without_published_capacity_upstreams_random_delay_still_picks_one_node(
         "waits before taking: {waits:?}"
     );
     let pvs = our_pvs(&s).await;
-    for (i, inst) in nodes.iter().enumerate() {
-        let here = pvs.iter().filter(|pv| pv_node(pv) == inst.node).count();
-        assert_eq!(
-            here, created[i],
-            "PVs of {} vs its driver's volumes",
-            inst.node
-        );
-    }
+    assert_pvs_where_volumes_are(&nodes, &pvs, &created);
 }
 
 #[tokio::test]
