@@ -32,7 +32,17 @@ struct World {
 
 impl World {
     async fn start(prefix: &str, plugin_args: &[&str], prov_args: &[&str]) -> World {
-        let mut s = Scenario::new(prefix).await;
+        World::start_on(ControlPlane::shared(), prefix, plugin_args, prov_args).await
+    }
+
+    /// [`World::start`] on control plane `cp`.
+    async fn start_on(
+        cp: &ControlPlane,
+        prefix: &str,
+        plugin_args: &[&str],
+        prov_args: &[&str],
+    ) -> World {
+        let mut s = Scenario::new_on(cp, prefix).await;
         s.driver = format!("{}.hostpath.csi", s.ns);
         let node = format!("{}-n1", s.ns);
         testenv::create_csi_driver(&s.client, &s.driver, true).await;
@@ -43,7 +53,7 @@ impl World {
         let prov = Provisioner::start(
             &s.dir,
             "csi-provisioner",
-            ControlPlane::shared().kubeconfig(),
+            cp.kubeconfig(),
             &plugin.socket,
             &args,
             &[("NAMESPACE", s.ns.as_str())],
@@ -162,9 +172,18 @@ async fn immediate_claim_creates_and_deletes_a_hostpath_volume() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn without_the_snapshot_api_the_orphan_sweep_is_off_and_provisioning_goes_on() {
-    let w = World::start("hp-nosnap", &[], &["--snapshot-orphan-sweep-interval=1s"]).await;
-    // `cargo xtask test` gives this binary its own control plane; a shared one
-    // (TESTENV_CLUSTER) may have the CRDs from data_sources.rs.
+    // A control plane of its own: the shared one may have the CRDs already (provisioning's
+    // restores install them, as does data_sources.rs on a TESTENV_CLUSTER).
+    let cp = ControlPlane::start(Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("a control plane without the snapshot CRDs: {e}"));
+    let w = World::start_on(
+        &cp,
+        "hp-nosnap",
+        &[],
+        &["--snapshot-orphan-sweep-interval=1s"],
+    )
+    .await;
     let snapshots: Api<kube::api::DynamicObject> =
         Api::all_with(w.s.client.clone(), &testenv::volume_snapshot_resource());
     match snapshots
@@ -172,10 +191,9 @@ async fn without_the_snapshot_api_the_orphan_sweep_is_off_and_provisioning_goes_
         .await
     {
         Err(kube::Error::Api(e)) if e.code == 404 => {}
-        other => panic!(
-            "this test needs a control plane without the VolumeSnapshot CRDs (not a shared \
-             TESTENV_CLUSTER where data_sources.rs installed them): {other:?}"
-        ),
+        other => {
+            panic!("this test needs a control plane without the VolumeSnapshot CRDs: {other:?}")
+        }
     }
     let class = w.s.class("imm", "Immediate", json!({})).await;
     w.s.claim("data", &class, "1Gi", json!({})).await;

@@ -668,7 +668,8 @@ async fn on_an_idle_provisioner_each_failed_attempt_keeps_its_notice() {
 }
 
 /// A VolumeSnapshot bound to a VolumeSnapshotContent of our driver, both made by hand and
-/// marked ready (no snapshot controller runs in this binary; the mock restores any handle).
+/// marked ready (no snapshot controller runs on the shared control plane: data_sources.rs has
+/// its own; the mock restores any handle).
 async fn ready_snapshot(s: &Scenario, name: &str, handle: &str) {
     use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
     let content_name = format!("{}-{name}", s.ns);
