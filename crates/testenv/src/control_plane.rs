@@ -311,6 +311,12 @@ impl ControlPlane {
         crate::shared::get()
     }
 
+    /// The control plane of test group `name`: like [`ControlPlane::shared`], one per process
+    /// and name, for tests whose helpers act on the whole cluster; see the `shared` module.
+    pub fn shared_group(name: &'static str) -> &'static ControlPlane {
+        crate::shared::get_group(name)
+    }
+
     /// The admin kubeconfig (static token of a `system:masters` user).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig

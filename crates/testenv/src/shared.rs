@@ -1,10 +1,16 @@
-//! One control plane per test process, started on first use and killed at exit.
+//! One control plane per test process, started on first use and killed at exit; and, for
+//! groups of tests that must not share it, one more per group name.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, Once, OnceLock};
 
 use crate::{ControlPlane, ControlPlaneOptions};
 
-static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+type Cell = OnceLock<Result<ControlPlane, String>>;
+
+static SHARED: Cell = OnceLock::new();
+/// The groups' control planes by name (a handful per process, so a list).
+static GROUPS: Mutex<Vec<(&'static str, &'static Cell)>> = Mutex::new(Vec::new());
+static TEARDOWN: Once = Once::new();
 
 /// Set to a `cargo xtask cluster up` directory to run tests against that cluster.
 pub const CLUSTER_ENV: &str = "TESTENV_CLUSTER";
@@ -21,7 +27,31 @@ pub const CLUSTER_ENV: &str = "TESTENV_CLUSTER";
 /// # Panics
 /// When the control plane cannot start (every caller gets the same message, with log tails).
 pub(crate) fn get() -> &'static ControlPlane {
-    let result = SHARED.get_or_init(|| {
+    get_in(&SHARED)
+}
+
+/// The control plane of test group `name`, as [`get`] but its own: for tests that run
+/// something acting on the whole cluster (a snapshot controller watches every namespace),
+/// which the other tests of the process must not meet. With `TESTENV_CLUSTER` set, the
+/// attached cluster, as for [`get`].
+pub(crate) fn get_group(name: &'static str) -> &'static ControlPlane {
+    let cell = {
+        let mut groups = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+        match groups.iter().find(|(n, _)| *n == name) {
+            Some((_, cell)) => *cell,
+            None => {
+                // Leaked on purpose: it lives as long as the process, like `SHARED`.
+                let cell: &'static Cell = Box::leak(Box::new(OnceLock::new()));
+                groups.push((name, cell));
+                cell
+            }
+        }
+    };
+    get_in(cell)
+}
+
+fn get_in(cell: &'static Cell) -> &'static ControlPlane {
+    let result = cell.get_or_init(|| {
         if let Some(dir) = std::env::var_os(CLUSTER_ENV).filter(|d| !d.is_empty()) {
             let dir = crate::workspace_root().join(dir);
             return ControlPlane::attach(&dir).map_err(|e| format!("{CLUSTER_ENV}: {e}"));
@@ -44,10 +74,12 @@ pub(crate) fn get() -> &'static ControlPlane {
             })
             .and_then(|r| r);
         if let Ok(cp) = &started {
-            // SAFETY: registering a plain extern "C" function; it only reads the OnceLock.
-            unsafe {
-                libc::atexit(teardown);
-            }
+            TEARDOWN.call_once(|| {
+                // SAFETY: registering a plain extern "C" function; it only reads the cells.
+                unsafe {
+                    libc::atexit(teardown);
+                }
+            });
             eprintln!(
                 "testenv: control plane ready in {:.1}s at {}, logs in {}",
                 cp.startup_time().as_secs_f64(),
@@ -66,5 +98,14 @@ pub(crate) fn get() -> &'static ControlPlane {
 extern "C" fn teardown() {
     if let Some(Ok(cp)) = SHARED.get() {
         cp.kill_all_now();
+    }
+    // try_lock: an exit while another thread holds the list must not hang; a group started
+    // then is still killed by PDEATHSIG.
+    if let Ok(groups) = GROUPS.try_lock() {
+        for (_, cell) in groups.iter() {
+            if let Some(Ok(cp)) = cell.get() {
+                cp.kill_all_now();
+            }
+        }
     }
 }

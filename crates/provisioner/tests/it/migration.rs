@@ -4,16 +4,15 @@
 //!
 //! Run with `cargo xtask test` (needs the control plane binaries).
 
-mod ops_support;
-mod support;
-
+use crate::support;
+use crate::support::WAIT;
+use crate::support::{Scenario, eventually, wait_gone};
+use crate::support::{free_port, sample, scrape};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
-use ops_support::{free_port, sample, scrape};
 use serde_json::{Value, json};
-use support::{Scenario, eventually, wait_gone};
 
 const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
 const CALLS: &str = "csi_sidecar_operations_seconds_count";
@@ -259,13 +258,17 @@ async fn existing_in_tree_pv(s: &Scenario, in_tree: &str, source: &Value) -> Str
     s.claim("existing", "", "1Gi", json!({"spec": {"volumeName": name}}))
         .await;
     // Bound, it gets our finalizer like any PV of ours.
-    eventually("the hand-made in-tree PV to get our finalizer", || async {
-        let pv = s.volumes().get(&name).await.ok()?;
-        pv.finalizers()
-            .iter()
-            .any(|f| f == PV_FINALIZER)
-            .then_some(())
-    })
+    eventually(
+        "the hand-made in-tree PV to get our finalizer",
+        WAIT,
+        || async {
+            let pv = s.volumes().get(&name).await.ok()?;
+            pv.finalizers()
+                .iter()
+                .any(|f| f == PV_FINALIZER)
+                .then_some(())
+        },
+    )
     .await;
     name
 }

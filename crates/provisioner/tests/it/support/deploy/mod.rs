@@ -10,7 +10,6 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The manifests directory, `deploy/kubernetes`.
 pub fn manifests_dir() -> PathBuf {
@@ -211,19 +210,6 @@ pub fn write_token_kubeconfig(admin: &Path, token: &str, out: &Path) {
     std::fs::write(out, text).unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
 }
 
-/// GET /metrics from the provisioner's --http-endpoint on 127.0.0.1:`port`.
-pub async fn scrape(port: u16) -> Option<String> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .await
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).await.ok()?;
-    Some(text)
-}
-
 /// Sum of `rest_client_requests_total` samples that carry every one of `labels`
 /// (e.g. `code="403"`).
 pub fn requests_with(metrics: &str, labels: &[&str]) -> f64 {
@@ -248,11 +234,6 @@ pub fn forbidden_lines(log: &str) -> Vec<&str> {
         .collect()
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 pub mod world;
+
+mod tests;

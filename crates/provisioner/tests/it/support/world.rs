@@ -2,10 +2,9 @@
 //! each, the mock CSI driver and the real `csi-provisioner`, plus helpers to read what the
 //! scheduler and the provisioner did.
 
+use super::{CAPACITY_WAIT, eventually, free_port, scrape};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
@@ -14,10 +13,12 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use testenv::{ControlPlane, MockDriver, Provisioner};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-pub const KEY: &str = "topology.mock.csi/node";
+/// The mock driver's topology key.
+pub const KEY: &str = super::NODE_KEY;
 pub const GI: i64 = 1 << 30;
+/// The scheduler's choice of node on a late-binding claim.
+pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
 /// One test's world: namespace, driver, nodes, mock driver and provisioner.
 pub struct World {
@@ -39,6 +40,20 @@ impl World {
         mock_args: &[&str],
         prov_args: &[&str],
     ) -> World {
+        let pools: Vec<(&str, &str, &str)> =
+            pools.iter().map(|(n, size)| ("", *n, *size)).collect();
+        World::start_with_kinds(prefix, &pools, mock_args, prov_args).await
+    }
+
+    /// [`World::start`] with pools of several kinds, (kind, node suffix, size), a node holding
+    /// one pool of each of its kinds (listed one after the other); an empty kind is the plain
+    /// pool of [`World::start`].
+    pub async fn start_with_kinds(
+        prefix: &str,
+        pools: &[(&str, &str, &str)],
+        mock_args: &[&str],
+        prov_args: &[&str],
+    ) -> World {
         let cp = ControlPlane::shared();
         let client = cp.client().await;
         let ns = testenv::create_namespace(&client, prefix).await;
@@ -46,12 +61,18 @@ impl World {
         let dir = PathBuf::from(format!("/tmp/{ns}"));
         std::fs::create_dir_all(&dir).unwrap();
         testenv::create_csi_driver(&client, &driver, true).await;
-        let nodes: Vec<String> = pools.iter().map(|(n, _)| format!("{ns}-{n}")).collect();
+        let mut nodes: Vec<String> = pools.iter().map(|(_, n, _)| format!("{ns}-{n}")).collect();
+        nodes.dedup();
         let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
         testenv::create_fake_nodes(&client, &driver, KEY, &names).await;
         let mut args = vec![format!("--driver-name={driver}")];
-        for (node, (_, size)) in nodes.iter().zip(pools) {
-            args.push(format!("--pool={KEY}={node}:{size}"));
+        for (kind, node, size) in pools {
+            let kind = if kind.is_empty() {
+                String::new()
+            } else {
+                format!("{kind}@")
+            };
+            args.push(format!("--pool={kind}{KEY}={ns}-{node}:{size}"));
         }
         args.extend(mock_args.iter().map(|s| s.to_string()));
         let mock = MockDriver::start(&dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
@@ -76,6 +97,26 @@ impl World {
         let class = w.class("fast", "WaitForFirstConsumer").await;
         w.wait_objects("2 objects", |o| o.len() == 2).await;
         (w, class)
+    }
+
+    /// [`World::start`] with one node, a, whose pool holds 100Gi, `--strict-topology` and the
+    /// poll out of the way (every change comes from the claims), and a WaitForFirstConsumer
+    /// class whose object shows the 100Gi; returns the class and node a.
+    pub async fn one_strict_pool(prefix: &str) -> (World, String, String) {
+        let w = World::start(
+            prefix,
+            &[("a", "100Gi")],
+            &[],
+            &["--capacity-poll-interval=10m", "--strict-topology"],
+        )
+        .await;
+        let class = w.class("fast", "WaitForFirstConsumer").await;
+        let node = w.node("a");
+        w.wait_objects("100Gi on a", |o| {
+            o.get(&key(&class, &node)).and_then(bytes) == Some(100 * GI)
+        })
+        .await;
+        (w, class, node)
     }
 
     pub fn node(&self, suffix: &str) -> String {
@@ -108,7 +149,7 @@ impl World {
 
     /// Waits until our objects, by (class, node), satisfy `ok`.
     pub async fn wait_objects(&self, what: &str, ok: impl Fn(&Objects) -> bool) -> Objects {
-        eventually(what, || async {
+        eventually(what, CAPACITY_WAIT, || async {
             let list = self.capacities().list(&ListParams::default()).await.ok()?;
             let objects = by_key(list.items);
             ok(&objects).then_some(objects)
@@ -130,11 +171,32 @@ impl World {
         }))
         .unwrap();
         let pp = PostParams::default();
-        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &self.ns)
-            .create(&pp, &pvc)
+        self.claims().create(&pp, &pvc).await.unwrap();
+        self.pods().create(&pp, &pod).await.unwrap();
+    }
+
+    pub fn claims(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// A claim of `size` of `class` that the scheduler already sent to `node` (no pod: nothing
+    /// selects a node again once it is sent back). Returns its UID.
+    pub async fn claim_on(&self, name: &str, class: &str, size: &str, node: &str) -> String {
+        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": {
+                SELECTED_NODE: node,
+                "volume.kubernetes.io/storage-provisioner": self.driver,
+                "volume.beta.kubernetes.io/storage-provisioner": self.driver}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": size}}},
+        }))
+        .unwrap();
+        let created = self
+            .claims()
+            .create(&Default::default(), &claim)
             .await
             .unwrap();
-        self.pods().create(&pp, &pod).await.unwrap();
+        created.metadata.uid.unwrap()
     }
 
     /// Waits for an event `reason` on object `name` whose message contains `needle`.
@@ -147,7 +209,7 @@ impl World {
     }
 
     pub async fn wait_scheduled(&self, pod: &str) -> String {
-        eventually(&format!("pod {pod} scheduled"), || async {
+        eventually(&format!("pod {pod} scheduled"), CAPACITY_WAIT, || async {
             let p = self.pods().get(pod).await.ok()?;
             p.spec?.node_name
         })
@@ -159,20 +221,24 @@ impl World {
     /// scheduler whose cache has not seen the claim yet first says "persistentvolumeclaim not
     /// found", then tries again when the claim arrives.
     pub async fn wait_unschedulable(&self, pod: &str, because: &str) -> String {
-        eventually(&format!("pod {pod} unschedulable: {because}"), || async {
-            let p = self.pods().get(pod).await.ok()?;
-            assert_eq!(p.spec.as_ref()?.node_name, None, "pod {pod} was scheduled");
-            let c = p
-                .status?
-                .conditions?
-                .into_iter()
-                .find(|c| c.type_ == "PodScheduled")?;
-            let message = c.message.unwrap_or_default();
-            (c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-                && message.contains(because))
-            .then_some(message)
-        })
+        eventually(
+            &format!("pod {pod} unschedulable: {because}"),
+            CAPACITY_WAIT,
+            || async {
+                let p = self.pods().get(pod).await.ok()?;
+                assert_eq!(p.spec.as_ref()?.node_name, None, "pod {pod} was scheduled");
+                let c = p
+                    .status?
+                    .conditions?
+                    .into_iter()
+                    .find(|c| c.type_ == "PodScheduled")?;
+                let message = c.message.unwrap_or_default();
+                (c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+                    && message.contains(because))
+                .then_some(message)
+            },
+        )
         .await
     }
 
@@ -183,7 +249,7 @@ impl World {
             ..Default::default()
         };
         self.pods().delete(name, &now).await.unwrap();
-        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &self.ns)
+        self.claims()
             .delete(name, &DeleteParams::default())
             .await
             .unwrap();
@@ -216,15 +282,7 @@ impl World {
     }
 
     pub async fn metrics(&self) -> Option<String> {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .ok()?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .await
-            .ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).await.ok()?;
-        Some(text)
+        scrape(self.port).await
     }
 
     /// A gauge of one (class, node) key, from /metrics.
@@ -308,46 +366,6 @@ pub fn key(class: &str, node: &str) -> (String, String) {
     (class.to_string(), node.to_string())
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Polls `f` until it returns `Some`, for up to two minutes.
-pub async fn eventually<T, F, Fut>(what: &str, f: F) -> T
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-pub fn kubectl(args: &[&str]) -> String {
-    let out = Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", ControlPlane::shared().kubeconfig())
-        .output()
-        .expect(
-            "kubectl is needed for this test (it is on the project's machines at /usr/bin/kubectl)",
-        );
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// A Deployment → ReplicaSet → Pod chain (no controllers run for them: plain objects).
 pub async fn owner_chain(client: &Client, ns: &str) -> (Deployment, ReplicaSet, Pod) {
     let pp = PostParams::default();
@@ -377,12 +395,10 @@ pub async fn owner_chain(client: &Client, ns: &str) -> (Deployment, ReplicaSet, 
 }
 
 /// Capacity values seen per object key, in the order shown.
-#[allow(dead_code)] // tests/capacity.rs records none
 pub type Shown = std::sync::Arc<std::sync::Mutex<BTreeMap<(String, String), Vec<Option<i64>>>>>;
 
 /// Every capacity value each of our objects shows from now on, in order: a watch delivers each
 /// version, so a value shown for a moment is recorded too. Returns once the initial list is in.
-#[allow(dead_code)] // tests/capacity.rs records none
 pub async fn record_values(w: &World) -> (Shown, tokio::task::JoinHandle<()>) {
     use futures::StreamExt;
     use kube::runtime::watcher::{self, Event};

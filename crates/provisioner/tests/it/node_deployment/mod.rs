@@ -4,26 +4,21 @@
 //!
 //! Run with `cargo xtask test` (needs the control plane binaries).
 
-#[allow(dead_code)] // shared with tests/deploy.rs, which uses the rest
-mod deploy_support;
-mod support;
-
-#[path = "node_deployment/clones.rs"]
 mod clones;
-#[path = "node_deployment/may_exist.rs"]
 mod may_exist;
-#[path = "node_deployment/release_node.rs"]
 mod release_node;
 
+use crate::support;
+use crate::support::WAIT;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::support::{NODE_KEY, Scenario, create_pod, eventually, pod_node};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::{NODE_KEY, Scenario, create_pod, eventually, eventually_within, pod_node};
 use testenv::{ControlPlane, MockDriver, Provisioner};
 
 /// One node's driver and provisioner.
@@ -31,6 +26,27 @@ struct Instance {
     node: String,
     mock: MockDriver,
     prov: Provisioner,
+}
+
+/// Each node holds as many of `pvs` as its driver `created` volumes.
+fn assert_pvs_where_volumes_are(nodes: &[Instance], pvs: &[PersistentVolume], created: &[usize]) {
+    for (i, inst) in nodes.iter().enumerate() {
+        let here = pvs.iter().filter(|pv| pv_node(pv) == inst.node).count();
+        assert_eq!(
+            here, created[i],
+            "PVs of {} vs its driver's volumes",
+            inst.node
+        );
+    }
+}
+
+/// `instance`'s node is lost for good: its provisioner dies (kill -9) and its Node goes.
+async fn lose_node(s: &Scenario, instance: &mut Instance) {
+    instance.prov.kill9();
+    Api::<k8s_openapi::api::core::v1::Node>::all(s.client.clone())
+        .delete(&instance.node, &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 /// [`nodes_with`] with capacity tracking (objects owned by nobody, polled every 2 s).
@@ -84,13 +100,7 @@ async fn start_nodes(
         .unwrap();
     let short: Vec<&str> = pools.iter().map(|(n, _)| *n).collect();
     let names = s.node_names(&short);
-    testenv::create_fake_nodes(
-        &s.client,
-        &s.driver,
-        NODE_KEY,
-        &names.iter().map(String::as_str).collect::<Vec<_>>(),
-    )
-    .await;
+    s.create_nodes(&names).await;
     let mut instances = Vec::new();
     for (node, (_, size)) in names.iter().zip(pools) {
         let mut mock_args = vec![
@@ -142,7 +152,7 @@ async fn capacity_objects(s: &Scenario) -> Vec<CSIStorageCapacity> {
 
 /// `managed-by` → (class, capacity) of every object, once each instance published its own.
 async fn published_per_instance(s: &Scenario, want: usize) -> BTreeMap<String, Vec<String>> {
-    eventually("every instance to publish its capacity", || async {
+    eventually("every instance to publish its capacity", WAIT, || async {
         let objects = capacity_objects(s).await;
         let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for o in &objects {
@@ -313,14 +323,7 @@ async fn immediate_claims_are_taken_once_each_by_nodes_with_room_and_deleted_the
         .map(|i| i.mock.calls_of("CreateVolume").len())
         .collect();
     assert_eq!(calls, created, "no failed CreateVolume anywhere");
-    for (i, inst) in nodes.iter().enumerate() {
-        let here = pvs.iter().filter(|pv| pv_node(pv) == inst.node).count();
-        assert_eq!(
-            here, created[i],
-            "PVs of {} vs its driver's volumes",
-            inst.node
-        );
-    }
+    assert_pvs_where_volumes_are(&nodes, &pvs, &created);
     // Both nodes with room got claims: the order spreads them.
     assert!(created[0] > 0 && created[1] > 0, "{created:?}");
 
@@ -328,7 +331,7 @@ async fn immediate_claims_are_taken_once_each_by_nodes_with_room_and_deleted_the
     for i in 0..n {
         s.delete_claim(&format!("c{i}")).await;
     }
-    eventually_within("every PV to be gone", Duration::from_secs(120), || async {
+    eventually("every PV to be gone", Duration::from_secs(120), || async {
         our_pvs(&s).await.is_empty().then_some(())
     })
     .await;
@@ -572,14 +575,7 @@ async fn without_published_capacity_upstreams_random_delay_still_picks_one_node(
         "waits before taking: {waits:?}"
     );
     let pvs = our_pvs(&s).await;
-    for (i, inst) in nodes.iter().enumerate() {
-        let here = pvs.iter().filter(|pv| pv_node(pv) == inst.node).count();
-        assert_eq!(
-            here, created[i],
-            "PVs of {} vs its driver's volumes",
-            inst.node
-        );
-    }
+    assert_pvs_where_volumes_are(&nodes, &pvs, &created);
 }
 
 #[tokio::test]
@@ -620,7 +616,7 @@ async fn a_restarted_instance_adopts_its_object_instead_of_duplicating_it() {
     let adopted = a_object().await.expect("a's object");
     s.claim("vol", &class, "4Gi", on(&node_a)).await;
     s.wait_bound("vol").await;
-    let lowered = eventually("a's object to show the volume", || async {
+    let lowered = eventually("a's object to show the volume", WAIT, || async {
         let o = a_object().await?;
         (o.capacity.as_ref().map(|q| q.0.as_str()) == Some("6Gi")).then_some(o)
     })
@@ -661,7 +657,7 @@ async fn a_deleted_nodes_capacity_objects_are_removed_by_a_survivor() {
     s.class("other", "WaitForFirstConsumer", json!({})).await;
     // Each instance creates its two objects one after the other: wait for all six (two
     // classes on three nodes).
-    let objects = eventually("both classes' objects on every node", || async {
+    let objects = eventually("both classes' objects on every node", WAIT, || async {
         let objects = capacity_objects(&s).await;
         (objects.len() == 6).then_some(objects)
     })
@@ -678,13 +674,8 @@ async fn a_deleted_nodes_capacity_objects_are_removed_by_a_survivor() {
         .cloned()
         .collect();
     // Node a goes away with its instance. It was first in line to clean up, so b takes over.
-    nodes[0].prov.kill9();
-    let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(s.client.clone());
-    node_api
-        .delete(&nodes[0].node, &DeleteParams::default())
-        .await
-        .unwrap();
-    let left = eventually_within(
+    lose_node(&s, &mut nodes[0]).await;
+    let left = eventually(
         "node a's objects to be deleted",
         Duration::from_secs(60),
         || async {
@@ -699,7 +690,7 @@ async fn a_deleted_nodes_capacity_objects_are_removed_by_a_survivor() {
     assert_eq!(left, kept, "the other nodes' objects stay as they were");
     // Logged right after each delete returns: wait for the second line too.
     let deleted_line = "Deleted CSIStorageCapacity of a node that no longer exists";
-    eventually("node b's instance to log both deletions", || async {
+    eventually("node b's instance to log both deletions", WAIT, || async {
         (nodes[1].prov.log().matches(deleted_line).count() == 2).then_some(())
     })
     .await;
@@ -827,13 +818,17 @@ async fn with_the_admission_policy_a_deleted_claim_waiting_for_a_node_is_let_go(
     s.wait_finalizer("imm").await;
     s.wait_event("late", "ProvisioningFailed", "volume limit")
         .await;
-    eventually("the late claim to be given back, still held", || async {
-        let c = s.claims().get("late").await.ok()?;
-        let selected = c
-            .annotations()
-            .contains_key("volume.kubernetes.io/selected-node");
-        (!selected && support::holds_finalizer(&c)).then_some(())
-    })
+    eventually(
+        "the late claim to be given back, still held",
+        WAIT,
+        || async {
+            let c = s.claims().get("late").await.ok()?;
+            let selected = c
+                .annotations()
+                .contains_key("volume.kubernetes.io/selected-node");
+            (!selected && support::holds_finalizer(&c)).then_some(())
+        },
+    )
     .await;
     s.delete_claim("imm").await;
     s.delete_claim("late").await;

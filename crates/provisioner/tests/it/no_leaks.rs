@@ -1,12 +1,11 @@
 //! No leaked volumes, beyond upstream: crashes, deletion races, bursts, and several drivers
 //! side by side (the creating-volume finalizer is shared by all of them).
 
-mod ops_support;
-mod support;
-
-use ops_support::{free_port, sample, scrape};
+use crate::support;
+use crate::support::WAIT;
+use crate::support::{Scenario, holds_finalizer, no_pv_of_class, wait_gone};
+use crate::support::{free_port, sample, scrape};
 use serde_json::json;
-use support::{Scenario, holds_finalizer, no_pv_of_class, wait_gone};
 
 /// kill -9 in the middle of CreateVolume, delete the claim while the provisioner is down,
 /// restart it: the claim goes away and the driver holds no volume (upstream leaks here, #486).
@@ -92,18 +91,20 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
     let ours = format!("pvc-{}", claim.metadata.uid.clone().unwrap());
     let made = || s.volume_ids_made(&ours);
     // The driver finishes the call nobody waits for any more.
-    support::eventually("the driver to make the volume", || async {
+    support::eventually("the driver to make the volume", WAIT, || async {
         (!made().is_empty()).then_some(())
     })
     .await;
     // From now on it answers in time.
     s.mock().clear_faults();
-    support::eventually("the unanswered call's volume to be deleted", || async {
-        s.driver_volumes().await.is_empty().then_some(())
-    })
+    support::eventually(
+        "the unanswered call's volume to be deleted",
+        WAIT,
+        || async { s.driver_volumes().await.is_empty().then_some(()) },
+    )
     .await;
     s.assert_one_volume_made_and_deleted(&ours);
-    support::eventually("the claim to be let go", || async {
+    support::eventually("the claim to be let go", WAIT, || async {
         let c = s.claims().get("data").await.ok()?;
         (!holds_finalizer(&c)).then_some(())
     })
@@ -143,13 +144,13 @@ async fn bound_to_another_pv_while_down(policy: bool) {
         "the finalizer stays on while we are down"
     );
     // Let the interrupted call finish in the driver.
-    support::eventually("the driver to make the volume", || async {
+    support::eventually("the driver to make the volume", WAIT, || async {
         (!s.volume_ids_made(&volume).is_empty()).then_some(())
     })
     .await;
     s.mock().clear_faults();
     s.provisioner().restart();
-    support::eventually("the claim to be let go", || async {
+    support::eventually("the claim to be let go", WAIT, || async {
         let c = s.claims().get("data").await.ok()?;
         (!holds_finalizer(&c)).then_some(())
     })
@@ -181,7 +182,7 @@ async fn a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
     let uid = claim.metadata.uid.clone().unwrap();
     let ours = format!("pvc-{uid}");
     let made = || s.volume_ids_made(&ours);
-    let volume = support::eventually("the driver to make the volume", || async {
+    let volume = support::eventually("the driver to make the volume", WAIT, || async {
         made().first().cloned()
     })
     .await;
@@ -190,7 +191,7 @@ async fn a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
     bind_static_pv(&s, &static_pv, &class, &volume, claim_ref).await;
     s.mock().clear_faults();
     // Letting the claim go takes a probe that answered: the call's state is "may exist".
-    support::eventually("the claim to be let go", || async {
+    support::eventually("the claim to be let go", WAIT, || async {
         let c = s.claims().get("data").await.ok()?;
         (!holds_finalizer(&c)).then_some(())
     })
@@ -386,7 +387,7 @@ async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
     watch.abort();
     s.wait_no_claims(Duration::from_secs(240)).await;
     no_pv_of_class(&s, &class).await;
-    support::eventually("the driver to be empty", || async {
+    support::eventually("the driver to be empty", WAIT, || async {
         s.driver_volumes().await.is_empty().then_some(())
     })
     .await;
@@ -469,7 +470,7 @@ async fn another_drivers_provisioner_never_touches_our_claims() {
     let their_class = theirs.class("imm", "Immediate", json!({})).await;
     theirs.claim("mine", &their_class, "1Gi", json!({})).await;
     theirs.wait_bound("mine").await;
-    support::eventually("their claim to be let go", || async {
+    support::eventually("their claim to be let go", WAIT, || async {
         let c = theirs.claims().get("mine").await.ok()?;
         (!holds_finalizer(&c)).then_some(())
     })

@@ -8,13 +8,14 @@
 //! One scenario per test function with all its claims at once, checked concurrently, so the
 //! waits overlap.
 
-mod support;
-
+use crate::support;
+use crate::support::WAIT;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use crate::support::{NODE_KEY, Scenario, create_secret, merge, on_nodes, pod};
 use k8s_openapi::api::core::v1::{
     Event, Namespace, PersistentVolume, PersistentVolumeClaim, Secret,
 };
@@ -22,7 +23,6 @@ use k8s_openapi::api::storage::v1::{CSIStorageCapacity, VolumeAttributesClass};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use support::{NODE_KEY, Scenario, create_secret, merge, on_nodes, pod};
 
 /// How long one case may take to show its outcome (several run at once on a busy machine).
 const CASE_TIMEOUT: Duration = Duration::from_secs(45);
@@ -1079,6 +1079,7 @@ async fn driver_nonsense() {
     s.delete_claim("context-overrides-identity").await;
     support::eventually(
         "the volume with the driver's identity to be deleted",
+        WAIT,
         || async { (!s.driver_volumes().await.contains(&handle)).then_some(()) },
     )
     .await;
@@ -1087,7 +1088,7 @@ async fn driver_nonsense() {
     let class = s
         .class("negcap", "WaitForFirstConsumer", param("negcap"))
         .await;
-    let published = support::eventually("capacity objects of the negcap class", || async {
+    let published = support::eventually("capacity objects of the negcap class", WAIT, || async {
         let list = Api::<CSIStorageCapacity>::namespaced(s.client.clone(), &s.ns)
             .list(&ListParams::default())
             .await

@@ -1,17 +1,15 @@
 //! The claim lifecycle's edge cases against the real control plane: name collisions, clean-up
 //! with only what the attempt kept, unsaved PVs, topology reuse, and retry pacing.
 
-mod support;
-
+use crate::support;
+use crate::support::WAIT;
 use std::time::Duration;
 
+use crate::support::{NODE_KEY, Scenario, create_secret, eventually, holds_finalizer, wait_gone};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::{
-    NODE_KEY, Scenario, create_secret, eventually, eventually_within, holds_finalizer, wait_gone,
-};
 
 /// With `--volume-name-uuid-length=1` two claims soon get the same volume name. The second is
 /// refused with an event. It may still hold our creating-volume finalizer (the admission policy
@@ -153,7 +151,7 @@ async fn refuse_pvs_of_class(s: &Scenario, class: &str) -> String {
         dry_run: true,
         ..Default::default()
     };
-    eventually("the policy to refuse PVs", || async {
+    eventually("the policy to refuse PVs", WAIT, || async {
         s.volumes()
             .create(&dry, &probe)
             .await
@@ -218,7 +216,7 @@ async fn clean_up_needs_nothing_but_what_the_attempt_kept() {
 
 /// Waits for the one successful CreateVolume and returns its volume id.
 async fn created_volume(s: &Scenario) -> String {
-    eventually("a successful CreateVolume", || async {
+    eventually("a successful CreateVolume", WAIT, || async {
         s.mock().calls_of("CreateVolume").iter().find_map(|c| {
             c["response"]["volume"]["volume_id"]
                 .as_str()
@@ -288,7 +286,7 @@ async fn retries_reuse_the_first_topology_after_the_node_is_gone() {
     // Let the deletions reach the provisioner's caches before the driver recovers.
     tokio::time::sleep(Duration::from_secs(3)).await;
     s.mock().clear_faults();
-    let pv = eventually_within("the PV", Duration::from_secs(90), || async {
+    let pv = eventually("the PV", Duration::from_secs(90), || async {
         let claim = s.claims().get("data").await.unwrap();
         let name = format!("pvc-{}", claim.metadata.uid.unwrap());
         s.volumes().get_opt(&name).await.unwrap()
@@ -364,17 +362,21 @@ async fn an_infeasible_claim_is_tried_once_per_slow_interval() {
     // An update the provisioner handles before its class cache has the new class waits out
     // the old hold, so the claim is touched again each second until it is Bound.
     let polls = std::sync::atomic::AtomicUsize::new(0);
-    support::eventually("claim b to be Bound after its class came back", || async {
-        let n = polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let claim = s.claims().get("b").await.unwrap();
-        if claim.status.and_then(|st| st.phase).as_deref() == Some("Bound") {
-            return Some(());
-        }
-        if n.is_multiple_of(5) {
-            touch(&s, "b", &format!("after-new-class-{n}")).await;
-        }
-        None
-    })
+    support::eventually(
+        "claim b to be Bound after its class came back",
+        WAIT,
+        || async {
+            let n = polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let claim = s.claims().get("b").await.unwrap();
+            if claim.status.and_then(|st| st.phase).as_deref() == Some("Bound") {
+                return Some(());
+            }
+            if n.is_multiple_of(5) {
+                touch(&s, "b", &format!("after-new-class-{n}")).await;
+            }
+            None
+        },
+    )
     .await;
     let b = call_starts(&s, "b").await;
     assert_eq!(b.len(), 2, "{b:?}");
@@ -647,7 +649,7 @@ async fn kubectl_apply_keeps_its_merge_on_a_claim_we_provisioned() {
     let claim = support::wait_bound_and_released(&s, "data").await;
     support::assert_still_kubectls(&claim);
     let log = testenv::ControlPlane::shared().audit_log();
-    let ours: Vec<String> = eventually("our two claim writes in the audit log", || async {
+    let ours: Vec<String> = eventually("our two claim writes in the audit log", WAIT, || async {
         let verbs: Vec<String> = testenv::audit::claim_writes(&log, &s.ns)
             .unwrap()
             .into_iter()

@@ -2,12 +2,13 @@
 //! without an answer: the volume that call made must not leak, whether the claim is deleted
 //! while no node holds it or provisioned on another node.
 
+use crate::support::WAIT;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::support::{self, Scenario, eventually, volumes_of};
 use super::{Instance, nodes_with, on};
+use crate::support::{self, Scenario, eventually, volumes_of};
 
 /// This node's own finalizer, as `provisioning::distributed::node_finalizer` writes it.
 fn node_finalizer(node: &str) -> String {
@@ -37,6 +38,7 @@ async fn given_back_with_a_volume(prefix: &str) -> (Scenario, Vec<Instance>) {
     let mine = node_finalizer(&nodes[0].node);
     let given = eventually(
         "a to give the claim back, held by its finalizer",
+        WAIT,
         || async {
             let c = s.claims().get("c").await.ok()?;
             let selected = c
@@ -94,7 +96,7 @@ async fn a_claim_given_back_and_provisioned_elsewhere_gets_the_first_nodes_volum
         .unwrap();
     s.wait_bound("c").await;
     let mine = node_finalizer(&nodes[0].node);
-    let settled = eventually("a to clean up and let go", || async {
+    let settled = eventually("a to clean up and let go", WAIT, || async {
         let c = s.claims().get("c").await.ok()?;
         (!c.finalizers().contains(&mine) && !support::holds_finalizer(&c)).then_some(c)
     })

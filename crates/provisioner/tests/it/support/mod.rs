@@ -1,8 +1,6 @@
 //! A provisioning scenario on the shared real control plane: a namespace, a driver name and
 //! StorageClass names of its own, the mock CSI driver and the real `csi-provisioner`.
 
-#![allow(dead_code)] // each test binary uses a different subset
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -13,6 +11,13 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use testenv::{ControlPlane, MockDriver, Provisioner};
+
+pub mod deploy;
+mod metrics;
+pub mod ops;
+pub mod world;
+
+pub use metrics::{free_port, http_get, sample, scrape};
 
 pub struct Scenario {
     pub client: Client,
@@ -103,14 +108,19 @@ impl Scenario {
         let names = s.node_names(short);
         s.start_driver(&pool_args(&names, pool_size));
         s.start_provisioner(prov_args);
-        testenv::create_fake_nodes(
-            &s.client,
-            &s.driver,
-            NODE_KEY,
-            &names.iter().map(String::as_str).collect::<Vec<_>>(),
-        )
-        .await;
+        s.create_nodes(&names).await;
         (s, names)
+    }
+
+    /// Fake nodes `names` (Node + CSINode with our driver) on the mock's topology key.
+    pub async fn create_nodes(&self, names: &[String]) {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        testenv::create_fake_nodes(&self.client, &self.driver, NODE_KEY, &names).await;
+    }
+
+    /// The admin kubeconfig of the scenario's control plane.
+    pub fn kubeconfig(&self) -> &std::path::Path {
+        &self.kubeconfig
     }
 
     pub fn mock(&self) -> &MockDriver {
@@ -214,7 +224,7 @@ impl Scenario {
 
     /// Waits until the namespace has no claim left.
     pub async fn wait_no_claims(&self, timeout: Duration) {
-        eventually_within("every claim to be gone", timeout, || async {
+        eventually("every claim to be gone", timeout, || async {
             self.claims()
                 .list(&Default::default())
                 .await
@@ -353,7 +363,7 @@ impl Scenario {
             !self.volume_ids_made(&volume).is_empty(),
             "the claim went before its CreateVolume answered"
         );
-        eventually("the volume to be deleted", || async {
+        eventually("the volume to be deleted", WAIT, || async {
             self.driver_volumes().await.is_empty().then_some(())
         })
         .await;
@@ -366,27 +376,28 @@ impl Scenario {
     }
 }
 
-/// Polls `f` until it returns `Some`, for up to a minute.
-pub async fn eventually<T, F, Fut>(what: &str, f: F) -> T
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    eventually_within(what, Duration::from_secs(60), f).await
-}
+/// How long a test waits for what the control plane and the provisioner do next.
+pub const WAIT: Duration = Duration::from_secs(60);
+/// The capacity tests' wait: objects follow a capacity poll, and the scheduler retries a pod on
+/// its own backoff.
+pub const CAPACITY_WAIT: Duration = Duration::from_secs(120);
 
-/// Polls `f` until it returns `Some`, for up to `timeout`.
-pub async fn eventually_within<T, F, Fut>(what: &str, timeout: Duration, f: F) -> T
+/// Polls `check` every 200 ms until it returns `Some`, for at most `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
-    F: Fn() -> Fut,
+    F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Some(v) = f().await {
+        if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {}s waiting for {what}",
+            timeout.as_secs()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -495,7 +506,7 @@ pub async fn wait_gone<K>(api: &kube::Api<K>, name: &str)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    eventually(&format!("{name} to be deleted"), || async {
+    eventually(&format!("{name} to be deleted"), WAIT, || async {
         api.get_opt(name).await.unwrap().is_none().then_some(())
     })
     .await
@@ -511,7 +522,7 @@ pub fn holds_finalizer(c: &k8s_openapi::api::core::v1::PersistentVolumeClaim) ->
 }
 
 pub async fn no_pv_of_class(s: &Scenario, class: &str) {
-    eventually_within(
+    eventually(
         "every PV of the class to be gone",
         std::time::Duration::from_secs(240),
         || async {
@@ -546,7 +557,7 @@ pub async fn wait_update_refused(s: &Scenario, changed: &PersistentVolumeClaim, 
         dry_run: true,
         ..Default::default()
     };
-    eventually(what, || async {
+    eventually(what, WAIT, || async {
         s.claims()
             .replace(&name, &dry, changed)
             .await
@@ -596,7 +607,7 @@ pub async fn install_policy_with(s: &Scenario, extra: &[&str]) {
     let probe = "policy-probe";
     let annotated = json!({"metadata": {"annotations": {
         "volume.kubernetes.io/storage-provisioner": s.driver}}});
-    eventually("the policy to be in force", || async {
+    eventually("the policy to be in force", WAIT, || async {
         let _ = s
             .claims()
             .delete(probe, &kube::api::DeleteParams::default())
@@ -616,7 +627,7 @@ pub async fn install_policy_with(s: &Scenario, extra: &[&str]) {
         .delete(probe, &kube::api::DeleteParams::default())
         .await;
     let claims = s.claims();
-    eventually("the probe claim released", || async {
+    eventually("the probe claim released", WAIT, || async {
         let Some(mut held) = claims.get_opt(probe).await.unwrap() else {
             return Some(());
         };

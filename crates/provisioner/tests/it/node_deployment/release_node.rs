@@ -2,6 +2,8 @@
 //! its claims created again elsewhere, never lost (the state file), never brought back once
 //! deleted, and never released while the node shows signs of life.
 
+use crate::support::WAIT;
+use crate::support::deploy;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -9,14 +11,21 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::support::{self, Scenario, eventually};
-use super::{capacity_objects, deploy_support, distributed, pv_node};
+use super::{capacity_objects, distributed, lose_node, pv_node};
+use crate::support::{self, Scenario, eventually};
 use testenv::ControlPlane;
 
 /// Runs `csi-provisioner release-node <args>` as the admin in the scenario's directory (where
 /// the default state file goes); (exit code, stdout + stderr).
 fn release_node(s: &Scenario, args: &[&str]) -> (i32, String) {
     release_node_as(s, ControlPlane::shared().kubeconfig(), args)
+}
+
+/// The command's output `out` says each of `wanted`.
+fn assert_says(out: &str, wanted: &[&str]) {
+    for w in wanted {
+        assert!(out.contains(w), "{out}");
+    }
 }
 
 /// [`release_node`] with the credentials of `kubeconfig`.
@@ -66,12 +75,7 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
     assert!(s.volumes().get_opt(&old_pv).await.unwrap().is_some());
 
     // Node a is lost for good.
-    nodes[0].prov.kill9();
-    let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(s.client.clone());
-    node_api
-        .delete(&nodes[0].node, &DeleteParams::default())
-        .await
-        .unwrap();
+    lose_node(&s, &mut nodes[0]).await;
     // Claims the scheduler had sent to node a, without volumes: one waiting, and one deleted
     // while a's instance held it with our finalizer. Nobody else will ever act on them.
     let sent_to_a = |finalizers: serde_json::Value| {
@@ -94,20 +98,16 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
     let driver = format!("--driver-name={}", s.driver);
     let (code, out) = release_node(&s, &[&nodes[0].node, &driver]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("1 PersistentVolume(s) pinned to it"), "{out}");
-    assert!(out.contains(&old_pv), "{out}");
-    assert!(out.contains(&format!("claim {}/data", s.ns)), "{out}");
-    assert!(
-        out.contains("2 claim(s) sent to it without a volume"),
-        "{out}"
-    );
-    assert!(
-        out.contains(&format!("claim {}/waiting (waiting", s.ns)),
-        "{out}"
-    );
-    assert!(
-        out.contains(&format!("claim {}/doomed (deleted", s.ns)),
-        "{out}"
+    assert_says(
+        &out,
+        &[
+            "1 PersistentVolume(s) pinned to it",
+            &old_pv,
+            &format!("claim {}/data", s.ns),
+            "2 claim(s) sent to it without a volume",
+            &format!("claim {}/waiting (waiting", s.ns),
+            &format!("claim {}/doomed (deleted", s.ns),
+        ],
     );
     assert!(out.contains("dry run: nothing changed"), "{out}");
     assert!(s.volumes().get_opt(&old_pv).await.unwrap().is_some());
@@ -117,7 +117,7 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
 
     // The provisioner's own ServiceAccount may not delete or create claims: the release
     // stops before its first write, rather than after a PV is gone and its claim is not back.
-    let sa = deploy_support::world::grant_shipped_rbac(&s, |_| {}).await;
+    let sa = deploy::world::grant_shipped_rbac(&s, |_| {}).await;
     let (code, out) = release_node_as(&s, &sa, &[&nodes[0].node, &driver, "--dry-run=false"]);
     assert_eq!(code, 1, "{out}");
     assert!(
@@ -130,6 +130,7 @@ async fn release_node_frees_a_lost_nodes_claims_for_provisioning_elsewhere() {
     // objects first (the Node is gone), as it does within a poll interval.
     eventually(
         "node a's capacity objects removed by the survivor",
+        WAIT,
         || async {
             let a = &nodes[0].node;
             let left = capacity_objects(&s).await.into_iter().any(|c| {
@@ -189,15 +190,8 @@ async fn release_node_leaves_a_claim_bound_elsewhere_alone() {
         .create(&PostParams::default(), &pv(&other, json!({})))
         .await
         .unwrap();
-    let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": "data"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": other,
-                 "resources": {"requests": {"storage": "1Gi"}}}}))
-    .unwrap();
-    s.claims()
-        .create(&PostParams::default(), &claim)
-        .await
-        .unwrap();
+    s.claim("data", "", "1Gi", json!({"spec": {"volumeName": other}}))
+        .await;
     let bound = s.wait_bound("data").await;
     // The lost node's PV for the same claim, saved after a slow call there. A provisioned
     // Delete PV keeps the claim's UID when kube-controller-manager releases it (it clears the
@@ -218,7 +212,7 @@ async fn release_node_leaves_a_claim_bound_elsewhere_alone() {
         .create(&PostParams::default(), &provisioned)
         .await
         .unwrap();
-    let released = support::eventually("the stale PV to be Released", || async {
+    let released = support::eventually("the stale PV to be Released", WAIT, || async {
         let p = s.volumes().get(&stale).await.ok()?;
         (p.status?.phase.as_deref() == Some("Released")).then_some(p.spec?.claim_ref?)
     })
@@ -266,15 +260,10 @@ async fn bound_on(
         .create(&PostParams::default(), &pv)
         .await
         .unwrap();
-    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": "data", "labels": {"app": "db"}, "finalizers": finalizers},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv_name,
-                 "resources": {"requests": {"storage": "1Gi"}}}}))
-    .unwrap();
-    s.claims()
-        .create(&PostParams::default(), &claim)
-        .await
-        .unwrap();
+    let pre_bound = json!({
+        "metadata": {"labels": {"app": "db"}, "finalizers": finalizers},
+        "spec": {"volumeName": pv_name}});
+    s.claim("data", "", "1Gi", pre_bound).await;
     (pv_name, s.wait_bound("data").await)
 }
 
@@ -376,7 +365,7 @@ async fn wait_claim_create(s: &Scenario, allowed: bool) {
         dry_run: true,
         ..Default::default()
     };
-    eventually("the policy to take effect", || async {
+    eventually("the policy to take effect", WAIT, || async {
         (s.claims().create(&dry, &probe).await.is_ok() == allowed).then_some(())
     })
     .await;
@@ -436,14 +425,13 @@ async fn a_refused_claim_is_kept_in_the_state_file_and_created_by_a_rerun() {
     let again = s.claims().get_opt("data").await.unwrap();
     assert!(again.is_some(), "not created again from the file: {out}");
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("0 PersistentVolume(s) pinned to it"), "{out}");
-    assert!(
-        out.contains("1 claim(s) an earlier run did not finish"),
-        "{out}"
-    );
-    assert!(
-        out.contains(&format!("claim {}/data: created again", s.ns)),
-        "{out}"
+    assert_says(
+        &out,
+        &[
+            "0 PersistentVolume(s) pinned to it",
+            "1 claim(s) an earlier run did not finish",
+            &format!("claim {}/data: created again", s.ns),
+        ],
     );
     let again = s.claims().get("data").await.unwrap();
     assert_ne!(again.metadata.uid, before.metadata.uid);

@@ -3,20 +3,18 @@
 //! both filled by csi-driver-host-path's `hostpathplugin`, whose state file records where each
 //! volume came from and whose volume directories hold the data.
 
-#[allow(dead_code)] // shared with tests/deploy.rs, which uses the rest
-mod deploy_support;
-mod ops_support;
-mod support;
-
+use crate::support;
+use crate::support::WAIT;
+use crate::support::deploy;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::{Scenario, eventually, wait_gone};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
 use provisioning::names;
 use serde_json::json;
-use support::{Scenario, eventually, eventually_within, wait_gone};
 use testenv::{ControlPlane, HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, Provisioner};
 
 /// One hostpathplugin with csi-snapshotter beside it and our provisioner, for one namespace
@@ -31,15 +29,22 @@ struct World {
     port: u16,
 }
 
-/// Starts the one snapshot-controller of this test binary, once the CRDs are there. It runs
+/// The control plane of these tests: their snapshot-controller acts on every snapshot in the
+/// cluster, so they get one of their own (as they had when they were a test binary of their
+/// own), and tests elsewhere that make snapshots by hand never meet it.
+fn control_plane() -> &'static ControlPlane {
+    ControlPlane::shared_group("data_sources")
+}
+
+/// Starts the one snapshot-controller of these tests, once the CRDs are there. It runs
 /// without leader election, so one per test would all act on every snapshot, and their writes
-/// would conflict with each other's and with ours. It dies with the test binary.
+/// would conflict with each other's and with ours. It dies with the test process.
 fn snapshot_controller() {
     static CONTROLLER: std::sync::Mutex<Option<testenv::SnapshotController>> =
         std::sync::Mutex::new(None);
     let mut controller = CONTROLLER.lock().unwrap_or_else(|e| e.into_inner());
     if controller.is_none() {
-        let cp = ControlPlane::shared();
+        let cp = control_plane();
         *controller = Some(testenv::SnapshotController::start(
             &cp.dir().join("snapshot-controller"),
             cp.kubeconfig(),
@@ -60,10 +65,10 @@ impl World {
     }
 
     async fn start_as(prefix: &str, prov_args: &[&str], identity: Identity) -> World {
-        let mut s = Scenario::new(prefix).await;
+        let mut s = Scenario::new_on(control_plane(), prefix).await;
         s.driver = format!("{}.hostpath.csi", s.ns);
         let node = format!("{}-n1", s.ns);
-        let kubeconfig = ControlPlane::shared().kubeconfig();
+        let kubeconfig = control_plane().kubeconfig();
         testenv::install_snapshot_crds(&s.client)
             .await
             .expect("snapshot CRDs");
@@ -73,13 +78,11 @@ impl World {
         snapshot_controller();
         let snapshotter =
             testenv::Snapshotter::start(&s.dir.join("snapshotter"), kubeconfig, &plugin.socket);
-        let port = ops_support::free_port();
+        let port = support::free_port();
         let http = format!("--http-endpoint=127.0.0.1:{port}");
         let prov_kubeconfig = match identity {
             Identity::Admin => kubeconfig.to_path_buf(),
-            Identity::ShippedRbac(edit) => {
-                deploy_support::world::grant_shipped_rbac(&s, edit).await
-            }
+            Identity::ShippedRbac(edit) => deploy::world::grant_shipped_rbac(&s, edit).await,
         };
         let prov = Provisioner::start(
             &s.dir,
@@ -169,7 +172,7 @@ impl World {
         });
         create(&self.s, testenv::volume_snapshot_resource(), true, body).await;
         let api = self.snapshots();
-        eventually(&format!("snapshot {name} readyToUse"), || async {
+        eventually(&format!("snapshot {name} readyToUse"), WAIT, || async {
             let s = api.get(name).await.ok()?;
             (s.data["status"]["readyToUse"] == true).then_some(s)
         })
@@ -228,19 +231,23 @@ async fn add_finalizer<K>(api: &Api<K>, name: &str, finalizer: &str)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    eventually(&format!("finalizer {finalizer} on {name}"), || async {
-        let mut object = api.get(name).await.unwrap();
-        object
-            .meta_mut()
-            .finalizers
-            .get_or_insert_with(Vec::new)
-            .push(finalizer.into());
-        match api.replace(name, &PostParams::default(), &object).await {
-            Ok(_) => Some(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => None,
-            Err(e) => panic!("adding finalizer {finalizer} to {name}: {e}"),
-        }
-    })
+    eventually(
+        &format!("finalizer {finalizer} on {name}"),
+        WAIT,
+        || async {
+            let mut object = api.get(name).await.unwrap();
+            object
+                .meta_mut()
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .push(finalizer.into());
+            match api.replace(name, &PostParams::default(), &object).await {
+                Ok(_) => Some(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => None,
+                Err(e) => panic!("adding finalizer {finalizer} to {name}: {e}"),
+            }
+        },
+    )
     .await;
 }
 
@@ -272,7 +279,7 @@ async fn keep_finalizer_on(w: &World, name: &str) -> String {
         dry_run: true,
         ..Default::default()
     };
-    eventually("the policy to keep the finalizer", || async {
+    eventually("the policy to keep the finalizer", WAIT, || async {
         let mut s = api.get(name).await.unwrap();
         if !finalizers(&s.metadata).iter().any(|x| x == f) {
             add_finalizer(&api, name, f).await;
@@ -325,13 +332,17 @@ async fn restore_from_a_snapshot_and_clone_a_claim_carry_the_data() {
     );
     // Our protection finalizer was put on for the restore and comes off (on the background
     // lane) once the volume exists.
-    let after = eventually("the snapshot's protection finalizer removed", || async {
-        let after = w.snapshots().get("snap").await.unwrap();
-        (!finalizers(&after.metadata)
-            .iter()
-            .any(|f| f == names::SNAPSHOT_SOURCE_FINALIZER))
-        .then_some(after)
-    })
+    let after = eventually(
+        "the snapshot's protection finalizer removed",
+        WAIT,
+        || async {
+            let after = w.snapshots().get("snap").await.unwrap();
+            (!finalizers(&after.metadata)
+                .iter()
+                .any(|f| f == names::SNAPSHOT_SOURCE_FINALIZER))
+            .then_some(after)
+        },
+    )
     .await;
     // Those two writes changed the finalizers only: every field manager the snapshot had
     // before (its creator, snapshot-controller) still owns its fields.
@@ -353,7 +364,7 @@ async fn restore_from_a_snapshot_and_clone_a_claim_carry_the_data() {
     // write that met someone else's (a 409: snapshot-controller's status, another test's
     // orphan sweep) re-reads the snapshot, as it should.
     let sent = |metrics: &str, verb: &str, resource: &str| {
-        ops_support::sample(
+        support::sample(
             metrics,
             "csi_provisioner_api_requests_total",
             &[("verb", verb), ("resource", resource)],
@@ -362,13 +373,13 @@ async fn restore_from_a_snapshot_and_clone_a_claim_carry_the_data() {
     };
     // Our finalizer was added, and its removal sent (another test's sweep may have taken it
     // off first: then ours is a 409).
-    let metrics = eventually("our removal of the finalizer", || async {
-        let metrics = ops_support::scrape(w.port).await?;
+    let metrics = eventually("our removal of the finalizer", WAIT, || async {
+        let metrics = support::scrape(w.port).await?;
         (sent(&metrics, "update", "volumesnapshots") >= 2.0).then_some(metrics)
     })
     .await;
     let requests = |verb: &str, resource: &str| sent(&metrics, verb, resource);
-    let conflicts = ops_support::sample(
+    let conflicts = support::sample(
         &metrics,
         "rest_client_requests_total",
         &[("code", "409"), ("method", "PUT")],
@@ -425,7 +436,7 @@ async fn without_watch_on_contents_a_restore_reads_its_content_by_get() {
         "ds-nowatch",
         &[],
         Identity::ShippedRbac(|objects| {
-            let dropped = deploy_support::drop_verb(objects, "volumesnapshotcontents", "watch");
+            let dropped = deploy::drop_verb(objects, "volumesnapshotcontents", "watch");
             assert_eq!(dropped, 1, "the shipped RBAC grants watch on contents once");
         }),
     )
@@ -447,8 +458,8 @@ async fn without_watch_on_contents_a_restore_reads_its_content_by_get() {
         })
         .count();
     assert_eq!(off, 1, "the content watch's off line, once");
-    let metrics = ops_support::scrape(w.port).await.expect("metrics");
-    let gets = ops_support::sample(
+    let metrics = support::scrape(w.port).await.expect("metrics");
+    let gets = support::sample(
         &metrics,
         "csi_provisioner_api_requests_total",
         &[("verb", "get"), ("resource", "volumesnapshotcontents")],
@@ -468,7 +479,7 @@ async fn a_pending_clone_holds_its_source_and_says_so() {
     // clone stays Pending.
     w.claim_from("stuck", "2Ti", claim_source("src")).await;
     w.s.wait_event("stuck", "ProvisioningFailed", "").await;
-    eventually("the source's protection finalizer", || async {
+    eventually("the source's protection finalizer", WAIT, || async {
         let c = w.s.claims().get("src").await.ok()?;
         finalizers(&c.metadata)
             .iter()
@@ -575,7 +586,7 @@ async fn refused_sources_get_the_exact_event_and_no_volume_until_fixed() {
     )
     .await;
     let api = w.snapshots();
-    eventually("the foreign snapshot to be bound", || async {
+    eventually("the foreign snapshot to be bound", WAIT, || async {
         let s = api.get("foreign").await.ok()?;
         s.data["status"]["boundVolumeSnapshotContentName"]
             .is_string()
@@ -644,7 +655,7 @@ async fn the_orphan_sweep_releases_snapshots_no_pending_claim_needs() {
     add_finalizer(&w.snapshots(), "orphan", names::SNAPSHOT_SOURCE_FINALIZER).await;
 
     let api = w.snapshots();
-    eventually_within(
+    eventually(
         "the sweep releases the orphan",
         Duration::from_secs(30),
         || async {
@@ -702,7 +713,7 @@ async fn a_driver_that_omits_the_content_source_has_its_volume_deleted() {
     .await;
     let pv = format!("pvc-{}", copy.metadata.uid.as_deref().unwrap());
     // Every volume the driver made for the clone was deleted again.
-    let made = eventually("the clone's volumes deleted", || async {
+    let made = eventually("the clone's volumes deleted", WAIT, || async {
         let made: Vec<String> = s
             .create_calls(&pv)
             .iter()
@@ -756,7 +767,7 @@ async fn a_source_in_another_namespace_needs_a_reference_grant() {
     write_marker(&source.vol_path, "from next door");
     w.snapshot("snap", "src").await;
 
-    let mut dst = Scenario::new("ds-xns-dst").await;
+    let mut dst = Scenario::new_on(control_plane(), "ds-xns-dst").await;
     dst.driver = w.s.driver.clone();
     let from = |kind: &str, group: Option<&str>, name: &str| {
         let mut r = json!({"kind": kind, "name": name, "namespace": w.s.ns});
@@ -915,7 +926,7 @@ async fn a_snapshot_that_is_not_ready_is_restored_once_it_is() {
 
     w.snapshotter = Some(testenv::Snapshotter::start(
         &w.s.dir.join("snapshotter-2"),
-        ControlPlane::shared().kubeconfig(),
+        control_plane().kubeconfig(),
         &w.plugin.socket,
     ));
     let restored = w.volume_of("restored").await;
@@ -935,7 +946,7 @@ async fn a_source_being_deleted_is_not_cloned() {
     // whose user pod it has not seen yet.
     add_finalizer(&w.s.claims(), "src", "test.example.com/hold").await;
     w.s.delete_claim("src").await;
-    eventually("src terminating", || async {
+    eventually("src terminating", WAIT, || async {
         let c = w.s.claims().get("src").await.ok()?;
         c.metadata.deletion_timestamp.map(|_| ())
     })

@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
-use testenv::{ControlPlane, Provisioner};
+use testenv::Provisioner;
 
-use super::{free_port, kubectl, load_objects, localize, manifests_dir, mint_token};
-use crate::support::Scenario;
+use super::{kubectl, load_objects, localize, manifests_dir, mint_token};
+use crate::support::{Scenario, free_port};
 
 pub const KEY: &str = "topology.mock.csi/node";
 /// The Pod csi-provisioner "runs in": POD_NAME, and the owner at --capacity-ownerref-level=0.
@@ -45,33 +45,53 @@ impl RbacWorld {
         let kubeconfig = grant_shipped_rbac(&s, edit).await;
         create_pod(&s, OWNER_POD, "").await;
 
-        let port = free_port();
-        let http = format!("--http-endpoint=127.0.0.1:{port}");
-        let args = [
-            "--leader-election",
-            "--enable-capacity",
-            "--capacity-ownerref-level=0",
-            "-v=5",
-            http.as_str(),
-        ];
-        let kc = kubeconfig.display().to_string();
-        // KUBECONFIG overrides --kubeconfig: set it too, so an inherited one cannot win.
-        let env = [
-            ("KUBECONFIG", kc.as_str()),
-            ("NAMESPACE", s.ns.as_str()),
-            ("POD_NAMESPACE", s.ns.as_str()),
-            ("POD_NAME", OWNER_POD),
-        ];
-        let socket = s.mock().socket.clone();
-        let prov = Provisioner::start(&s.dir, "csi-provisioner", &kubeconfig, &socket, &args, &env);
+        let (prov, port) = provisioner_as_service_account(
+            &s,
+            &kubeconfig,
+            &["--leader-election", "--enable-capacity"],
+            &[("POD_NAMESPACE", s.ns.as_str())],
+        );
         RbacWorld { s, prov, port }
     }
+}
+
+/// csi-provisioner as the ServiceAccount of `kubeconfig`, running in the owner Pod, with
+/// capacity owned by that Pod, `-v=5`, `args` and `env`, and its HTTP endpoint on a free port;
+/// returns it and the port.
+pub fn provisioner_as_service_account(
+    s: &Scenario,
+    kubeconfig: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Provisioner, u16) {
+    let port = free_port();
+    let http = format!("--http-endpoint=127.0.0.1:{port}");
+    let mut all = args.to_vec();
+    all.extend(["--capacity-ownerref-level=0", "-v=5", http.as_str()]);
+    let kc = kubeconfig.display().to_string();
+    // KUBECONFIG overrides --kubeconfig: set it too, so an inherited one cannot win.
+    let mut all_env = vec![
+        ("KUBECONFIG", kc.as_str()),
+        ("NAMESPACE", s.ns.as_str()),
+        ("POD_NAME", OWNER_POD),
+    ];
+    all_env.extend_from_slice(env);
+    let socket = s.mock().socket.clone();
+    let prov = Provisioner::start(
+        &s.dir,
+        "csi-provisioner",
+        kubeconfig,
+        &socket,
+        &all,
+        &all_env,
+    );
+    (prov, port)
 }
 
 /// Creates rbac.yaml's objects (moved into the scenario's namespace, then `edit`ed), waits
 /// until the authorizer sees them, and returns a kubeconfig for the ServiceAccount.
 pub async fn grant_shipped_rbac(s: &Scenario, edit: impl FnOnce(&mut Vec<Value>)) -> PathBuf {
-    let admin = ControlPlane::shared().kubeconfig();
+    let admin = s.kubeconfig();
     let mut objects = load_objects(admin, &manifests_dir().join("rbac.yaml"));
     localize(&mut objects, &s.ns);
     edit(&mut objects);

@@ -3,31 +3,31 @@
 //! upstream's, and the real csi-provisioner, authenticated as a ServiceAccount that holds only
 //! the shipped RBAC, provisions, deletes and publishes capacity without a single Forbidden.
 
-mod deploy_support;
 // Declared here, not in the module, so that other test binaries sharing the module do not
 // run the same table tests again.
-#[path = "deploy_support/tests.rs"]
-mod deploy_support_tests;
-mod support;
 
+use crate::support;
+use crate::support::WAIT;
+use crate::support::deploy;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use csi_provisioner::capacity_controller::lookup_owner;
-use deploy_support::world::{
+use crate::support::deploy::world::{
     OWNER_POD, RbacWorld, client_from, create_pod, grant_shipped_rbac, owner_chain,
+    provisioner_as_service_account,
 };
-use deploy_support::{
+use crate::support::deploy::{
     beyond_upstream, drop_verb, forbidden_lines, grants, kubectl, load_objects, manifests_dir,
-    requests_with, scrape,
+    requests_with,
 };
+use crate::support::{Scenario, eventually, scrape};
+use csi_provisioner::capacity_controller::lookup_owner;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIStorageCapacity, VolumeAttributesClass};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
-use support::{Scenario, eventually};
 use testenv::ControlPlane;
 const FORBIDDEN: &str = "code=\"403\"";
 
@@ -119,7 +119,7 @@ async fn shipped_rbac_is_enough_for_provisioning_and_capacity() {
     // Leader election: the Lease is ours, in our namespace.
     let lease_name = leader_election::lock_name(&s.driver);
     let leases: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
-    eventually("the leader Lease", || async {
+    eventually("the leader Lease", WAIT, || async {
         let l = leases.get_opt(&lease_name).await.ok()??;
         l.spec?.holder_identity.filter(|h| !h.is_empty())
     })
@@ -144,7 +144,7 @@ async fn shipped_rbac_is_enough_for_provisioning_and_capacity() {
         .metadata
         .uid;
     let capacities: Api<CSIStorageCapacity> = Api::namespaced(s.client.clone(), &s.ns);
-    let objects = eventually("2 CSIStorageCapacity objects", || async {
+    let objects = eventually("2 CSIStorageCapacity objects", WAIT, || async {
         let list = capacities.list(&ListParams::default()).await.ok()?.items;
         (list.len() == 2 && list.iter().all(|c| c.storage_class_name == wffc)).then_some(list)
     })
@@ -193,7 +193,7 @@ async fn shipped_rbac_is_enough_for_provisioning_and_capacity() {
     // Deleting a claim deletes its volume and PV.
     let first_pv = format!("pvc-{}", first.metadata.uid.unwrap());
     s.delete_claim("first").await;
-    eventually("the first PV deleted", || async {
+    eventually("the first PV deleted", WAIT, || async {
         s.volumes()
             .get_opt(&first_pv)
             .await
@@ -211,13 +211,7 @@ async fn shipped_rbac_is_enough_for_provisioning_and_capacity() {
         requests_with(&metrics, &["code=\"201\""]) >= 4.0,
         "{metrics}"
     );
-    let forbidden = requests_with(&metrics, &[FORBIDDEN]);
-    assert_eq!(
-        forbidden,
-        0.0,
-        "Forbidden API calls:\n{}",
-        forbidden_in(&metrics)
-    );
+    assert_none_forbidden(&metrics);
     let log = w.prov.log();
     assert_eq!(
         forbidden_lines(&log),
@@ -244,7 +238,7 @@ async fn a_missing_verb_shows_up_as_forbidden() {
     let imm = s.class("imm", "Immediate", json!({})).await;
     s.claim("stuck", &imm, "1Gi", json!({})).await;
     let port = w.port;
-    let metrics = eventually("a 403 in rest_client_requests_total", || async {
+    let metrics = eventually("a 403 in rest_client_requests_total", WAIT, || async {
         let m = scrape(port).await?;
         (requests_with(&m, &[FORBIDDEN]) > 0.0).then_some(m)
     })
@@ -350,6 +344,16 @@ async fn owner_lookup_through_a_deployment_needs_only_the_shipped_rbac() {
     assert!(err.to_lowercase().contains("forbidden"), "{err}");
 }
 
+fn assert_none_forbidden(metrics: &str) {
+    let forbidden = requests_with(metrics, &[FORBIDDEN]);
+    assert_eq!(
+        forbidden,
+        0.0,
+        "Forbidden API calls:\n{}",
+        forbidden_in(metrics)
+    );
+}
+
 fn forbidden_in(metrics: &str) -> String {
     metrics
         .lines()
@@ -364,7 +368,7 @@ fn forbidden_in(metrics: &str) -> String {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn node_deployment_needs_only_the_shipped_rbac() {
-    const KEY: &str = deploy_support::world::KEY;
+    const KEY: &str = deploy::world::KEY;
     let mut s = Scenario::new("rbac-node").await;
     testenv::create_csi_driver(&s.client, &s.driver, true).await;
     let node = s.node_names(&["a"]).remove(0);
@@ -376,31 +380,21 @@ async fn node_deployment_needs_only_the_shipped_rbac() {
     ]);
     let kubeconfig = grant_shipped_rbac(&s, |_| {}).await;
     create_pod(&s, OWNER_POD, "").await;
-    let port = deploy_support::free_port();
-    let http = format!("--http-endpoint=127.0.0.1:{port}");
-    let args = [
-        "--node-deployment",
-        "--enable-capacity",
-        "--capacity-for-immediate-binding",
-        "--capacity-ownerref-level=0",
-        "-v=5",
-        http.as_str(),
-    ];
-    let kc = kubeconfig.display().to_string();
-    let env = [
-        ("KUBECONFIG", kc.as_str()),
-        ("NAMESPACE", s.ns.as_str()),
-        ("POD_NAME", OWNER_POD),
-        ("NODE_NAME", node.as_str()),
-    ];
-    let socket = s.mock().socket.clone();
-    let mut prov =
-        testenv::Provisioner::start(&s.dir, "csi-provisioner", &kubeconfig, &socket, &args, &env);
+    let (mut prov, port) = provisioner_as_service_account(
+        &s,
+        &kubeconfig,
+        &[
+            "--node-deployment",
+            "--enable-capacity",
+            "--capacity-for-immediate-binding",
+        ],
+        &[("NODE_NAME", node.as_str())],
+    );
 
     let imm = s.class("imm", "Immediate", json!({})).await;
     let wffc = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
     let capacities: Api<CSIStorageCapacity> = Api::namespaced(s.client.clone(), &s.ns);
-    let objects = eventually("one object per class for the node", || async {
+    let objects = eventually("one object per class for the node", WAIT, || async {
         let list = capacities.list(&ListParams::default()).await.ok()?.items;
         (list.len() == 2).then_some(list)
     })
@@ -439,13 +433,7 @@ async fn node_deployment_needs_only_the_shipped_rbac() {
     );
 
     let metrics = scrape(port).await.expect("metrics endpoint answers");
-    let forbidden = requests_with(&metrics, &[FORBIDDEN]);
-    assert_eq!(
-        forbidden,
-        0.0,
-        "Forbidden API calls:\n{}",
-        forbidden_in(&metrics)
-    );
+    assert_none_forbidden(&metrics);
     assert_eq!(forbidden_lines(&prov.log()), Vec::<&str>::new());
     // Upstream's node instances have the capacity queue but no topology queue.
     assert!(
@@ -475,7 +463,7 @@ async fn without_patch_on_claims_writes_keep_what_kubectl_applied() {
     support::assert_still_kubectls(&claim);
     let log = testenv::ControlPlane::shared().audit_log();
     let ours: Vec<(String, Option<i64>)> =
-        eventually("our claim writes in the audit log", || async {
+        eventually("our claim writes in the audit log", WAIT, || async {
             let writes: Vec<(String, Option<i64>)> = testenv::audit::claim_writes(&log, &s.ns)
                 .unwrap()
                 .into_iter()

@@ -3,18 +3,17 @@
 //! Each test has its own namespace, driver name, nodes and classes, so tests never see each
 //! other's objects.
 
-#[path = "capacity/world.rs"]
-mod world;
-
+use crate::support::world;
+use crate::support::{CAPACITY_WAIT, eventually};
 use std::collections::BTreeMap;
 
+use crate::support::world::{GI, KEY, Objects, World, bytes, key, owner_chain};
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use testenv::ControlPlane;
-use world::{GI, KEY, Objects, World, bytes, eventually, key, kubectl, owner_chain};
 
 /// kube-scheduler's VolumeBinding verdict when no published capacity fits the claim.
 const NO_ROOM: &str = "did not have enough free storage";
@@ -88,7 +87,12 @@ async fn objects_have_upstream_shape() {
         assert_eq!(Some(&owners[0].uid), rs.metadata.uid.as_ref());
         assert_eq!(owners[0].controller, Some(true));
     }
-    let listed = kubectl(&["get", "csistoragecapacities", "-A"]);
+    let listed = testenv::kubectl(
+        ControlPlane::shared().kubeconfig(),
+        &["get", "csistoragecapacities", "-A"],
+        None,
+    )
+    .unwrap_or_else(|e| panic!("kubectl get csistoragecapacities: {e}"));
     for o in objects.values() {
         assert!(
             listed.contains(o.metadata.name.as_deref().unwrap()),
@@ -484,11 +488,11 @@ async fn scheduler_places_by_capacity() {
     w.wait_objects("3 objects", |o| o.len() == 3).await;
     w.claim_and_pod("big", &class, "50Gi").await;
     assert_eq!(w.wait_scheduled("big").await, w.node("c"));
-    eventually("a CreateVolume", || async {
+    eventually("a CreateVolume", CAPACITY_WAIT, || async {
         (w.create_calls() > 0).then_some(())
     })
     .await;
-    eventually("the claim bound", || async {
+    eventually("the claim bound", CAPACITY_WAIT, || async {
         let c = Api::<PersistentVolumeClaim>::namespaced(w.client.clone(), &w.ns)
             .get("big")
             .await
@@ -631,11 +635,7 @@ async fn an_update_keeps_what_someone_else_put_on_the_object() {
         &["--capacity-poll-interval=10m"],
     )
     .await;
-    let class = w.class("fast", "WaitForFirstConsumer").await;
-    let a = key(&class, &w.node("a"));
-    let objects = w
-        .wait_objects("10Gi on a", |o| o.get(&a).and_then(bytes) == Some(10 * GI))
-        .await;
+    let (class, a, objects) = ten_gi_on_a(&w).await;
     let name = objects[&a].metadata.name.clone().unwrap();
     let theirs = json!({"metadata": {
         "annotations": {LAST_APPLIED: "{\"kept\":true}", "team": "storage"},
@@ -714,7 +714,7 @@ async fn failures_keep_value_and_show_staleness() {
         .await;
     let failures = "csistoragecapacity_consecutive_failures";
     let age = "csistoragecapacity_seconds_since_last_success";
-    eventually("failures 0 in /metrics", || async {
+    eventually("failures 0 in /metrics", CAPACITY_WAIT, || async {
         (w.key_metric(failures, &class, &node).await? == 0.0).then_some(())
     })
     .await;
@@ -723,7 +723,7 @@ async fn failures_keep_value_and_show_staleness() {
         .set_faults(json!({"GetCapacity": {"code": "Unavailable", "message": "backend down"}}));
     w.create_volume_directly("behind-our-back", 2 * GI, &node)
         .await;
-    eventually("failures and age rising", || async {
+    eventually("failures and age rising", CAPACITY_WAIT, || async {
         let (f, s) = (
             w.key_metric(failures, &class, &node).await?,
             w.key_metric(age, &class, &node).await?,
@@ -747,7 +747,7 @@ async fn failures_keep_value_and_show_staleness() {
         o.get(&a).and_then(bytes) == Some(8 * GI)
     })
     .await;
-    eventually("failures back to 0", || async {
+    eventually("failures back to 0", CAPACITY_WAIT, || async {
         (w.key_metric(failures, &class, &node).await? == 0.0).then_some(())
     })
     .await;
@@ -778,11 +778,7 @@ async fn a_stale_object_is_reported_once_and_shows_zero() {
         ],
     )
     .await;
-    let class = w.class("fast", "WaitForFirstConsumer").await;
-    let a = key(&class, &w.node("a"));
-    let objects = w
-        .wait_objects("10Gi on a", |o| o.get(&a).and_then(bytes) == Some(10 * GI))
-        .await;
+    let (_, a, objects) = ten_gi_on_a(&w).await;
     let name = objects[&a].metadata.name.clone().unwrap();
     let maximum = |o: &k8s_openapi::api::storage::v1::CSIStorageCapacity| {
         o.maximum_volume_size.as_ref().map(|q| q.0.clone())
@@ -805,7 +801,7 @@ async fn a_stale_object_is_reported_once_and_shows_zero() {
             .fields(&format!("involvedObject.name={name},reason=CapacityStale"));
         events.list(&params).await.unwrap().items
     };
-    let first = eventually("the CapacityStale event", || async {
+    let first = eventually("the CapacityStale event", CAPACITY_WAIT, || async {
         let list = stale().await;
         (!list.is_empty()).then_some(list)
     })
@@ -860,7 +856,7 @@ async fn a_failing_object_turns_zero_when_it_turns_stale_not_at_its_next_retry()
     // A volume made on a: the refresh after it is the first GetCapacity to fail.
     w.claim_and_pod("data", &class, "1Gi").await;
     assert_eq!(w.wait_scheduled("data").await, w.node("a"));
-    eventually("a failed GetCapacity", || async {
+    eventually("a failed GetCapacity", CAPACITY_WAIT, || async {
         w.mock
             .calls_of("GetCapacity")
             .iter()
@@ -893,7 +889,7 @@ async fn unimplemented_is_logged_once() {
     )
     .await;
     w.class("fast", "WaitForFirstConsumer").await;
-    eventually("several GetCapacity calls", || async {
+    eventually("several GetCapacity calls", CAPACITY_WAIT, || async {
         (w.mock.calls_of("GetCapacity").len() >= 4).then_some(())
     })
     .await;
@@ -1004,9 +1000,11 @@ async fn capacity_refreshes_leave_immediate_claims_alone() {
                 .sum::<f64>(),
         )
     };
-    eventually("the claim handed to its populator", || async {
-        (failed().await? >= 1.0).then_some(())
-    })
+    eventually(
+        "the claim handed to its populator",
+        CAPACITY_WAIT,
+        || async { (failed().await? >= 1.0).then_some(()) },
+    )
     .await;
     // Five polls, each refreshing the class's object.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
@@ -1016,4 +1014,15 @@ async fn capacity_refreshes_leave_immediate_claims_alone() {
         "synced again on capacity refreshes"
     );
     assert_eq!(w.create_calls(), 0);
+}
+
+/// A WaitForFirstConsumer class of `w` and node a's object of it once it shows 10Gi; returns
+/// the class, a's key and the objects then.
+async fn ten_gi_on_a(w: &World) -> (String, (String, String), Objects) {
+    let class = w.class("fast", "WaitForFirstConsumer").await;
+    let a = key(&class, &w.node("a"));
+    let objects = w
+        .wait_objects("10Gi on a", |o| o.get(&a).and_then(bytes) == Some(10 * GI))
+        .await;
+    (class, a, objects)
 }

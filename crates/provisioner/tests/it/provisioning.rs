@@ -1,13 +1,15 @@
 //! Provisioning against the real control plane with the mock driver: the PV, late binding,
 //! rescheduling, bad input. Each test has its own namespace, driver name and classes.
 
-mod support;
-
+use crate::support;
+use crate::support::WAIT;
+use crate::support::{
+    NODE_KEY, Scenario, create_pod, on_nodes, pod_node, pool_args, set_unschedulable,
+};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
 use std::time::Duration;
-use support::{NODE_KEY, Scenario, create_pod, on_nodes, pod_node, pool_args, set_unschedulable};
 
 /// An Immediate class with an unknown reserved parameter: every claim of it fails in prepare,
 /// before any call.
@@ -200,7 +202,7 @@ async fn late_binding_volume_lands_in_the_selected_nodes_segment() {
 async fn first_requisite(s: &Scenario, claim: &str) -> Vec<String> {
     let uid = s.claims().get(claim).await.unwrap().metadata.uid.unwrap();
     let pv = format!("pvc-{uid}");
-    let calls = support::eventually(&format!("a CreateVolume for {pv}"), || async {
+    let calls = support::eventually(&format!("a CreateVolume for {pv}"), WAIT, || async {
         let calls = s.create_calls(&pv);
         (!calls.is_empty()).then_some(calls)
     })
@@ -573,7 +575,7 @@ async fn under_a_burst_only_one_burst_of_normal_events_is_written() {
     }
     // The background lane is drained once the claims' finalizers are off and no event has been
     // written for a few seconds (one event takes 0.5 s of this budget).
-    support::eventually("the creating-volume finalizers removed", || async {
+    support::eventually("the creating-volume finalizers removed", WAIT, || async {
         let claims = s.claims().list(&Default::default()).await.ok()?;
         (!claims.items.iter().any(support::holds_finalizer)).then_some(())
     })
@@ -647,7 +649,7 @@ async fn on_an_idle_provisioner_each_failed_attempt_keeps_its_notice() {
             .map(|e| e.count.unwrap_or(1))
             .sum::<i32>()
     };
-    support::eventually("three failed attempts", || async {
+    support::eventually("three failed attempts", WAIT, || async {
         let events = s.events_for("bogus").await;
         (count(&events, "ProvisioningFailed") >= 3).then_some(())
     })
@@ -666,7 +668,8 @@ async fn on_an_idle_provisioner_each_failed_attempt_keeps_its_notice() {
 }
 
 /// A VolumeSnapshot bound to a VolumeSnapshotContent of our driver, both made by hand and
-/// marked ready (no snapshot controller runs in this binary; the mock restores any handle).
+/// marked ready (no snapshot controller runs on the shared control plane: data_sources.rs has
+/// its own; the mock restores any handle).
 async fn ready_snapshot(s: &Scenario, name: &str, handle: &str) {
     use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
     let content_name = format!("{}-{name}", s.ns);
@@ -762,7 +765,7 @@ async fn two_restores(
     );
 
     s.claim("slow", &slow, "1Gi", source.clone()).await;
-    support::eventually("our finalizer on the snapshot", || async {
+    support::eventually("our finalizer on the snapshot", WAIT, || async {
         protected(&snapshots).await.then_some(())
     })
     .await;
@@ -775,7 +778,7 @@ async fn two_restores(
             .unwrap_or_default()
             .contains("other claims still restore from it")
     };
-    support::eventually("the fast restore's release", || async {
+    support::eventually("the fast restore's release", WAIT, || async {
         (kept() || !protected(&snapshots).await).then_some(())
     })
     .await;
@@ -820,9 +823,11 @@ fn finalizer_changes(log: &str) -> (usize, usize) {
 async fn a_snapshot_keeps_its_finalizer_until_the_last_restore_from_it_ends() {
     let (mut s, snapshots) = two_restores("prov-restores", json!({"delay_ms": 8000})).await;
     s.wait_bound("slow").await;
-    support::eventually("the last restore to take the finalizer off", || async {
-        (!protected(&snapshots).await).then_some(())
-    })
+    support::eventually(
+        "the last restore to take the finalizer off",
+        WAIT,
+        || async { (!protected(&snapshots).await).then_some(()) },
+    )
     .await;
     let log = s.provisioner().log();
     assert_eq!(finalizer_changes(&log), (1, 1), "{log}");
@@ -854,9 +859,11 @@ async fn a_finalizer_kept_for_a_restore_that_fails_comes_off_then() {
         "The last restore from the snapshot failed",
         Duration::from_secs(30),
     );
-    support::eventually("the owed release to take the finalizer off", || async {
-        (!protected(&snapshots).await).then_some(())
-    })
+    support::eventually(
+        "the owed release to take the finalizer off",
+        WAIT,
+        || async { (!protected(&snapshots).await).then_some(()) },
+    )
     .await;
     // An early retry would come at once, with its own add.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -922,27 +929,31 @@ async fn refuse_finalizer_removal(s: &Scenario) {
         json!({"metadata": {"finalizers": [f]}}),
     )
     .await;
-    support::eventually("the policy to refuse the finalizer's removal", || async {
-        let claims = s.claims();
-        let mut current = claims.get("policy-probe").await.ok()?;
-        let finalizers = current.metadata.finalizers.get_or_insert_with(Vec::new);
-        if !finalizers.iter().any(|x| x == f) {
-            // Taken off before the policy was in force: put it back and try again.
-            finalizers.push(f.to_string());
-            let _ = claims
+    support::eventually(
+        "the policy to refuse the finalizer's removal",
+        WAIT,
+        || async {
+            let claims = s.claims();
+            let mut current = claims.get("policy-probe").await.ok()?;
+            let finalizers = current.metadata.finalizers.get_or_insert_with(Vec::new);
+            if !finalizers.iter().any(|x| x == f) {
+                // Taken off before the policy was in force: put it back and try again.
+                finalizers.push(f.to_string());
+                let _ = claims
+                    .replace("policy-probe", &PostParams::default(), &current)
+                    .await;
+                return None;
+            }
+            finalizers.retain(|x| x != f);
+            match claims
                 .replace("policy-probe", &PostParams::default(), &current)
-                .await;
-            return None;
-        }
-        finalizers.retain(|x| x != f);
-        match claims
-            .replace("policy-probe", &PostParams::default(), &current)
-            .await
-        {
-            Err(kube::Error::Api(e)) if e.message.contains("keeps the finalizer") => Some(()),
-            _ => None,
-        }
-    })
+                .await
+            {
+                Err(kube::Error::Api(e)) if e.message.contains("keeps the finalizer") => Some(()),
+                _ => None,
+            }
+        },
+    )
     .await;
 }
 

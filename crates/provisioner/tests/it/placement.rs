@@ -2,20 +2,16 @@
 //! reservations for volumes being created (`--capacity-reservations`), foreign objects that
 //! overlap ours, and the claims of one pod placed together (`--capacity-pod-aware`).
 
-#[path = "capacity/world.rs"]
-#[allow(dead_code)] // shared with tests/capacity.rs, which uses the rest
-mod world;
-
+use crate::support::world;
+use crate::support::{CAPACITY_WAIT, eventually};
 use std::collections::BTreeMap;
 
+use crate::support::world::{GI, SELECTED_NODE, World, bytes, key, record_values};
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::Api;
 use kube::api::ListParams;
 use serde_json::json;
-use world::{GI, World, bytes, eventually, key, record_values};
-
-const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
 /// While a claim's CreateVolume runs, its node's object shows the driver's reading less the
 /// claim's size: the driver was not asked again (its pool is unchanged until the call
@@ -47,7 +43,7 @@ async fn in_flight_volumes_lower_capacity_and_a_burst_never_overcommits() {
     w.claim_and_pod("first", &class, "45Gi").await;
     // The scheduler names the node on the claim; the pod is bound only after the volume.
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(w.client.clone(), &w.ns);
-    let node = eventually("a node selected", || async {
+    let node = eventually("a node selected", CAPACITY_WAIT, || async {
         let c = claims.get("first").await.ok()?;
         c.metadata.annotations?.get(SELECTED_NODE).cloned()
     })
@@ -135,7 +131,7 @@ async fn in_flight_volumes_lower_capacity_and_a_burst_never_overcommits() {
 
 async fn wait_bound(w: &World, names: &[&str]) {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(w.client.clone(), &w.ns);
-    eventually("claims bound", || async {
+    eventually("claims bound", CAPACITY_WAIT, || async {
         for name in names {
             let c = claims.get(name).await.ok()?;
             (c.status?.phase.as_deref() == Some("Bound")).then_some(())?;
@@ -174,52 +170,32 @@ async fn volumes_per_node(w: &World) -> BTreeMap<String, usize> {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_that_no_longer_fits_goes_back_without_a_driver_call() {
-    let w = World::start(
-        "cap-recheck",
-        &[("a", "100Gi")],
-        &[],
-        &["--capacity-poll-interval=10m", "--strict-topology"],
-    )
-    .await;
-    let class = w.class("fast", "WaitForFirstConsumer").await;
-    let node = w.node("a");
-    w.wait_objects("100Gi on a", |o| {
-        o.get(&key(&class, &node)).and_then(bytes) == Some(100 * GI)
-    })
-    .await;
+    let (w, class, node) = World::one_strict_pool("cap-recheck").await;
     // The driver holds each call 6 s, so all three are in flight together (with room for a
     // slow machine: the third is checked while the first two still run).
     w.mock
         .set_faults(json!({"CreateVolume": {"delay_ms": 6000}}));
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(w.client.clone(), &w.ns);
+    let claims = w.claims();
     let names = ["r1", "r2", "r3"];
-    let create = |name: &'static str| {
-        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-            "metadata": {"name": name, "annotations": {
-                SELECTED_NODE: node,
-                "volume.kubernetes.io/storage-provisioner": w.driver,
-                "volume.beta.kubernetes.io/storage-provisioner": w.driver}},
-            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
-                     "resources": {"requests": {"storage": "45Gi"}}},
-        }))
-        .unwrap();
-        let claims = claims.clone();
-        async move { claims.create(&Default::default(), &claim).await.unwrap() }
-    };
+    let create = |name: &'static str| w.claim_on(name, &class, "45Gi", &node);
     futures::future::join_all(names.map(create)).await;
 
-    let sent_back = eventually("one claim sent back to the scheduler", || async {
-        let list = claims.list(&ListParams::default()).await.ok()?.items;
-        let back: Vec<String> = list
-            .iter()
-            .filter(|c| {
-                let a = c.metadata.annotations.clone().unwrap_or_default();
-                !a.contains_key(SELECTED_NODE)
-            })
-            .filter_map(|c| c.metadata.name.clone())
-            .collect();
-        (!back.is_empty()).then_some(back)
-    })
+    let sent_back = eventually(
+        "one claim sent back to the scheduler",
+        CAPACITY_WAIT,
+        || async {
+            let list = claims.list(&ListParams::default()).await.ok()?.items;
+            let back: Vec<String> = list
+                .iter()
+                .filter(|c| {
+                    let a = c.metadata.annotations.clone().unwrap_or_default();
+                    !a.contains_key(SELECTED_NODE)
+                })
+                .filter_map(|c| c.metadata.name.clone())
+                .collect();
+            (!back.is_empty()).then_some(back)
+        },
+    )
     .await;
     assert_eq!(sent_back.len(), 1, "{sent_back:?}");
     let bound: Vec<&str> = names.into_iter().filter(|n| *n != sent_back[0]).collect();
@@ -283,16 +259,20 @@ async fn a_foreign_object_overlapping_ours_is_reported_once() {
     let gauge = |want: f64| {
         let w = &w;
         async move {
-            eventually(&format!("the foreign gauge at {want}"), || async {
-                let text = w.metrics().await?;
-                let v: f64 = text.lines().find_map(|l| {
-                    l.strip_prefix("csistoragecapacity_foreign_overlapping ")?
-                        .trim()
-                        .parse()
-                        .ok()
-                })?;
-                (v == want).then_some(())
-            })
+            eventually(
+                &format!("the foreign gauge at {want}"),
+                CAPACITY_WAIT,
+                || async {
+                    let text = w.metrics().await?;
+                    let v: f64 = text.lines().find_map(|l| {
+                        l.strip_prefix("csistoragecapacity_foreign_overlapping ")?
+                            .trim()
+                            .parse()
+                            .ok()
+                    })?;
+                    (v == want).then_some(())
+                },
+            )
             .await
         }
     };
@@ -305,7 +285,7 @@ async fn a_foreign_object_overlapping_ours_is_reported_once() {
             .unwrap()
             .items
     };
-    let first = eventually("the CapacityConflict event", || async {
+    let first = eventually("the CapacityConflict event", CAPACITY_WAIT, || async {
         let l = conflicts().await;
         (!l.is_empty()).then_some(l)
     })
@@ -317,7 +297,7 @@ async fn a_foreign_object_overlapping_ours_is_reported_once() {
         let items = api.list(&ours).await.ok()?.items;
         (items.len() == 4).then_some(items)
     };
-    eventually("4 objects of ours", four).await;
+    eventually("4 objects of ours", CAPACITY_WAIT, four).await;
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     let later = conflicts().await;
     assert_eq!(later.len(), 1, "{later:#?}");
@@ -336,7 +316,7 @@ async fn a_foreign_object_overlapping_ours_is_reported_once() {
     api.delete("hand-made", &Default::default()).await.unwrap();
     gauge(0.0).await;
     // Our objects were never touched by the foreign ones.
-    let ours = eventually("4 objects of ours", four).await;
+    let ours = eventually("4 objects of ours", CAPACITY_WAIT, four).await;
     assert!(ours.iter().all(|o| bytes(o) == Some(10 * GI)), "{ours:#?}");
 }
 
@@ -390,7 +370,7 @@ async fn the_capacity_view_shows_nodes_values_and_reservations() {
         .await
         .unwrap();
     let endpoint = format!("http://127.0.0.1:{}", w.port);
-    let live = eventually("the reservation in the view", || async {
+    let live = eventually("the reservation in the view", CAPACITY_WAIT, || async {
         let out = capacity_cli(&["--driver-name", &w.driver, "--endpoint", &endpoint]);
         // CAPACITY 6Gi, DRIVER SAYS 10Gi, RESERVED 4Gi, IN FLIGHT 1.
         let cells: Vec<String> = line(&out, &a)
@@ -599,7 +579,7 @@ async fn pod_claims_are_limited_each_by_maximum_volume_size_and_together_by_capa
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn pod_claims_of_two_classes_are_added_up_per_class() {
-    let w = start_with_kinds(
+    let w = World::start_with_kinds(
         "cap-pod-kinds",
         &[
             ("fast", "a", "100Gi"),
@@ -607,6 +587,7 @@ async fn pod_claims_of_two_classes_are_added_up_per_class() {
             ("fast", "b", "200Gi"),
             ("slow", "b", "200Gi"),
         ],
+        &[],
         &["--capacity-poll-interval=10m", "--capacity-pod-aware"],
     )
     .await;
@@ -693,40 +674,6 @@ async fn pod_refusals(w: &World) -> Vec<String> {
         .collect()
 }
 
-/// [`World::start`] with pools of several kinds, (kind, node suffix, size); a class picks its
-/// pools by the parameter `kind` ([`class_of_kind`]).
-async fn start_with_kinds(prefix: &str, pools: &[(&str, &str, &str)], prov_args: &[&str]) -> World {
-    let cp = testenv::ControlPlane::shared();
-    let client = cp.client().await;
-    let ns = testenv::create_namespace(&client, prefix).await;
-    let driver = format!("{ns}.mock.csi");
-    let dir = std::path::PathBuf::from(format!("/tmp/{ns}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    testenv::create_csi_driver(&client, &driver, true).await;
-    let mut nodes: Vec<String> = pools.iter().map(|(_, n, _)| format!("{ns}-{n}")).collect();
-    nodes.dedup();
-    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
-    testenv::create_fake_nodes(&client, &driver, world::KEY, &names).await;
-    let mut args = vec![format!("--driver-name={driver}")];
-    for (kind, node, size) in pools {
-        args.push(format!("--pool={kind}@{}={ns}-{node}:{size}", world::KEY));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mock = testenv::MockDriver::start(&dir, &args);
-    let port = world::free_port();
-    let prov = world::start_provisioner(&dir, &mock, &ns, port, prov_args, &[]);
-    eprintln!("world {ns}: logs in {}", dir.display());
-    World {
-        client,
-        ns,
-        driver,
-        dir,
-        mock,
-        prov,
-        port,
-    }
-}
-
 /// A WaitForFirstConsumer class of our driver whose volumes go to pools of `kind`.
 async fn class_of_kind(w: &World, kind: &str) -> String {
     let name = format!("{}-{kind}", w.ns);
@@ -746,10 +693,14 @@ async fn class_of_kind(w: &World, kind: &str) -> String {
 /// The node the scheduler picked for claim `name` (its `selected-node`, short name a/b/...).
 async fn selected(w: &World, name: &str) -> String {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(w.client.clone(), &w.ns);
-    let node = eventually(&format!("a node selected for {name}"), || async {
-        let c = claims.get(name).await.ok()?;
-        c.metadata.annotations?.get(SELECTED_NODE).cloned()
-    })
+    let node = eventually(
+        &format!("a node selected for {name}"),
+        CAPACITY_WAIT,
+        || async {
+            let c = claims.get(name).await.ok()?;
+            c.metadata.annotations?.get(SELECTED_NODE).cloned()
+        },
+    )
     .await;
     node.rsplit('-').next().unwrap().to_string()
 }

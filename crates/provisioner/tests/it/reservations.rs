@@ -2,40 +2,15 @@
 //! driver when the scheduler does not use capacity (issue 46, items 8 and 10), against the real
 //! control plane with the mock CSI driver.
 
-#[path = "capacity/world.rs"]
-#[allow(dead_code)] // shared with tests/capacity.rs, which uses the rest
-mod world;
-
+use crate::support::{CAPACITY_WAIT, eventually};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
+use crate::support::world::{GI, SELECTED_NODE, World, bytes, key, record_values};
+use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
-use world::{GI, World, bytes, eventually, key, record_values};
-
-const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-
-/// A claim of `size` of `class` that the scheduler already sent to `node` (no pod: nothing
-/// selects a node again once it is sent back). Returns its UID.
-async fn claim_on(w: &World, name: &str, class: &str, size: &str, node: &str) -> String {
-    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": name, "annotations": {
-            SELECTED_NODE: node,
-            "volume.kubernetes.io/storage-provisioner": w.driver,
-            "volume.beta.kubernetes.io/storage-provisioner": w.driver}},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
-                 "resources": {"requests": {"storage": size}}},
-    }))
-    .unwrap();
-    let created = claims(w).create(&Default::default(), &claim).await.unwrap();
-    created.metadata.uid.unwrap()
-}
-
-fn claims(w: &World) -> Api<PersistentVolumeClaim> {
-    Api::namespaced(w.client.clone(), &w.ns)
-}
 
 /// The CreateVolume calls for the claim `uid`.
 fn creates_for(w: &World, uid: &str) -> Vec<Value> {
@@ -51,8 +26,9 @@ fn creates_for(w: &World, uid: &str) -> Vec<Value> {
 async fn wait_sent_back(w: &World, name: &str) {
     eventually(
         &format!("claim {name} sent back to the scheduler"),
+        CAPACITY_WAIT,
         || async {
-            let c = claims(w).get(name).await.ok()?;
+            let c = w.claims().get(name).await.ok()?;
             let a = c.metadata.annotations.unwrap_or_default();
             (!a.contains_key(SELECTED_NODE)).then_some(())
         },
@@ -61,8 +37,8 @@ async fn wait_sent_back(w: &World, name: &str) {
 }
 
 async fn wait_bound(w: &World, name: &str) {
-    eventually(&format!("claim {name} bound"), || async {
-        let c = claims(w).get(name).await.ok()?;
+    eventually(&format!("claim {name} bound"), CAPACITY_WAIT, || async {
+        let c = w.claims().get(name).await.ok()?;
         (c.status?.phase.as_deref() == Some("Bound")).then_some(())
     })
     .await;
@@ -90,20 +66,8 @@ async fn failed_events(w: &World, name: &str) -> Vec<String> {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn failed_attempts_end_their_reservations_while_getcapacity_fails() {
-    let w = World::start(
-        "cap-failres",
-        &[("a", "100Gi")],
-        &[],
-        &["--capacity-poll-interval=10m", "--strict-topology"],
-    )
-    .await;
-    let class = w.class("fast", "WaitForFirstConsumer").await;
-    let node = w.node("a");
+    let (w, class, node) = World::one_strict_pool("cap-failres").await;
     let mine = key(&class, &node);
-    w.wait_objects("100Gi on a", |o| {
-        o.get(&mine).and_then(bytes) == Some(100 * GI)
-    })
-    .await;
     let readings = w.mock.succeeded("GetCapacity");
     // A final error that is retried soon (InvalidArgument would wait 5 minutes).
     w.mock.set_faults(json!({
@@ -118,19 +82,23 @@ async fn failed_attempts_end_their_reservations_while_getcapacity_fails() {
     let names = ["f1", "f2", "f3", "f4"];
     let mut uids = BTreeMap::new();
     for name in names {
-        let uid = claim_on(&w, name, &class, "30Gi", &node).await;
-        eventually(&format!("{name} called"), || async {
+        let uid = w.claim_on(name, &class, "30Gi", &node).await;
+        eventually(&format!("{name} called"), CAPACITY_WAIT, || async {
             (!creates_for(&w, &uid).is_empty()).then_some(())
         })
         .await;
         uids.insert(name, uid);
     }
     // Each claim fails, is retried (1 s, 2 s, ...) and fails again: three calls each.
-    eventually("three failed CreateVolumes per claim", || async {
-        uids.values()
-            .all(|uid| creates_for(&w, uid).len() >= 3)
-            .then_some(())
-    })
+    eventually(
+        "three failed CreateVolumes per claim",
+        CAPACITY_WAIT,
+        || async {
+            uids.values()
+                .all(|uid| creates_for(&w, uid).len() >= 3)
+                .then_some(())
+        },
+    )
     .await;
     for name in names {
         let sent_back = failed_events(&w, name).await;
@@ -146,20 +114,20 @@ async fn failed_attempts_end_their_reservations_while_getcapacity_fails() {
 
     // The failing claims go (nothing of them exists: the finalizer comes off at once).
     for name in names {
-        claims(&w)
+        w.claims()
             .delete(name, &DeleteParams::default())
             .await
             .unwrap();
     }
-    eventually("the failing claims gone", || async {
-        let list = claims(&w).list(&ListParams::default()).await.ok()?;
+    eventually("the failing claims gone", CAPACITY_WAIT, || async {
+        let list = w.claims().list(&ListParams::default()).await.ok()?;
         list.items.is_empty().then_some(())
     })
     .await;
     w.mock.set_faults(json!({
         "GetCapacity": {"code": "Unavailable", "message": "injected"},
     }));
-    let uid = claim_on(&w, "later", &class, "45Gi", &node).await;
+    let uid = w.claim_on("later", &class, "45Gi", &node).await;
     wait_bound(&w, "later").await;
     let calls = creates_for(&w, &uid);
     assert_eq!(calls.len(), 1, "{calls:#?}");
@@ -170,11 +138,11 @@ async fn failed_attempts_end_their_reservations_while_getcapacity_fails() {
     })
     .await;
 
-    claims(&w)
+    w.claims()
         .delete("later", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the later volume deleted", || async {
+    eventually("the later volume deleted", CAPACITY_WAIT, || async {
         (w.mock.succeeded("DeleteVolume") == 1).then_some(())
     })
     .await;
@@ -218,7 +186,7 @@ async fn without_the_schedulers_capacity_check_the_driver_decides() {
     w.mock
         .set_faults(json!({"CreateVolume": {"delay_ms": 2000}}));
 
-    let uid = claim_on(&w, "big", &class, "50Gi", &node).await;
+    let uid = w.claim_on("big", &class, "50Gi", &node).await;
     wait_sent_back(&w, "big").await;
     let calls = creates_for(&w, &uid);
     assert_eq!(calls.len(), 1, "the driver was asked once: {calls:#?}");
@@ -249,7 +217,7 @@ async fn without_the_schedulers_capacity_check_the_driver_decides() {
     testenv::create_csi_driver(&w.client, &w.driver, true).await;
     // The provisioner reads the field again once its last reading is older than 5 s.
     tokio::time::sleep(capacity::scheduler::REUSE + Duration::from_secs(1)).await;
-    let uid = claim_on(&w, "big2", &class, "50Gi", &node).await;
+    let uid = w.claim_on("big2", &class, "50Gi", &node).await;
     wait_sent_back(&w, "big2").await;
     assert_eq!(creates_for(&w, &uid).len(), 0, "no CreateVolume once true");
     let events = failed_events(&w, "big2").await;

@@ -2,14 +2,13 @@
 //! between two replicas, secrets kept out of the logs at any verbosity, and command-line
 //! errors. Each control-plane test has its own namespace, driver name and classes.
 
-mod ops_support;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::ops::Ops;
+use crate::support::{eventually, free_port, http_get, sample, scrape};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use ops_support::{Ops, eventually, free_port, http_get, sample, scrape};
 use serde_json::json;
 
 const PROVISIONED: &str = "controller_persistentvolumeclaim_provision_total";
@@ -63,16 +62,20 @@ async fn metrics_count_what_happened() {
         .create(&kube::api::PostParams::default(), &claimless)
         .await
         .expect("orphan claim");
-    eventually("the missing class to be counted", 60, move || async move {
-        let m = scrape(port).await?;
-        let labels = [("kind", "class_missing"), ("name", "claims")];
-        (sample(&m, SYNC_ERRORS, &labels)? >= 1.0).then_some(())
-    })
+    eventually(
+        "the missing class to be counted",
+        Duration::from_secs(60),
+        move || async move {
+            let m = scrape(port).await?;
+            let labels = [("kind", "class_missing"), ("name", "claims")];
+            (sample(&m, SYNC_ERRORS, &labels)? >= 1.0).then_some(())
+        },
+    )
     .await;
     let (bad_ref, fast_ref, orphan_ref) = (bad.as_str(), fast.as_str(), orphan.as_str());
     eventually(
         "the failed provisioning to be counted",
-        60,
+        Duration::from_secs(60),
         move || async move {
             let m = scrape(port).await?;
             let clone = [("class", fast_ref), ("source", "PersistentVolumeClaim")];
@@ -236,21 +239,25 @@ async fn the_provision_duration_times_the_successful_attempt_alone() {
     assert_eq!(ops.mock.succeeded("CreateVolume"), 1);
     let labels = [("class", class.as_str()), ("source", "")];
     let class_ref = class.as_str();
-    let (count, sum) = eventually("the success to be timed", 30, move || async move {
-        let m = scrape(port).await?;
-        let labels = [("class", class_ref), ("source", "")];
-        let count = sample(
-            &m,
-            "controller_persistentvolumeclaim_provision_duration_seconds_count",
-            &labels,
-        )?;
-        let sum = sample(
-            &m,
-            "controller_persistentvolumeclaim_provision_duration_seconds_sum",
-            &labels,
-        )?;
-        Some((count, sum))
-    })
+    let (count, sum) = eventually(
+        "the success to be timed",
+        Duration::from_secs(30),
+        move || async move {
+            let m = scrape(port).await?;
+            let labels = [("class", class_ref), ("source", "")];
+            let count = sample(
+                &m,
+                "controller_persistentvolumeclaim_provision_duration_seconds_count",
+                &labels,
+            )?;
+            let sum = sample(
+                &m,
+                "controller_persistentvolumeclaim_provision_duration_seconds_sum",
+                &labels,
+            )?;
+            Some((count, sum))
+        },
+    )
     .await;
     assert_eq!(count, 1.0, "one successful attempt timed ({labels:?})");
     assert!(sum >= 1.5, "the successful call alone took 1.5s: {sum}s");
@@ -316,11 +323,15 @@ async fn only_the_leader_provisions_and_a_standby_takes_over() {
             lease.spec?.holder_identity
         }
     };
-    let first_holder = eventually("a replica to hold the Lease", 60, || async {
-        holder(&leases, &lease_name)
-            .await
-            .filter(|h| hosts.contains(h))
-    })
+    let first_holder = eventually(
+        "a replica to hold the Lease",
+        Duration::from_secs(60),
+        || async {
+            holder(&leases, &lease_name)
+                .await
+                .filter(|h| hosts.contains(h))
+        },
+    )
     .await;
     let leader = hosts
         .iter()
@@ -341,14 +352,14 @@ async fn only_the_leader_provisions_and_a_standby_takes_over() {
         .iter()
         .zip([(200, "ok"), (404, "404 page not found\n")])
     {
-        let (status, _, body) = eventually("the health endpoint", 60, || {
+        let (status, _, body) = eventually("the health endpoint", Duration::from_secs(60), || {
             http_get(r.port, "/healthz/leader-election")
         })
         .await;
         assert_eq!((status, body.as_str()), want, "{}", r.host);
     }
     let leader_port = replicas[leader].port;
-    eventually("the leader to report master_status 1", 30, move || async move {
+    eventually("the leader to report master_status 1", Duration::from_secs(30), move || async move {
         (sample(&scrape(leader_port).await?, MASTER, &[])? == 1.0).then_some(())
     })
     .await;
@@ -376,7 +387,7 @@ async fn only_the_leader_provisions_and_a_standby_takes_over() {
     let class_ref = class.as_str();
     eventually(
         "the leader to count the provisioning",
-        30,
+        Duration::from_secs(30),
         move || async move {
             (sample(
                 &scrape(leader_port).await?,
@@ -399,9 +410,11 @@ async fn only_the_leader_provisions_and_a_standby_takes_over() {
     replicas[leader].process.kill9();
     let killed = Instant::now();
     let standby_host = replicas[standby].host.clone();
-    eventually("the standby to take the Lease", 30, || async {
-        (holder(&leases, &lease_name).await? == standby_host).then_some(())
-    })
+    eventually(
+        "the standby to take the Lease",
+        Duration::from_secs(30),
+        || async { (holder(&leases, &lease_name).await? == standby_host).then_some(()) },
+    )
     .await;
     // The lease (6 s) plus a retry (1 s, with jitter): the defaults (15 s, 5 s) would mostly
     // take longer, so an unwired flag shows here.
@@ -416,7 +429,7 @@ async fn only_the_leader_provisions_and_a_standby_takes_over() {
     let standby_port = replicas[standby].port;
     let m = eventually(
         "the new leader to count its provisioning",
-        30,
+        Duration::from_secs(30),
         move || async move {
             let m = scrape(standby_port).await?;
             (sample(&m, PROVISIONED, &[("class", class_ref)])? == 1.0).then_some(m)
@@ -458,21 +471,29 @@ async fn becoming_leader_records_an_event_on_the_lease() {
     );
     let lease_name = leader_election::lock_name(&ops.driver);
     let leases: Api<Lease> = Api::namespaced(ops.client.clone(), &ops.ns);
-    let lease = eventually("our replica to hold the Lease", 60, || async {
-        let lease = leases.get_opt(&lease_name).await.ok()??;
-        let holder = lease.spec.as_ref()?.holder_identity.as_deref()?;
-        (holder == host).then_some(lease)
-    })
+    let lease = eventually(
+        "our replica to hold the Lease",
+        Duration::from_secs(60),
+        || async {
+            let lease = leases.get_opt(&lease_name).await.ok()??;
+            let holder = lease.spec.as_ref()?.holder_identity.as_deref()?;
+            (holder == host).then_some(lease)
+        },
+    )
     .await;
     let events: Api<Event> = Api::namespaced(ops.client.clone(), &ops.ns);
     let fields = format!("involvedObject.name={lease_name}");
-    eventually("the LeaderElection event", 30, || async {
-        let list = events
-            .list(&ListParams::default().fields(&fields))
-            .await
-            .ok()?;
-        (!list.items.is_empty()).then_some(())
-    })
+    eventually(
+        "the LeaderElection event",
+        Duration::from_secs(30),
+        || async {
+            let list = events
+                .list(&ListParams::default().fields(&fields))
+                .await
+                .ok()?;
+            (!list.items.is_empty()).then_some(())
+        },
+    )
     .await;
     // Three renewals later, still the one event, recorded once.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -663,10 +684,14 @@ async fn sigterm_ends_the_wait_for_caches_that_cannot_sync() {
         &["-v=4"],
         &[],
     );
-    eventually("the provisioner to wait for its caches", 30, || async {
-        let log = provisioner.log();
-        log.contains("Failed to watch").then_some(())
-    })
+    eventually(
+        "the provisioner to wait for its caches",
+        Duration::from_secs(30),
+        || async {
+            let log = provisioner.log();
+            log.contains("Failed to watch").then_some(())
+        },
+    )
     .await;
     assert!(provisioner.is_running(), "{}", provisioner.log());
     let pid = provisioner.process().pid().to_string();

@@ -1,16 +1,17 @@
 //! Cloning protection across nodes: a source claim is held while a clone anywhere waits, and
 //! let go by whichever instance sees the last clone go.
 
+use crate::support::WAIT;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::ResourceExt;
 use serde_json::json;
 
-use super::support::{self, Scenario, eventually};
 use super::{
     Instance, capacity_objects, nodes_with_drivers, on, published_per_instance, start_nodes,
 };
+use crate::support::{self, Scenario, eventually};
 use testenv::ControlPlane;
 
 /// Two nodes whose drivers clone, without capacity tracking, and an Immediate class.
@@ -34,7 +35,7 @@ async fn clone_across_nodes(s: &Scenario, nodes: &[Instance], class: &str) {
     let mut copy = on(&nodes[1].node);
     copy["spec"] = json!({"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}});
     s.claim("copy", class, "1Gi", copy).await;
-    eventually("b to protect the source", || async {
+    eventually("b to protect the source", WAIT, || async {
         let src = s.claims().get("src").await.ok()?;
         src.finalizers()
             .iter()
@@ -188,7 +189,7 @@ async fn a_capacity_change_leaves_a_waiting_clones_source_alone() {
     a.mock.set_faults(json!({"CreateVolume": refuse}));
     let copy = json!({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}}});
     s.claim("copy", &class, "1Gi", copy).await;
-    eventually("the clone to fail and come back", || async {
+    eventually("the clone to fail and come back", WAIT, || async {
         let copy = s.claims().get("copy").await.ok()?;
         let unplaced = !copy
             .annotations()
@@ -227,7 +228,7 @@ async fn a_capacity_change_leaves_a_waiting_clones_source_alone() {
             "GetCapacity": {"reply": {"available_capacity": gi << 30}},
         }));
         let shown = format!("{gi}Gi");
-        eventually("the new capacity to be published", || async {
+        eventually("the new capacity to be published", WAIT, || async {
             capacity_objects(&s)
                 .await
                 .iter()

@@ -4,16 +4,15 @@
 //! no claim; claims of other drivers, and late-binding claims no pod asked for yet, are left
 //! alone; and the no-leak guarantee holds on the finalizer the policy added.
 
-mod ops_support;
-mod support;
-
+use crate::support;
+use crate::support::WAIT;
 use std::time::Duration;
 
+use crate::support::{Scenario, eventually, holds_finalizer, no_pv_of_class, wait_gone};
 use csi_provisioner::admission_policy::api_resource;
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject};
 use serde_json::json;
-use support::{Scenario, eventually, holds_finalizer, no_pv_of_class, wait_gone};
 
 /// How the API server's audit log names our provisioner's requests (its user agent).
 const OUR_USER_AGENT: &str = "csi-provisioner/";
@@ -65,7 +64,7 @@ async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim(
     assert!(ours.is_empty(), "our provisioner wrote claims: {ours:#?}");
     // The log is live: the test's own delete of claim a shows up in it.
     s.delete_claim("a").await;
-    eventually("the test's own delete in the audit log", || async {
+    eventually("the test's own delete in the audit log", WAIT, || async {
         let log = testenv::ControlPlane::shared().audit_log();
         let all = testenv::audit::claim_writes(&log, &s.ns).unwrap();
         all.iter()
@@ -118,7 +117,7 @@ async fn a_policy_rendered_for_other_volume_names_releases_with_the_binding() {
             bound.spec.as_ref().unwrap().volume_name.as_deref(),
             Some(format!("vol-{}", &uid[..8]).as_str())
         );
-        eventually("the binder's write to drop the finalizer", || async {
+        eventually("the binder's write to drop the finalizer", WAIT, || async {
             let c = s.claims().get(name).await.ok()?;
             (!holds_finalizer(&c)).then_some(())
         })
@@ -147,7 +146,7 @@ async fn failed_attempts_write_no_claim_under_the_policy() {
     // without the policy the finalizer would go at once (`earlier_attempt_possible`).
     tokio::time::sleep(Duration::from_secs(65)).await;
     s.claim("data", &class, "1Gi", json!({})).await;
-    eventually("three failed attempts", || async {
+    eventually("three failed attempts", WAIT, || async {
         (s.mock().calls_of("CreateVolume").len() >= 3).then_some(())
     })
     .await;
@@ -278,19 +277,19 @@ async fn a_claim_deleted_before_its_first_attempt_is_released_without_a_probe() 
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn the_provisioner_reports_whether_the_policy_is_in_force() {
     const ACTIVE: &str = "csi_provisioner_admission_policy_active";
-    let port = ops_support::free_port();
+    let port = support::free_port();
     let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
     let mut s = Scenario::start("adm-seen", &[], &[endpoint.as_str()]).await;
     let gauge = || async move {
-        let text = ops_support::scrape(port).await?;
-        ops_support::sample(&text, ACTIVE, &[])
+        let text = support::scrape(port).await?;
+        support::sample(&text, ACTIVE, &[])
     };
-    eventually("the gauge at 0 without the policy", || async {
+    eventually("the gauge at 0 without the policy", WAIT, || async {
         (gauge().await? == 0.0).then_some(())
     })
     .await;
     support::install_policy(&s).await;
-    eventually("the gauge at 1 with the policy", || async {
+    eventually("the gauge at 1 with the policy", WAIT, || async {
         (gauge().await? == 1.0).then_some(())
     })
     .await;
@@ -300,7 +299,7 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the gauge back at 0 without the binding", || async {
+    eventually("the gauge back at 0 without the binding", WAIT, || async {
         (gauge().await? == 0.0).then_some(())
     })
     .await;
@@ -343,9 +342,11 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_th
         "the policy's finalizer keeps the deleted claim"
     );
     // Let the interrupted call finish in the driver: it made the volume nobody was told of.
-    support::eventually("the dead process's call to end in the driver", || async {
-        (s.create_calls(&volume).len() == 1).then_some(())
-    })
+    support::eventually(
+        "the dead process's call to end in the driver",
+        WAIT,
+        || async { (s.create_calls(&volume).len() == 1).then_some(()) },
+    )
     .await;
     s.mock().clear_faults();
     s.provisioner().restart();
@@ -384,7 +385,7 @@ async fn without_the_policy_api_the_provisioner_writes_the_finalizer_itself() {
     })
     .await
     .unwrap_or_else(|e| panic!("a control plane without the v1 policy API: {e}"));
-    let port = ops_support::free_port();
+    let port = support::free_port();
     let endpoint = format!("--http-endpoint=127.0.0.1:{port}");
     let mut s = Scenario::new_on(&cp, "adm-old").await;
     s.start_driver::<&str>(&[]);
@@ -396,12 +397,12 @@ async fn without_the_policy_api_the_provisioner_writes_the_finalizer_itself() {
     s.claim("a", &class, "1Gi", json!({})).await;
     // The finalizer comes and goes within a fast CreateVolume: the audit log shows both.
     s.wait_bound("a").await;
-    eventually("the finalizer to go after the binding", || async {
+    eventually("the finalizer to go after the binding", WAIT, || async {
         let claim = s.claims().get("a").await.ok()?;
         (!holds_finalizer(&claim)).then_some(())
     })
     .await;
-    let writes = eventually("our two claim writes in the audit log", || async {
+    let writes = eventually("our two claim writes in the audit log", WAIT, || async {
         let writes: Vec<_> = testenv::audit::claim_writes(&cp.audit_log(), &s.ns)
             .expect("audit log")
             .into_iter()
@@ -411,8 +412,8 @@ async fn without_the_policy_api_the_provisioner_writes_the_finalizer_itself() {
     })
     .await;
     assert_eq!(writes.len(), 2, "add and remove the finalizer: {writes:?}");
-    let text = ops_support::scrape(port).await.expect("metrics");
-    assert_eq!(ops_support::sample(&text, ACTIVE, &[]), Some(0.0));
+    let text = support::scrape(port).await.expect("metrics");
+    assert_eq!(support::sample(&text, ACTIVE, &[]), Some(0.0));
     let log = s.provisioner().log();
     assert_eq!(log.matches(not_served).count(), 1, "{log}");
     assert!(

@@ -1,6 +1,6 @@
 //! Table tests of the pure helpers (no control plane needed).
 
-use crate::deploy_support::*;
+use super::*;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 

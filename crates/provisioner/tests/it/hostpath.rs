@@ -8,16 +8,16 @@
 //! one plugin and one `--node-deployment` provisioner per node: the plugin's own distributed
 //! deployment, tested at the end.
 
-mod support;
-
+use crate::support;
+use crate::support::WAIT;
 use std::time::Duration;
 
+use crate::support::{Scenario, eventually, wait_gone};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
-use support::{Scenario, eventually, wait_gone};
 use testenv::{ControlPlane, HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, Provisioner};
 
 const GI: i64 = 1 << 30;
@@ -32,7 +32,17 @@ struct World {
 
 impl World {
     async fn start(prefix: &str, plugin_args: &[&str], prov_args: &[&str]) -> World {
-        let mut s = Scenario::new(prefix).await;
+        World::start_on(ControlPlane::shared(), prefix, plugin_args, prov_args).await
+    }
+
+    /// [`World::start`] on control plane `cp`.
+    async fn start_on(
+        cp: &ControlPlane,
+        prefix: &str,
+        plugin_args: &[&str],
+        prov_args: &[&str],
+    ) -> World {
+        let mut s = Scenario::new_on(cp, prefix).await;
         s.driver = format!("{}.hostpath.csi", s.ns);
         let node = format!("{}-n1", s.ns);
         testenv::create_csi_driver(&s.client, &s.driver, true).await;
@@ -43,7 +53,7 @@ impl World {
         let prov = Provisioner::start(
             &s.dir,
             "csi-provisioner",
-            ControlPlane::shared().kubeconfig(),
+            cp.kubeconfig(),
             &plugin.socket,
             &args,
             &[("NAMESPACE", s.ns.as_str())],
@@ -162,9 +172,18 @@ async fn immediate_claim_creates_and_deletes_a_hostpath_volume() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn without_the_snapshot_api_the_orphan_sweep_is_off_and_provisioning_goes_on() {
-    let w = World::start("hp-nosnap", &[], &["--snapshot-orphan-sweep-interval=1s"]).await;
-    // `cargo xtask test` gives this binary its own control plane; a shared one
-    // (TESTENV_CLUSTER) may have the CRDs from data_sources.rs.
+    // A control plane of its own: the shared one may have the CRDs already (provisioning's
+    // restores install them, as does data_sources.rs on a TESTENV_CLUSTER).
+    let cp = ControlPlane::start(Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("a control plane without the snapshot CRDs: {e}"));
+    let w = World::start_on(
+        &cp,
+        "hp-nosnap",
+        &[],
+        &["--snapshot-orphan-sweep-interval=1s"],
+    )
+    .await;
     let snapshots: Api<kube::api::DynamicObject> =
         Api::all_with(w.s.client.clone(), &testenv::volume_snapshot_resource());
     match snapshots
@@ -172,10 +191,9 @@ async fn without_the_snapshot_api_the_orphan_sweep_is_off_and_provisioning_goes_
         .await
     {
         Err(kube::Error::Api(e)) if e.code == 404 => {}
-        other => panic!(
-            "this test needs a control plane without the VolumeSnapshot CRDs (not a shared \
-             TESTENV_CLUSTER where data_sources.rs installed them): {other:?}"
-        ),
+        other => {
+            panic!("this test needs a control plane without the VolumeSnapshot CRDs: {other:?}")
+        }
     }
     let class = w.s.class("imm", "Immediate", json!({})).await;
     w.s.claim("data", &class, "1Gi", json!({})).await;
@@ -207,7 +225,7 @@ async fn capacity_objects_follow_the_plugins_get_capacity() {
     let params = json!({"parameters": {"kind": "fast"}});
     let class = w.s.class("fast", "WaitForFirstConsumer", params).await;
 
-    let first = eventually("one capacity object of 10Gi", || async {
+    let first = eventually("one capacity object of 10Gi", WAIT, || async {
         let caps = w.capacities(&class).await;
         (caps == [(w.node.clone(), 10 * GI)]).then_some(caps)
     })
@@ -227,7 +245,7 @@ async fn capacity_objects_follow_the_plugins_get_capacity() {
         vec![(HOSTPATH_TOPOLOGY_KEY.to_string(), vec![w.node.clone()])]
     );
 
-    eventually("the capacity object to drop to 6Gi", || async {
+    eventually("the capacity object to drop to 6Gi", WAIT, || async {
         (w.capacities(&class).await == [(w.node.clone(), 6 * GI)]).then_some(())
     })
     .await;
@@ -416,9 +434,11 @@ async fn distributed_plugins_one_per_node() {
     let want = |sizes: [i64; 3]| -> Vec<(String, i64)> {
         nodes.iter().cloned().zip(sizes.map(|g| g * GI)).collect()
     };
-    eventually("one object per node with its plugin's capacity", || async {
-        (capacities_of(&s, &late).await == want([10, 10, 100])).then_some(())
-    })
+    eventually(
+        "one object per node with its plugin's capacity",
+        WAIT,
+        || async { (capacities_of(&s, &late).await == want([10, 10, 100])).then_some(()) },
+    )
     .await;
 
     s.claim("big", &late, "50Gi", json!({})).await;
@@ -436,7 +456,7 @@ async fn distributed_plugins_one_per_node() {
     );
     let held: Vec<usize> = plugins.iter().map(|p| p.volumes().len()).collect();
     assert_eq!(held, [0, 0, 1]);
-    eventually("the big node's object to drop to 50Gi", || async {
+    eventually("the big node's object to drop to 50Gi", WAIT, || async {
         (capacities_of(&s, &late).await == want([10, 10, 50])).then_some(())
     })
     .await;
@@ -495,7 +515,7 @@ async fn distributed_plugins_one_per_node() {
     pods.delete("app", &force).await.unwrap();
     // The plugin logs a call once it has answered, after its state file changed: wait for
     // the log too.
-    let deletes = eventually("every plugin to be empty", || async {
+    let deletes = eventually("every plugin to be empty", WAIT, || async {
         let deletes: Vec<usize> = plugins
             .iter()
             .map(|p| p.calls_of("DeleteVolume").len())

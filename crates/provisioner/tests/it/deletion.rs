@@ -1,18 +1,16 @@
 //! Deleting volumes against the real control plane: reclaim policies, deletion secrets,
 //! VolumeAttachments.
 
-mod ops_support;
-mod support;
-
+use crate::support::WAIT;
+use crate::support::{
+    CREATING, Scenario, create_pod, create_secret, eventually, holds_finalizer, wait_gone,
+};
+use crate::support::{free_port, sample, scrape};
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use ops_support::{free_port, sample, scrape};
 use provisioning::volume::decide::has_finalizer;
 use serde_json::json;
-use support::{
-    CREATING, Scenario, create_pod, create_secret, eventually, holds_finalizer, wait_gone,
-};
 
 const API_REQUESTS: &str = "csi_provisioner_api_requests_total";
 
@@ -289,7 +287,7 @@ async fn pv_events(s: &Scenario, pv: &str) -> Vec<k8s_openapi::api::core::v1::Ev
 
 /// Waits for an event of `reason` on PV `pv`.
 async fn pv_event(s: &Scenario, pv: &str, reason: &str) -> k8s_openapi::api::core::v1::Event {
-    eventually(&format!("{reason} on the PV"), || async {
+    eventually(&format!("{reason} on the PV"), WAIT, || async {
         pv_events(s, pv)
             .await
             .into_iter()
@@ -320,7 +318,7 @@ async fn bound_with_class_secret(prefix: &str) -> (Scenario, String) {
 
 /// Waits for the first VolumeFailedDelete event on PV `pv` (PV events go to "default").
 async fn volume_failed_delete(s: &Scenario, pv: &str) -> k8s_openapi::api::core::v1::Event {
-    eventually("VolumeFailedDelete on the PV", || async {
+    eventually("VolumeFailedDelete on the PV", WAIT, || async {
         let list =
             Api::<k8s_openapi::api::core::v1::Event>::namespaced(s.client.clone(), "default")
                 .list(
@@ -372,10 +370,14 @@ async fn a_deleted_claim_is_released_after_pvc_protection_with_one_write() {
     // Scheduled (no kubelet runs it): pvc-protection counts it as using the claim.
     let node = format!("{}-nowhere", s.ns);
     create_pod(&s, "user", "data", json!({"nodeName": node})).await;
-    eventually("our finalizer to be released after binding", || async {
-        let c = s.claims().get("data").await.ok()?;
-        (!holds_finalizer(&c)).then_some(())
-    })
+    eventually(
+        "our finalizer to be released after binding",
+        WAIT,
+        || async {
+            let c = s.claims().get("data").await.ok()?;
+            (!holds_finalizer(&c)).then_some(())
+        },
+    )
     .await;
 
     s.provisioner().stop();
@@ -388,17 +390,21 @@ async fn a_deleted_claim_is_released_after_pvc_protection_with_one_write() {
     s.delete_claim("data").await;
     s.provisioner().restart();
     // The restarted provisioner has synced the claim once its queue has taken it and drained.
-    eventually("the restarted provisioner to sync the claim", || async {
-        let m = scrape(port).await?;
-        let adds = sample(&m, "workqueue_adds_total", &[("name", "claims")])?;
-        let depth = sample(&m, "workqueue_depth", &[("name", "claims")])?;
-        let busy = sample(
-            &m,
-            "workqueue_unfinished_work_seconds",
-            &[("name", "claims")],
-        )?;
-        (adds >= 1.0 && depth == 0.0 && busy == 0.0).then_some(())
-    })
+    eventually(
+        "the restarted provisioner to sync the claim",
+        WAIT,
+        || async {
+            let m = scrape(port).await?;
+            let adds = sample(&m, "workqueue_adds_total", &[("name", "claims")])?;
+            let depth = sample(&m, "workqueue_depth", &[("name", "claims")])?;
+            let busy = sample(
+                &m,
+                "workqueue_unfinished_work_seconds",
+                &[("name", "claims")],
+            )?;
+            (adds >= 1.0 && depth == 0.0 && busy == 0.0).then_some(())
+        },
+    )
     .await;
     let held = s.claims().get("data").await.unwrap();
     assert!(
