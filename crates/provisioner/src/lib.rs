@@ -27,7 +27,7 @@ pub mod secrets;
 pub mod snapshot_sweep;
 pub mod snapshot_watch;
 pub mod stopped;
-pub(crate) mod subcommand;
+pub mod subcommand;
 mod supervise;
 pub mod unsettled;
 pub mod volumes;
