@@ -13,6 +13,9 @@
 //! assert_eq!(opts.logging.verbosity, 5);
 //! ```
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 mod args;
 mod convert;
 pub mod duration;

@@ -14,6 +14,9 @@
 //! - [`patch`]: writes of objects others own, as the difference alone (JSON merge patch), or
 //!   applied to the stored object where only `update` is allowed.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 pub mod client;
 pub mod compact;
 pub mod events;

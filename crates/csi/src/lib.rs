@@ -2,6 +2,9 @@
 //! client for one driver over a unix socket (per-call timeouts, call metrics, secret-free v5
 //! logging), and the log sanitiser that keeps `csi_secret` fields out of every log line.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 /// Generated messages and gRPC stubs of package `csi.v1`.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod v1 {

@@ -1,6 +1,9 @@
 //! Go's renderings of strings, for texts that must read exactly like upstream's: klog's quoted
 //! log values and the `%q` / `%v` verbs in upstream error messages.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 use std::fmt::Write as _;
 
 /// Quotes `s` like Go's `strconv.Quote` (and the `%q` verb): double quotes, Go's escapes for

@@ -9,6 +9,9 @@
 //! format to stderr (where upstream writes both), and drops every event above the verbosity, even
 //! one emitted directly through `tracing`.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;

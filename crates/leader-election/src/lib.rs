@@ -26,6 +26,9 @@
 //! # let _ = health; Ok(()) }
 //! ```
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 mod attempt;
 mod config;
 pub mod decide;

@@ -4,6 +4,9 @@
 //! Start at [`app::run`]: it follows upstream's start-up sequence and then runs the
 //! controllers ([`claims`], [`volumes`], [`capacity_controller`]) under leader election.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 pub mod admission_policy;
 mod api_error;
 pub mod app;

@@ -1,5 +1,8 @@
 //! `csi-provisioner`: parse the upstream-compatible command line, set up logging, run.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use csi_provisioner::subcommand::Subcommand;

@@ -50,6 +50,9 @@
 //! Deviations from upstream are documented on the items concerned, each in a paragraph starting
 //! "Differs from upstream:".
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 // A decision crate: every public item says what it decides (denied in CI by clippy -D warnings).
 #![warn(missing_docs)]
 

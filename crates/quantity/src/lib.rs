@@ -4,6 +4,9 @@
 //! Go's `resource.MustParse(s).Value()` (fractions round up), and [`format_binary_si`] writes
 //! bytes the way `resource.NewQuantity(n, resource.BinarySI).String()` does (PV capacities).
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 use thiserror::Error;
 
 /// Why a quantity string was rejected. The first three texts are apimachinery's.
