@@ -409,7 +409,9 @@ fn save_record(path: &Path, record: &Record) -> Result<(), ReleaseError> {
         let path = path.display().to_string();
         move |source| ReleaseError::StateFile { path, what, source }
     };
-    let mut text = serde_json::to_vec_pretty(record).expect("a record serializes");
+    // A record is plain strings and JSON values: this cannot fail, but it must not panic.
+    let mut text = serde_json::to_vec_pretty(record)
+        .map_err(|e| io_err("serializing the record")(std::io::Error::from(e)))?;
     text.push(b'\n');
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
