@@ -6,7 +6,7 @@
 #
 # See deploy/README.md for what was verified without a Docker engine.
 
-ARG RUST_VERSION=1.95
+ARG RUST_VERSION=1.95.0
 
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
 # ring compiles C and assembly for the target: musl-gcc comes from musl-tools.

@@ -11,6 +11,7 @@ mod cluster;
 mod demo;
 mod demo_driver;
 mod gobuild;
+mod msrv;
 mod recipe;
 mod thirdparty;
 
@@ -81,6 +82,9 @@ enum Cmd {
         #[arg(long)]
         note: Option<String>,
     },
+    /// Check the workspace with the oldest Rust it declares (`rust-version`), installing that
+    /// toolchain with rustup if missing.
+    Msrv,
     /// Side-by-side benchmarks with upstream external-provisioner v6.4.0: writes
     /// `bench/results/<n>.json`, BENCHMARKS.md and bench/plots/ (`--quick`: target/bench-quick/).
     Bench {
@@ -196,6 +200,7 @@ fn run(cli: Cli) -> Result<()> {
             ClusterCmd::Down { dir } => cluster::down(&dir),
         },
         Cmd::Test { kubernetes } => test(&root, kubernetes.as_deref()),
+        Cmd::Msrv => msrv::check(&root),
         Cmd::Demo {
             dir,
             keep,

@@ -24,6 +24,10 @@
 //! | What do in-flight volumes take from a reading? | [`ledger::apply`], [`ledger::Ledger`] |
 //! | Which objects belong to nodes that are gone (distributed)? | [`orphans::orphans`] |
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+// Shipped code reports failures instead of panicking; tests are free to unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 // A decision crate: every public item says what it decides (denied in CI by clippy -D warnings).
 #![warn(missing_docs)]
 

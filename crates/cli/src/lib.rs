@@ -13,6 +13,11 @@
 //! assert_eq!(opts.logging.verbosity, 5);
 //! ```
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+// Shipped code reports failures instead of panicking; tests are free to unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod args;
 mod convert;
 pub mod duration;

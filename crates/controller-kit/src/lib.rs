@@ -14,6 +14,11 @@
 //! - [`patch`]: writes of objects others own, as the difference alone (JSON merge patch), or
 //!   applied to the stored object where only `update` is allowed.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+// Shipped code reports failures instead of panicking; tests are free to unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod client;
 pub mod compact;
 pub mod events;

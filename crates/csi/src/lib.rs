@@ -2,6 +2,11 @@
 //! client for one driver over a unix socket (per-call timeouts, call metrics, secret-free v5
 //! logging), and the log sanitiser that keeps `csi_secret` fields out of every log line.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+// Shipped code reports failures instead of panicking; tests are free to unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 /// Generated messages and gRPC stubs of package `csi.v1`.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod v1 {

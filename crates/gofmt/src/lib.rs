@@ -1,6 +1,11 @@
 //! Go's renderings of strings, for texts that must read exactly like upstream's: klog's quoted
 //! log values and the `%q` / `%v` verbs in upstream error messages.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+// Shipped code reports failures instead of panicking; tests are free to unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::fmt::Write as _;
 
 /// Quotes `s` like Go's `strconv.Quote` (and the `%q` verb): double quotes, Go's escapes for

@@ -9,6 +9,11 @@
 //! format to stderr (where upstream writes both), and drops every event above the verbosity, even
 //! one emitted directly through `tracing`.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+// Shipped code reports failures instead of panicking; tests are free to unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;

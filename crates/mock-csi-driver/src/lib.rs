@@ -137,6 +137,9 @@
 //! protobuf JSON with the proto field names (`capacity_bytes`), 64-bit integers as JSON numbers,
 //! enums by name, and fields at their default value left out. Secrets are recorded as sent.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 pub mod calllog;
 pub mod cli;
 pub mod codes;

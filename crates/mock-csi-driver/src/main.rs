@@ -1,5 +1,8 @@
 //! `mock-csi-driver`: see the library docs for flags, the faults file and the call log.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use tokio::signal::unix::{SignalKind, signal};

@@ -4,13 +4,14 @@
 //! (`provisioning::admission`), ready for `kubectl apply -f -`. The naming flags must be the
 //! provisioner's: the policy drops the finalizer when a claim is bound to the PV named so.
 
+use provisioning::admission::VolumeNaming;
+use provisioning::volume_name::validate_flags;
+
 /// The subcommand's name, the first argument.
 pub const SUBCOMMAND: &str = "admission-policy";
 
-const USAGE: &str = "usage: csi-provisioner admission-policy --driver-name NAME [--volume-name-prefix PREFIX] [--volume-name-uuid-length N] [--output yaml|json]";
-
 /// How to print the two objects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
     /// Two YAML documents.
     Yaml,
@@ -19,20 +20,39 @@ pub enum Output {
 }
 
 /// The subcommand's arguments.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct Args {
+    /// The CSI driver name GetPluginInfo reports
+    #[arg(long = "driver-name", value_name = "NAME", required = true, allow_hyphen_values = true,
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub driver: String,
-    /// The provisioner's `--volume-name-prefix` (default `pvc`).
+    /// The provisioner's --volume-name-prefix
+    #[arg(long, value_name = "PREFIX", allow_hyphen_values = true,
+          default_value = VolumeNaming::DEFAULT.prefix, value_parser = prefix)]
     pub volume_name_prefix: String,
-    /// The provisioner's `--volume-name-uuid-length` (default -1).
+    /// The provisioner's --volume-name-uuid-length
+    #[arg(long, value_name = "N", allow_hyphen_values = true,
+          default_value_t = VolumeNaming::DEFAULT.uuid_length, value_parser = uuid_length)]
     pub volume_name_uuid_length: i32,
+    /// How to print the policy and its binding
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Yaml)]
     pub output: Output,
 }
 
-/// Why the arguments were refused (exit status 2, as for a bad flag).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}\n{USAGE}")]
-pub struct UsageError(String);
+/// A `--volume-name-prefix` the provisioner accepts.
+fn prefix(raw: &str) -> Result<String, String> {
+    validate_flags(raw, VolumeNaming::DEFAULT.uuid_length).map_err(|e| e.to_string())?;
+    Ok(raw.to_string())
+}
+
+/// A `--volume-name-uuid-length` the provisioner accepts.
+fn uuid_length(raw: &str) -> Result<i32, String> {
+    let n = raw
+        .parse()
+        .map_err(|_| "not an integer: give -1 or 1 to 32".to_string())?;
+    validate_flags(VolumeNaming::DEFAULT.prefix, n).map_err(|e| e.to_string())?;
+    Ok(n)
+}
 
 /// The API resource of the MutatingAdmissionPolicy (`binding: false`) or of its binding.
 pub fn api_resource(binding: bool) -> kube::api::ApiResource {
@@ -44,60 +64,6 @@ pub fn api_resource(binding: bool) -> kube::api::ApiResource {
         api_version: provisioning::admission::API_VERSION.into(),
         kind: kind.into(),
         plural: plural.into(),
-    }
-}
-
-/// Whether the command line asks for this subcommand.
-pub fn requested(args: &[String]) -> bool {
-    crate::subcommand::requested(args, SUBCOMMAND)
-}
-
-/// Parses the arguments after the subcommand: `--flag value` and `--flag=value`.
-pub fn parse(args: &[String]) -> Result<Args, UsageError> {
-    let mut driver = None;
-    let mut output = Output::Yaml;
-    let mut prefix = provisioning::admission::VolumeNaming::DEFAULT
-        .prefix
-        .to_string();
-    let mut uuid_length = provisioning::admission::VolumeNaming::DEFAULT.uuid_length;
-    let mut walk = crate::subcommand::Walk::new(args);
-    while let Some((flag, inline)) = walk.next_arg() {
-        let mut value = || walk.value(flag, inline).map_err(UsageError);
-        match flag {
-            "--driver-name" => driver = Some(value()?),
-            "--volume-name-prefix" => prefix = value()?,
-            "--volume-name-uuid-length" => {
-                let raw = value()?;
-                uuid_length = raw.parse().map_err(|_| {
-                    UsageError(format!("invalid --volume-name-uuid-length {raw:?}"))
-                })?;
-            }
-            "--output" | "-o" => {
-                output = match value()?.as_str() {
-                    "yaml" => Output::Yaml,
-                    "json" => Output::Json,
-                    other => {
-                        return Err(UsageError(format!(
-                            "invalid --output {other:?}: use yaml or json"
-                        )));
-                    }
-                }
-            }
-            other => return Err(UsageError(format!("unknown flag: {other}"))),
-        }
-    }
-    provisioning::volume_name::validate_flags(&prefix, uuid_length)
-        .map_err(|e| UsageError(e.to_string()))?;
-    match driver {
-        Some(d) if !d.is_empty() => Ok(Args {
-            driver: d,
-            volume_name_prefix: prefix,
-            volume_name_uuid_length: uuid_length,
-            output,
-        }),
-        _ => Err(UsageError(
-            "--driver-name is required: the CSI driver name GetPluginInfo reports".into(),
-        )),
     }
 }
 
@@ -131,8 +97,13 @@ pub fn render(args: &Args) -> String {
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
+    fn parse(words: &[&str]) -> Result<Args, String> {
+        let line = [&[SUBCOMMAND], words].concat();
+        match crate::subcommand::tests::parse_words(&line) {
+            Some(Ok(crate::subcommand::Subcommand::AdmissionPolicy(args))) => Ok(args),
+            Some(Err(err)) => Err(err.to_string()),
+            other => panic!("{words:?}: {other:?}"),
+        }
     }
 
     #[test]
@@ -150,7 +121,7 @@ mod tests {
             volume_name_uuid_length: 8,
             ..ok("x", Output::Yaml).unwrap()
         };
-        let cases: [(&[&str], Result<Args, &str>); 10] = [
+        let cases: [(&[&str], Result<Args, &str>); 14] = [
             (
                 &[
                     "--driver-name=x",
@@ -161,12 +132,20 @@ mod tests {
                 Ok(named),
             ),
             (
+                &["--driver-name=x", "--volume-name-uuid-length", "-1"],
+                ok("x", Output::Yaml),
+            ),
+            (
                 &["--driver-name=x", "--volume-name-uuid-length=many"],
-                Err("invalid --volume-name-uuid-length \"many\""),
+                Err("invalid value 'many' for '--volume-name-uuid-length <N>': not an integer"),
             ),
             (
                 &["--driver-name=x", "--volume-name-uuid-length=0"],
-                Err("--volume-name-uuid-length"),
+                Err("invalid value '0' for '--volume-name-uuid-length <N>'"),
+            ),
+            (
+                &["--driver-name=x", "--volume-name-prefix="],
+                Err("invalid value '' for '--volume-name-prefix <PREFIX>'"),
             ),
             (
                 &["--driver-name", "d.example"],
@@ -177,30 +156,47 @@ mod tests {
                 ok("d.example", Output::Json),
             ),
             (&["-o", "yaml", "--driver-name", "x"], ok("x", Output::Yaml)),
-            (&[], Err("--driver-name is required")),
+            (&["-o=json", "--driver-name", "x"], ok("x", Output::Json)),
+            // The last of a repeated flag wins.
+            (
+                &[
+                    "--driver-name=a",
+                    "--driver-name=x",
+                    "-o",
+                    "json",
+                    "-o",
+                    "yaml",
+                ],
+                ok("x", Output::Yaml),
+            ),
+            (
+                &[],
+                Err("the following required arguments were not provided"),
+            ),
             (
                 &["--driver-name"],
-                Err("flag needs an argument: --driver-name"),
+                Err("a value is required for '--driver-name <NAME>'"),
             ),
             (
                 &["--driver-name=x", "--output=xml"],
-                Err("invalid --output \"xml\""),
+                Err("invalid value 'xml' for '--output <OUTPUT>'"),
             ),
-            (&["--driver", "x"], Err("unknown flag: --driver")),
+            (
+                &["--driver", "x"],
+                Err("unexpected argument '--driver' found"),
+            ),
         ];
         for (input, want) in cases {
-            let got = parse(&args(input));
+            let got = parse(input);
             match want {
                 Ok(w) => assert_eq!(got, Ok(w), "{input:?}"),
-                Err(prefix) => {
-                    let message = got.expect_err("refused").to_string();
-                    assert!(message.starts_with(prefix), "{input:?}: {message}");
-                    assert!(message.ends_with(USAGE), "{message}");
+                Err(says) => {
+                    let message = got.expect_err("refused");
+                    assert!(message.contains(says), "{input:?}: {message}");
+                    assert!(message.contains("try '--help'"), "{message}");
                 }
             }
         }
-        assert!(requested(&args(&["csi-provisioner", "admission-policy"])));
-        assert!(!requested(&args(&["csi-provisioner", "--v=5"])));
     }
 
     /// The shipped example is what the subcommand prints for hostpath.csi.k8s.io.

@@ -13,23 +13,39 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// The subcommand's name, the first argument.
 pub const SUBCOMMAND: &str = "capacity";
 
-const USAGE: &str = "usage: csi-provisioner capacity --driver-name NAME [--namespace NS] [--kubeconfig PATH] [--endpoint http://HOST:PORT]";
-
 /// The subcommand's arguments.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct Args {
+    /// The CSI driver whose capacity to show
+    #[arg(long = "driver-name", value_name = "NAME", required = true, allow_hyphen_values = true,
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub driver: String,
-    /// Namespace of the objects; all namespaces when `None`.
+    /// Namespace of the CSIStorageCapacity objects [default: all namespaces]
+    #[arg(long, short = 'n', value_name = "NS", allow_hyphen_values = true)]
     pub namespace: Option<String>,
+    /// Credentials of the cluster
+    #[arg(
+        long,
+        value_name = "PATH",
+        allow_hyphen_values = true,
+        env = "KUBECONFIG",
+        hide_env_values = true
+    )]
     pub kubeconfig: Option<String>,
-    /// `http://host:port` of a running provisioner's HTTP endpoint.
+    /// A running provisioner's --http-endpoint, for its own view: adds the driver's last
+    /// answer, its age and the reservations of volumes being created
+    #[arg(long, value_name = "http://HOST:PORT", allow_hyphen_values = true,
+          value_parser = endpoint)]
     pub endpoint: Option<String>,
 }
 
-/// Why the arguments were refused (exit status 2).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}\n{USAGE}")]
-pub struct UsageError(String);
+/// An `--endpoint`: the endpoint serves plain HTTP only.
+fn endpoint(url: &str) -> Result<String, String> {
+    match url.starts_with("http://") {
+        true => Ok(url.to_string()),
+        false => Err("give the provisioner's HTTP endpoint as http://HOST:PORT".into()),
+    }
+}
 
 /// Why the view could not be shown (exit status 1).
 #[derive(Debug, thiserror::Error)]
@@ -48,47 +64,6 @@ pub enum ViewError {
         "cannot read {url}: {reason}; is the provisioner running with --enable-capacity and --http-endpoint?"
     )]
     Endpoint { url: String, reason: String },
-}
-
-/// Whether the command line asks for this subcommand.
-pub fn requested(args: &[String]) -> bool {
-    crate::subcommand::requested(args, SUBCOMMAND)
-}
-
-/// Parses the arguments after the subcommand.
-pub fn parse(args: &[String]) -> Result<Args, UsageError> {
-    let mut driver = None;
-    let mut namespace = None;
-    let mut endpoint = None;
-    let mut kubeconfig = std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty());
-    let mut walk = crate::subcommand::Walk::new(args);
-    while let Some((flag, inline)) = walk.next_arg() {
-        let mut value = || walk.value(flag, inline).map_err(UsageError);
-        match flag {
-            "--driver-name" => driver = Some(value()?),
-            "--namespace" | "-n" => namespace = Some(value()?),
-            "--kubeconfig" => kubeconfig = Some(value()?),
-            "--endpoint" => {
-                let url = value()?;
-                if !url.starts_with("http://") {
-                    return Err(UsageError(format!(
-                        "--endpoint {url:?}: give the provisioner's HTTP endpoint as http://HOST:PORT"
-                    )));
-                }
-                endpoint = Some(url);
-            }
-            other => return Err(UsageError(format!("unexpected argument: {other}"))),
-        }
-    }
-    match driver {
-        Some(driver) if !driver.is_empty() => Ok(Args {
-            driver,
-            namespace,
-            kubeconfig,
-            endpoint,
-        }),
-        _ => Err(UsageError("--driver-name is required".into())),
-    }
 }
 
 /// The text to print.
@@ -169,8 +144,13 @@ async fn fetch(url: &str) -> Result<capacity::view::View, ViewError> {
 mod tests {
     use super::*;
 
-    fn args(a: &[&str]) -> Result<Args, UsageError> {
-        parse(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    fn args(words: &[&str]) -> Result<Args, String> {
+        let line = [&[SUBCOMMAND], words].concat();
+        match crate::subcommand::tests::parse_words(&line) {
+            Some(Ok(crate::subcommand::Subcommand::Capacity(args))) => Ok(args),
+            Some(Err(err)) => Err(err.to_string()),
+            other => panic!("{words:?}: {other:?}"),
+        }
     }
 
     #[test]
@@ -191,18 +171,27 @@ mod tests {
             ),
             ("d", Some("ns"), Some("http://127.0.0.1:8080"))
         );
+        let a = args(&["--driver-name", "d", "--kubeconfig=/k", "--namespace=x"]).unwrap();
+        assert_eq!(
+            (a.kubeconfig.as_deref(), a.namespace.as_deref()),
+            (Some("/k"), Some("x"))
+        );
         let cases: &[(&[&str], &str)] = &[
-            (&[], "--driver-name is required"),
-            (&["--driver-name"], "flag needs an argument"),
+            (&[], "required arguments were not provided"),
+            (&["--driver-name"], "a value is required for '--driver-name"),
+            (
+                &["--driver-name="],
+                "a value is required for '--driver-name",
+            ),
             (
                 &["--driver-name=d", "--endpoint=127.0.0.1:1"],
                 "http://HOST:PORT",
             ),
-            (&["--driver-name=d", "extra"], "unexpected argument: extra"),
+            (&["--driver-name=d", "extra"], "unexpected argument 'extra'"),
         ];
         for (a, says) in cases {
-            let e = args(a).unwrap_err().to_string();
-            assert!(e.contains(says) && e.contains("usage:"), "{a:?}: {e}");
+            let e = args(a).unwrap_err();
+            assert!(e.contains(says) && e.contains("try '--help'"), "{a:?}: {e}");
         }
     }
 }

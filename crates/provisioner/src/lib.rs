@@ -4,6 +4,11 @@
 //! Start at [`app::run`]: it follows upstream's start-up sequence and then runs the
 //! controllers ([`claims`], [`volumes`], [`capacity_controller`]) under leader election.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+// Shipped code reports failures instead of panicking; tests are free to unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod admission_policy;
 mod api_error;
 pub mod app;
@@ -28,7 +33,7 @@ pub mod snapshot_caches;
 pub mod snapshot_sweep;
 pub mod snapshot_watch;
 pub mod stopped;
-pub(crate) mod subcommand;
+pub mod subcommand;
 mod supervise;
 pub mod unsettled;
 pub mod volumes;

@@ -1,17 +1,24 @@
 //! `csi-provisioner`: parse the upstream-compatible command line, set up logging, run.
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+// Shipped code reports failures instead of panicking; tests are free to unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::process::ExitCode;
+
+use csi_provisioner::subcommand::Subcommand;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    if csi_provisioner::admission_policy::requested(&args) {
-        return admission_policy(&args[2..]);
-    }
-    if csi_provisioner::release_node::requested(&args) {
-        return release_node(&args[2..]);
-    }
-    if csi_provisioner::capacity_view::requested(&args) {
-        return capacity_view(&args[2..]);
+    match csi_provisioner::subcommand::parse(&args) {
+        Some(Ok(command)) => return subcommand(command),
+        Some(Err(err)) => {
+            // Help goes to stdout (status 0), a refusal to stderr (status 2).
+            let _ = err.print();
+            return ExitCode::from(err.exit_code() as u8);
+        }
+        None => {}
     }
     let opts = match cli::parse_from(args.clone(), &cli::process_env) {
         Ok(opts) => opts,
@@ -68,62 +75,36 @@ fn main() -> ExitCode {
     }
 }
 
-/// `csi-provisioner admission-policy ...`: print the policy, or say what is wrong (status 2).
-fn admission_policy(args: &[String]) -> ExitCode {
-    use csi_provisioner::admission_policy::{parse, render};
-    match parse(args) {
-        Ok(args) => {
-            print!("{}", render(&args));
+/// Runs a subcommand: `admission-policy` prints the policy, `release-node` releases a lost
+/// node's volumes (dry run by default), `capacity` prints the capacity view.
+fn subcommand(command: Subcommand) -> ExitCode {
+    use csi_provisioner::{admission_policy, capacity_view, release_node};
+    match command {
+        Subcommand::AdmissionPolicy(args) => {
+            print!("{}", admission_policy::render(&args));
             ExitCode::SUCCESS
         }
-        Err(err) => {
-            eprintln!("{err}");
-            ExitCode::from(2)
+        Subcommand::ReleaseNode(args) => {
+            one_shot(release_node::SUBCOMMAND, release_node::run(&args), |_| {})
         }
+        Subcommand::Capacity(args) => one_shot(
+            capacity_view::SUBCOMMAND,
+            capacity_view::run(&args),
+            |text| print!("{text}"),
+        ),
     }
 }
 
-/// `csi-provisioner release-node ...`: release a lost node's volumes (dry run by default).
-fn release_node(args: &[String]) -> ExitCode {
-    use csi_provisioner::release_node::{parse, run};
-    subcommand(
-        "release-node",
-        parse(args),
-        |a| async move { run(&a).await },
-        |_| {},
-    )
-}
-
-/// `csi-provisioner capacity ...`: print the capacity view.
-fn capacity_view(args: &[String]) -> ExitCode {
-    use csi_provisioner::capacity_view::{parse, run};
-    subcommand(
-        "capacity",
-        parse(args),
-        |a| async move { run(&a).await },
-        |text| print!("{text}"),
-    )
-}
-
-/// A one-shot subcommand: refused arguments are status 2; the async part runs on a
-/// single-threaded runtime, its result goes to `show`, its error to stderr (status 1).
-fn subcommand<A, T, E, Fut>(
+/// A one-shot subcommand's async part, on a single-threaded runtime: its result goes to
+/// `show`, its error to stderr (status 1).
+fn one_shot<T, E>(
     name: &str,
-    parsed: Result<A, impl std::fmt::Display>,
-    run: impl FnOnce(A) -> Fut,
+    run: impl std::future::Future<Output = Result<T, E>>,
     show: impl FnOnce(T),
 ) -> ExitCode
 where
-    Fut: std::future::Future<Output = Result<T, E>>,
     E: Into<anyhow::Error>,
 {
-    let args = match parsed {
-        Ok(args) => args,
-        Err(err) => {
-            eprintln!("{err}");
-            return ExitCode::from(2);
-        }
-    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -134,7 +115,7 @@ where
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
+    match runtime.block_on(run) {
         Ok(value) => {
             show(value);
             ExitCode::SUCCESS

@@ -15,7 +15,7 @@
 //! refused create is retried with backoff for `--retry-timeout`; a claim still not created is
 //! left in the file, the run exits non-zero naming it, and a re-run creates it from there.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -30,40 +30,11 @@ use provisioning::lost_node::{
     recreated, without_our_finalizers,
 };
 
+mod args;
+pub use args::Args;
+
 /// The subcommand's name, the first argument.
 pub const SUBCOMMAND: &str = "release-node";
-
-const USAGE: &str = "usage: csi-provisioner release-node NODE [--driver-name NAME] [--dry-run=true|false] [--force] [--state-file PATH] [--retry-timeout DURATION] [--kubeconfig PATH]
-  --dry-run=false    release (the default only lists what would be done)
-  --force            release although the node shows signs of life (a fresh kubelet Lease, Running pods, capacity objects written recently)
-  --state-file PATH  where the claims to create again are recorded before anything changes (default ./release-node-NODE.json); a re-run with the same file creates those a stopped run left
-  --retry-timeout D  how long a refused create of a claim is retried, e.g. 30s, 5m (default 2m)";
-
-/// How long a refused create is retried by default: a quota controller frees a deleted claim's
-/// count within seconds, an operator fixing a webhook takes longer and re-runs.
-const DEFAULT_RETRY: Duration = Duration::from_secs(120);
-
-/// The subcommand's arguments.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Args {
-    pub node: String,
-    /// Only PVs of this CSI driver; all CSI drivers when `None`.
-    pub driver: Option<String>,
-    /// Print what would be done, change nothing (the default).
-    pub dry_run: bool,
-    pub kubeconfig: Option<String>,
-    /// Release although the node shows signs of life.
-    pub force: bool,
-    /// The record of the claims to create again.
-    pub state_file: PathBuf,
-    /// How long a refused create is retried.
-    pub retry_for: Duration,
-}
-
-/// Why the arguments were refused (exit status 2).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}\n{USAGE}")]
-pub struct UsageError(String);
 
 /// Why the release stopped (exit status 1).
 #[derive(Debug, thiserror::Error)]
@@ -174,73 +145,6 @@ async fn check_rights(client: &Client) -> Result<(), ReleaseError> {
     }
 }
 
-/// Whether the command line asks for this subcommand.
-pub fn requested(args: &[String]) -> bool {
-    crate::subcommand::requested(args, SUBCOMMAND)
-}
-
-/// Parses the arguments after the subcommand.
-pub fn parse(args: &[String]) -> Result<Args, UsageError> {
-    let mut node = None;
-    let mut driver = None;
-    let mut dry_run = true;
-    let mut force = false;
-    let mut state_file = None;
-    let mut retry_for = DEFAULT_RETRY;
-    let mut kubeconfig = std::env::var("KUBECONFIG").ok().filter(|k| !k.is_empty());
-    let mut walk = crate::subcommand::Walk::new(args);
-    while let Some((flag, inline)) = walk.next_arg() {
-        let mut value = || walk.value(flag, inline).map_err(UsageError);
-        match flag {
-            "--driver-name" => driver = Some(value()?),
-            "--kubeconfig" => kubeconfig = Some(value()?),
-            "--state-file" => state_file = Some(PathBuf::from(value()?)),
-            "--retry-timeout" => {
-                let raw = value()?;
-                retry_for = match cli::parse_go_duration(&raw) {
-                    Ok(ns) if ns >= 0 => Duration::from_nanos(ns as u64),
-                    _ => {
-                        return Err(UsageError(format!(
-                            "invalid --retry-timeout {raw:?}: use a duration such as 30s or 5m"
-                        )));
-                    }
-                };
-            }
-            "--dry-run" | "--force" => {
-                let on = match inline {
-                    None | Some("true") => true,
-                    Some("false") => false,
-                    Some(other) => {
-                        return Err(UsageError(format!(
-                            "invalid {flag} {other:?}: use true or false"
-                        )));
-                    }
-                };
-                match flag {
-                    "--force" => force = on,
-                    _ => dry_run = on,
-                }
-            }
-            f if f.starts_with('-') => return Err(UsageError(format!("unknown flag: {f}"))),
-            name if node.is_none() => node = Some(name.to_string()),
-            extra => return Err(UsageError(format!("unexpected argument: {extra}"))),
-        }
-    }
-    match node {
-        Some(node) if !node.is_empty() => Ok(Args {
-            state_file: state_file
-                .unwrap_or_else(|| PathBuf::from(format!("release-node-{node}.json"))),
-            node,
-            driver,
-            dry_run,
-            kubeconfig,
-            force,
-            retry_for,
-        }),
-        _ => Err(UsageError("the node name is required".into())),
-    }
-}
-
 /// A pinned PV, its claim as read, and what happens to that claim.
 struct Pinned {
     pv: PersistentVolume,
@@ -340,8 +244,8 @@ pub async fn run(args: &Args) -> Result<usize, ReleaseError> {
             claim.name_any()
         );
     }
-    let path = args.state_file.display().to_string();
-    let mut record = load_record(&args.state_file, &args.node)?;
+    let path = args.state_file().display().to_string();
+    let mut record = load_record(&args.state_file(), &args.node)?;
     let earlier = record.pending();
     if !earlier.is_empty() {
         println!(
@@ -395,7 +299,7 @@ pub async fn run(args: &Args) -> Result<usize, ReleaseError> {
         }
     }
     if !record.claims.is_empty() {
-        save_record(&args.state_file, &record)?;
+        save_record(&args.state_file(), &record)?;
         println!(
             "state file {path}: {} claim(s) to create again recorded",
             record.pending().len()
@@ -505,7 +409,9 @@ fn save_record(path: &Path, record: &Record) -> Result<(), ReleaseError> {
         let path = path.display().to_string();
         move |source| ReleaseError::StateFile { path, what, source }
     };
-    let mut text = serde_json::to_vec_pretty(record).expect("a record serializes");
+    // A record is plain strings and JSON values: this cannot fail, but it must not panic.
+    let mut text = serde_json::to_vec_pretty(record)
+        .map_err(|e| io_err("serializing the record")(std::io::Error::from(e)))?;
     text.push(b'\n');
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -547,7 +453,7 @@ async fn finish(
             println!("  claim {key}: {why}");
             record.claims[i].state = EntryState::Dropped;
             record.claims[i].note = Some(why);
-            save_record(&args.state_file, record)?;
+            save_record(&args.state_file(), record)?;
             Ok(true)
         }
         ResumeStep::Wait(why) => {
@@ -561,13 +467,13 @@ async fn finish(
             record.claims[i].state = EntryState::Dropped;
             record.claims[i].note =
                 Some("deleted by someone else before the release touched it: let go".into());
-            save_record(&args.state_file, record)?;
+            save_record(&args.state_file(), record)?;
             Ok(true)
         }
         ResumeStep::DeleteAndCreate | ResumeStep::Create => {
             // Written before the delete is sent: a re-run then knows the delete was ours.
             record.claims[i].state = EntryState::Deleting;
-            save_record(&args.state_file, record)?;
+            save_record(&args.state_file(), record)?;
             force_delete(&claims, &name, recorded.metadata.uid.as_deref())
                 .await
                 .map_err(api_err(format!("deleting claim {key}")))?;
@@ -590,14 +496,14 @@ async fn finish(
                 Err(e) => {
                     println!(
                         "  claim {key}: NOT created again: {e}; its spec is kept in {}",
-                        args.state_file.display()
+                        args.state_file().display()
                     );
                     record.claims[i].note = Some(format!("last create refused: {e}"));
-                    save_record(&args.state_file, record)?;
+                    save_record(&args.state_file(), record)?;
                     return Ok(false);
                 }
             }
-            save_record(&args.state_file, record)?;
+            save_record(&args.state_file(), record)?;
             Ok(true)
         }
     }
@@ -805,72 +711,5 @@ where
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn parse_table() {
-        let got = parse(&args(&["n1"])).unwrap();
-        assert_eq!(
-            (got.node.as_str(), got.dry_run, got.driver),
-            ("n1", true, None)
-        );
-        let got = parse(&args(&["--dry-run=false", "n1", "--driver-name", "d"])).unwrap();
-        assert_eq!(
-            (got.node.as_str(), got.dry_run, got.driver.as_deref()),
-            ("n1", false, Some("d"))
-        );
-        let got = parse(&args(&["n1", "--kubeconfig=/k"])).unwrap();
-        assert_eq!(got.kubeconfig.as_deref(), Some("/k"));
-        for (bad, message) in [
-            (&[][..], "the node name is required"),
-            (&["n1", "n2"][..], "unexpected argument: n2"),
-            (&["n1", "--dry-run=maybe"][..], "invalid --dry-run"),
-            (&["n1", "--forced"][..], "unknown flag: --forced"),
-            (&["n1", "--force=maybe"][..], "invalid --force"),
-            (
-                &["n1", "--retry-timeout=soon"][..],
-                "invalid --retry-timeout",
-            ),
-            (
-                &["n1", "--retry-timeout=-1s"][..],
-                "invalid --retry-timeout",
-            ),
-            (
-                &["n1", "--state-file"][..],
-                "flag needs an argument: --state-file",
-            ),
-        ] {
-            let err = parse(&args(bad)).unwrap_err().to_string();
-            assert!(err.starts_with(message), "{bad:?}: {err}");
-            assert!(err.ends_with(USAGE));
-        }
-        assert!(requested(&args(&["csi-provisioner", "release-node"])));
-        // The state file defaults to the current directory, named after the node.
-        let got = parse(&args(&["n1"])).unwrap();
-        assert_eq!(
-            (got.force, got.state_file, got.retry_for),
-            (false, PathBuf::from("release-node-n1.json"), DEFAULT_RETRY)
-        );
-        let got = parse(&args(&[
-            "n1",
-            "--force",
-            "--state-file=/tmp/r.json",
-            "--retry-timeout",
-            "5s",
-        ]))
-        .unwrap();
-        assert_eq!(
-            (got.force, got.state_file, got.retry_for),
-            (true, PathBuf::from("/tmp/r.json"), Duration::from_secs(5))
-        );
     }
 }

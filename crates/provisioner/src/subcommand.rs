@@ -1,67 +1,122 @@
-//! What the subcommands (`admission-policy`, `release-node`, `capacity`) share: which one the
-//! command line asks for, and the walk over `--flag value` / `--flag=value` arguments.
+//! The subcommands (`admission-policy`, `release-node`, `capacity`): which one the command line
+//! asks for, and its arguments, parsed by clap. Only a command line whose first argument names
+//! a subcommand is parsed here; every other one is the provisioner's, whose pflag grammar the
+//! `cli` crate keeps exactly as upstream's.
 
-/// Whether the command line (`argv[0]` first) asks for the subcommand `name`.
-pub(crate) fn requested(args: &[String], name: &str) -> bool {
-    args.get(1).map(String::as_str) == Some(name)
+use clap::Parser;
+
+use crate::{admission_policy, capacity_view, release_node};
+
+/// A subcommand with its arguments.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum Subcommand {
+    /// Print the MutatingAdmissionPolicy and its binding that keep the creating-volume
+    /// finalizer on the API server's side, for `kubectl apply -f -`.
+    #[command(name = admission_policy::SUBCOMMAND, args_override_self = true)]
+    AdmissionPolicy(admission_policy::Args),
+    /// Release the volumes of a node that is gone for good (lists what would be done unless
+    /// --dry-run=false).
+    #[command(name = release_node::SUBCOMMAND, args_override_self = true)]
+    ReleaseNode(release_node::Args),
+    /// Show, per topology segment and storage class, the capacity published for a driver and
+    /// the claims waiting for a node.
+    #[command(name = capacity_view::SUBCOMMAND, args_override_self = true)]
+    Capacity(capacity_view::Args),
 }
 
-/// The arguments after the subcommand's name.
-pub(crate) struct Walk<'a> {
-    rest: std::slice::Iter<'a, String>,
+/// The whole command line of a subcommand, `argv[0]` first.
+#[derive(Debug, Parser)]
+#[command(
+    name = "csi-provisioner",
+    disable_help_subcommand = true,
+    disable_version_flag = true
+)]
+struct Line {
+    #[command(subcommand)]
+    command: Subcommand,
 }
 
-impl<'a> Walk<'a> {
-    pub(crate) fn new(args: &'a [String]) -> Self {
-        Walk { rest: args.iter() }
-    }
+/// The subcommand the command line (`argv[0]` first) asks for, parsed; `None` when its first
+/// argument names none. A refused command line, or `--help`, is the `Err`: print it, and exit
+/// with its [`clap::Error::exit_code`] (2 for refused arguments, 0 for help).
+pub fn parse(args: &[String]) -> Option<Result<Subcommand, clap::Error>> {
+    let first = args.get(1)?.as_str();
+    let names = [
+        admission_policy::SUBCOMMAND,
+        release_node::SUBCOMMAND,
+        capacity_view::SUBCOMMAND,
+    ];
+    names
+        .contains(&first)
+        .then(|| Line::try_parse_from(args).map(|line| line.command))
+}
 
-    /// The next argument: a flag with its `=value` if it has one, or a bare word.
-    pub(crate) fn next_arg(&mut self) -> Option<(&'a str, Option<&'a str>)> {
-        let arg = self.rest.next()?;
-        Some(match arg.split_once('=') {
-            Some((flag, value)) if flag.starts_with('-') => (flag, Some(value)),
-            _ => (arg.as_str(), None),
-        })
-    }
-
-    /// The value of `flag`: its `=value`, else the next argument.
-    pub(crate) fn value(&mut self, flag: &str, inline: Option<&str>) -> Result<String, String> {
-        inline
-            .map(str::to_string)
-            .or_else(|| self.rest.next().cloned())
-            .ok_or_else(|| format!("flag needs an argument: {flag}"))
-    }
+/// The value of a boolean flag: only `true` or `false` (not Go's `1`, `t`, ...), as before clap.
+pub(crate) fn bool_value() -> impl clap::builder::TypedValueParser<Value = bool> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["true", "false"]).map(|v| v == "true")
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
-    fn walks_flags_values_and_words() {
-        let args: Vec<String> = ["--a=1", "--b", "2", "word", "-o=json", "--c"]
+    /// Parses `csi-provisioner <words>`.
+    pub(crate) fn parse_words(words: &[&str]) -> Option<Result<Subcommand, clap::Error>> {
+        let line: Vec<String> = std::iter::once("csi-provisioner")
+            .chain(words.iter().copied())
             .map(String::from)
-            .to_vec();
-        let mut w = Walk::new(&args);
-        let mut seen = Vec::new();
-        while let Some((flag, inline)) = w.next_arg() {
-            let v = if flag.starts_with('-') {
-                w.value(flag, inline)
-            } else {
-                Ok(String::new())
-            };
-            seen.push((flag.to_string(), v));
+            .collect();
+        parse(&line)
+    }
+
+    #[test]
+    fn only_a_named_subcommand_is_parsed_here() {
+        assert!(parse_words(&[]).is_none());
+        assert!(parse_words(&["--v=5"]).is_none());
+        assert!(parse_words(&["--csi-address", "capacity"]).is_none());
+        assert!(parse_words(&["help"]).is_none());
+        assert!(matches!(
+            parse_words(&["capacity", "--driver-name=d"]),
+            Some(Ok(Subcommand::Capacity(_)))
+        ));
+        assert!(matches!(
+            parse_words(&["release-node", "n1"]),
+            Some(Ok(Subcommand::ReleaseNode(_)))
+        ));
+        assert!(matches!(
+            parse_words(&["admission-policy", "--driver-name=d"]),
+            Some(Ok(Subcommand::AdmissionPolicy(_)))
+        ));
+    }
+
+    #[test]
+    fn refusals_exit_2_and_help_exits_0() {
+        for words in [
+            &["capacity"][..],
+            &["release-node", "n1", "--forced"],
+            &["admission-policy", "--driver-name=x", "--output=xml"],
+        ] {
+            let err = parse_words(words).and_then(Result::err).expect("refused");
+            assert_eq!(err.exit_code(), 2, "{words:?}: {err}");
+            assert!(err.to_string().contains("try '--help'"), "{err}");
         }
-        assert_eq!(
-            seen,
-            [
-                ("--a".into(), Ok("1".into())),
-                ("--b".into(), Ok("2".into())),
-                ("word".into(), Ok(String::new())),
-                ("-o".into(), Ok("json".into())),
-                ("--c".into(), Err("flag needs an argument: --c".into())),
-            ]
-        );
+        for name in ["capacity", "release-node", "admission-policy"] {
+            let help = parse_words(&[name, "--help"])
+                .and_then(Result::err)
+                .expect("help");
+            assert_eq!(help.exit_code(), 0);
+            assert!(
+                help.to_string()
+                    .contains(&format!("Usage: csi-provisioner {name}")),
+                "{help}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        use clap::CommandFactory;
+        Line::command().debug_assert();
     }
 }

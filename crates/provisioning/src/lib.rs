@@ -50,6 +50,10 @@
 //! Deviations from upstream are documented on the items concerned, each in a paragraph starting
 //! "Differs from upstream:".
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+// Shipped code reports failures instead of panicking; tests are free to unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 // A decision crate: every public item says what it decides (denied in CI by clippy -D warnings).
 #![warn(missing_docs)]
 

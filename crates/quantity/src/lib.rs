@@ -4,6 +4,11 @@
 //! Go's `resource.MustParse(s).Value()` (fractions round up), and [`format_binary_si`] writes
 //! bytes the way `resource.NewQuantity(n, resource.BinarySI).String()` does (PV capacities).
 
+// No unsafe code here: `forbid`, unlike the workspace's `deny`, cannot be allowed again below.
+#![forbid(unsafe_code)]
+// Shipped code reports failures instead of panicking; tests are free to unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use thiserror::Error;
 
 /// Why a quantity string was rejected. The first three texts are apimachinery's.
