@@ -23,15 +23,8 @@ pub struct Args {
     /// Namespace of the CSIStorageCapacity objects [default: all namespaces]
     #[arg(long, short = 'n', value_name = "NS", allow_hyphen_values = true)]
     pub namespace: Option<String>,
-    /// Credentials of the cluster
-    #[arg(
-        long,
-        value_name = "PATH",
-        allow_hyphen_values = true,
-        env = "KUBECONFIG",
-        hide_env_values = true
-    )]
-    pub kubeconfig: Option<String>,
+    #[command(flatten)]
+    pub cluster: crate::subcommand::Cluster,
     /// A running provisioner's --http-endpoint, for its own view: adds the driver's last
     /// answer, its age and the reservations of volumes being created
     #[arg(long, value_name = "http://HOST:PORT", allow_hyphen_values = true,
@@ -72,7 +65,7 @@ pub async fn run(args: &Args) -> Result<String, ViewError> {
         let view = fetch(url).await?;
         return Ok(capacity::view::text(&view));
     }
-    let config = crate::kubeconfig::load(args.kubeconfig.as_deref(), None).await?;
+    let config = crate::kubeconfig::load(args.cluster.kubeconfig.as_deref(), None).await?;
     let client = Client::try_from(config).map_err(ViewError::Client)?;
     let api_err = |what: &str| {
         let what = what.to_string();
@@ -173,7 +166,7 @@ mod tests {
         );
         let a = args(&["--driver-name", "d", "--kubeconfig=/k", "--namespace=x"]).unwrap();
         assert_eq!(
-            (a.kubeconfig.as_deref(), a.namespace.as_deref()),
+            (a.cluster.kubeconfig.as_deref(), a.namespace.as_deref()),
             (Some("/k"), Some("x"))
         );
         let cases: &[(&[&str], &str)] = &[

@@ -154,7 +154,7 @@ struct Pinned {
 
 /// Runs the release, printing each step. Returns the number of PVs found.
 pub async fn run(args: &Args) -> Result<usize, ReleaseError> {
-    let config = crate::kubeconfig::load(args.kubeconfig.as_deref(), None).await?;
+    let config = crate::kubeconfig::load(args.cluster.kubeconfig.as_deref(), None).await?;
     let client = Client::try_from(config).map_err(ReleaseError::Client)?;
     let api_err = |what: String| move |source| ReleaseError::Api { what, source };
     let nodes: Api<Node> = Api::all(client.clone());

@@ -57,6 +57,21 @@ pub(crate) fn bool_value() -> impl clap::builder::TypedValueParser<Value = bool>
     clap::builder::PossibleValuesParser::new(["true", "false"]).map(|v| v == "true")
 }
 
+/// The cluster a subcommand talks to, with the caller's own credentials (release-node needs a
+/// cluster administrator's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct Cluster {
+    /// Credentials of the cluster
+    #[arg(
+        long,
+        value_name = "PATH",
+        allow_hyphen_values = true,
+        env = "KUBECONFIG",
+        hide_env_values = true
+    )]
+    pub kubeconfig: Option<String>,
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

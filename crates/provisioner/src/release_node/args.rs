@@ -22,15 +22,8 @@ pub struct Args {
           default_value = "true", default_missing_value = "true", hide_possible_values = true,
           value_parser = crate::subcommand::bool_value())]
     pub dry_run: bool,
-    /// Credentials of a cluster administrator
-    #[arg(
-        long,
-        value_name = "PATH",
-        allow_hyphen_values = true,
-        env = "KUBECONFIG",
-        hide_env_values = true
-    )]
-    pub kubeconfig: Option<String>,
+    #[command(flatten)]
+    pub cluster: crate::subcommand::Cluster,
     /// Release although the node shows signs of life (a fresh kubelet Lease, Running pods,
     /// capacity objects written recently)
     #[arg(long, value_name = "true|false", num_args = 0..=1, require_equals = true,
@@ -92,7 +85,7 @@ mod tests {
             ("n1", false, Some("d"))
         );
         let got = parse(&["n1", "--kubeconfig=/k"]).unwrap();
-        assert_eq!(got.kubeconfig.as_deref(), Some("/k"));
+        assert_eq!(got.cluster.kubeconfig.as_deref(), Some("/k"));
         // A bare bool flag is true; `--dry-run false` would leave `false` a second NODE.
         let got = parse(&["n1", "--dry-run=false", "--dry-run"]).unwrap();
         assert!(got.dry_run);
