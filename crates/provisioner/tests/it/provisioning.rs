@@ -534,15 +534,28 @@ async fn under_a_tight_budget_the_oldest_claim_is_finished_first() {
         (1..=3).contains(&calls_at_first_pv),
         "CreateVolume calls when the first PV appeared: {calls_at_first_pv} of {CLAIMS}"
     );
-    // And that first PV is one of the oldest claims' (created first, so their attempts began
-    // first). c1's: when two workers take c0 and c1 within microseconds, the instant c1's
-    // attempt began can come first on a loaded machine (seen once).
+    // And that first PV is one of the oldest attempts' claims: the first two whose attempts
+    // began ("step=Provision"; when two workers take claims within microseconds, the instant
+    // the second's attempt began can come first on a loaded machine). Not c0 or c1 by name:
+    // an attempt begins once kube-controller-manager has annotated the claim, and a busy one
+    // (the shared control plane of the test binary) annotates them out of order.
+    let claim_of = |l: &str| {
+        let start = l.find("claim=\"")? + "claim=\"".len();
+        l[start..].split('"').next().map(str::to_string)
+    };
+    let mut oldest: Vec<String> = Vec::new();
+    for l in log.lines().filter(|l| l.contains("step=\"Provision\"")) {
+        if let Some(c) = claim_of(l).filter(|c| c.starts_with(&format!("{}/", s.ns)))
+            && !oldest.contains(&c)
+        {
+            oldest.push(c);
+        }
+    }
+    oldest.truncate(2);
     let first = log.lines().find(|l| l.contains(saved)).unwrap_or_default();
     assert!(
-        ["c0", "c1"]
-            .iter()
-            .any(|c| first.contains(&format!("claim=\"{}/{c}\"", s.ns))),
-        "the first PV saved is not c0's or c1's: {first}"
+        claim_of(first).is_some_and(|c| oldest.contains(&c)),
+        "the first PV saved is not one of the two oldest attempts' ({oldest:?}): {first}"
     );
     for i in 0..CLAIMS {
         s.wait_bound(&format!("c{i}")).await;
