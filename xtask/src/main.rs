@@ -10,6 +10,7 @@ mod chaos;
 mod cluster;
 mod demo;
 mod demo_driver;
+mod fuzz;
 mod gobuild;
 mod msrv;
 mod recipe;
@@ -65,6 +66,16 @@ enum Cmd {
         /// instead of building them first.
         #[arg(long)]
         no_build: bool,
+    },
+    /// The cargo-fuzz targets of `fuzz/` (nightly and cargo-fuzz needed), each on its corpus in
+    /// `fuzz/corpus/<target>`; fails on a crash, naming the input.
+    Fuzz {
+        /// Only this target (repeatable); all of them by default.
+        #[arg(long = "target")]
+        targets: Vec<String>,
+        /// Seconds per target.
+        #[arg(long = "time", default_value_t = 600)]
+        seconds: u64,
     },
     /// The reliability suite, ours and upstream external-provisioner v6.4.0 attacked alike:
     /// writes `reliability/results/<n>.json` and RELIABILITY.md (`--quick`: target/chaos-quick/).
@@ -201,6 +212,7 @@ fn run(cli: Cli) -> Result<()> {
         },
         Cmd::Test { kubernetes } => test(&root, kubernetes.as_deref()),
         Cmd::Msrv => msrv::check(&root),
+        Cmd::Fuzz { targets, seconds } => fuzz::run(&root, &targets, seconds),
         Cmd::Demo {
             dir,
             keep,

@@ -220,7 +220,22 @@ fn outputs(root: &Path, quick: bool) -> (PathBuf, PathBuf) {
 
 fn render(results_dir: &Path, markdown: &Path) -> Result<()> {
     let plots = results_dir.with_file_name("plots");
-    report::write_all(HEADER, results_dir, markdown, &plots, "plots", &explain)
+    report::write_all(HEADER, results_dir, markdown, &plots, "plots", &explain)?;
+    append_fuzzing(markdown)
+}
+
+/// The fuzzing section is written by hand (`reliability/fuzzing.md`, from `cargo xtask fuzz`
+/// runs) and kept at the end of the generated report.
+fn append_fuzzing(markdown: &Path) -> Result<()> {
+    let section = testenv::workspace_root().join("reliability/fuzzing.md");
+    let Ok(fuzzing) = std::fs::read_to_string(&section) else {
+        return Ok(());
+    };
+    let mut text = std::fs::read_to_string(markdown)
+        .with_context(|| format!("reading {}", markdown.display()))?;
+    text.push('\n');
+    text.push_str(&fuzzing);
+    std::fs::write(markdown, text).with_context(|| format!("writing {}", markdown.display()))
 }
 
 pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
