@@ -86,6 +86,19 @@ pub const COMPONENTS: &[Component] = &[
         optional: false,
         files: &[],
     },
+    // kubelet for the one real node (`--real-node`, `cargo xtask node`): its own wrapper, so
+    // the control plane's cache key did not change when it came.
+    Component {
+        name: "kubelet",
+        source: Source::Wrapper {
+            dir: "tools/testenv/kubelet",
+            module: "k8s.io/kubernetes",
+        },
+        packages: &["k8s.io/kubernetes/cmd/kubelet"],
+        outputs: &[("kubelet", "kubelet")],
+        optional: false,
+        files: &[],
+    },
     Component {
         name: "csi-sanity",
         source: Source::Wrapper {
@@ -206,7 +219,7 @@ pub fn k8s_wrapper_dir(version: Option<&str>) -> Result<String, String> {
 pub fn ldflags(component: &str, version: &str) -> String {
     let mut flags = String::from("-s -w");
     match component {
-        "k8s" | "kubectl" => {
+        "k8s" | "kubectl" | "kubelet" => {
             let minor = version
                 .trim_start_matches('v')
                 .split('.')
@@ -403,6 +416,7 @@ mod tests {
         let want = [
             ("k8s", "v1.37.2"),
             ("kubectl", "v1.37.2"),
+            ("kubelet", "v1.37.2"),
             ("csi-sanity", "v5.5.0"),
             ("external-provisioner", "v6.4.0"),
         ];
