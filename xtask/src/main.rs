@@ -13,6 +13,7 @@ mod demo_driver;
 mod fuzz;
 mod gobuild;
 mod msrv;
+mod node;
 mod recipe;
 mod thirdparty;
 
@@ -43,6 +44,11 @@ enum Cmd {
     Cluster {
         #[command(subcommand)]
         command: ClusterCmd,
+    },
+    /// The machine's one real node (containerd and kubelet), joined to a `cluster up` cluster.
+    Node {
+        #[command(subcommand)]
+        command: NodeCmd,
     },
     /// Build everything and run all tests, including those needing the control plane.
     Test {
@@ -165,6 +171,23 @@ enum ClusterCmd {
     },
 }
 
+#[derive(Subcommand)]
+enum NodeCmd {
+    /// Build kubelet and the images if missing, start containerd and kubelet, detached, and
+    /// wait for the Node to be Ready (needs root and Debian's containerd, runc,
+    /// containernetworking-plugins and busybox-static).
+    Up {
+        #[arg(long, default_value = "target/cluster")]
+        dir: PathBuf,
+    },
+    /// Stop the node's processes and remove every mount, network namespace, link, iptables
+    /// chain and cgroup it made (also after a kill); delete the Node if the cluster is up.
+    Down {
+        #[arg(long, default_value = "target/cluster")]
+        dir: PathBuf,
+    },
+}
+
 fn main() -> ExitCode {
     // Ctrl-C (SIGINT, SIGTERM, SIGHUP) stops what this command started, by recorded ids.
     if let Err(e) = testenv::stop_on_signals() {
@@ -209,6 +232,14 @@ fn run(cli: Cli) -> Result<()> {
                 })
             }
             ClusterCmd::Down { dir } => cluster::down(&dir),
+        },
+        Cmd::Node { command } => match command {
+            NodeCmd::Up { dir } => {
+                node::ensure_packages()?;
+                gobuild::build(&root, false, None)?;
+                node::up(&dir)
+            }
+            NodeCmd::Down { dir } => node::down(&dir),
         },
         Cmd::Test { kubernetes } => test(&root, kubernetes.as_deref()),
         Cmd::Msrv => msrv::check(&root),
@@ -289,6 +320,8 @@ fn build_our_binaries(release: bool) -> Result<()> {
 fn test(root: &std::path::Path, kubernetes: Option<&str>) -> Result<()> {
     let bin_dir = gobuild::build(root, false, kubernetes)?;
     browser::ensure()?;
+    // The real-node test runs containerd and kubelet from Debian's packages.
+    node::ensure_packages()?;
     cargo(&["build", "--workspace", "--bins", "--tests"], None)?;
     // --no-fail-fast: one failing test binary must not hide the others' results.
     let args = [

@@ -25,6 +25,7 @@ mod hostpath;
 mod interrupt;
 mod kubectl;
 mod mock_driver;
+pub mod node;
 mod objects;
 mod paths;
 mod pki;
@@ -49,6 +50,7 @@ pub use hostpath::{HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, HostpathVolume};
 pub use interrupt::{DetachedGuard, stop_on_signals};
 pub use kubectl::kubectl;
 pub use mock_driver::MockDriver;
+pub use node::RealNode;
 pub use paths::{
     bin_dir, bin_dir_unchecked, etcd_binary, go_binary, target_dir, try_go_binary,
     try_workspace_binary, workspace_binary, workspace_root,

@@ -21,4 +21,5 @@ mod node_deployment;
 mod operations;
 mod placement;
 mod provisioning;
+mod real_node;
 mod reservations;

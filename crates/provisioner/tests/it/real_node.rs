@@ -1,0 +1,157 @@
+//! A volume we provisioned, mounted by a real kubelet: the machine's one real node
+//! (containerd + kubelet, `testenv::RealNode`), csi-driver-host-path's plugin as its node
+//! plugin, registered through our `node-registrar`, and our provisioner in central mode. The
+//! plugin's state and call log, the pod's phase and the kernel's mount table are the ground
+//! truth.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+use testenv::node::{BUSYBOX_IMAGE, NODE_NAME};
+use testenv::{ControlPlane, ControlPlaneOptions, HostpathPlugin, Provisioner, RealNode};
+
+use crate::support::{Scenario, eventually, wait_gone};
+
+/// Pod start on a cold node (sandbox, image unpack, mount) takes seconds; give it room on a
+/// machine busy with the rest of the suite.
+const POD_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Calls of `method` the plugin answered without an error.
+fn answered(plugin: &HostpathPlugin, method: &str) -> usize {
+    plugin
+        .calls_of(method)
+        .iter()
+        .filter(|c| c["Error"] == "")
+        .count()
+}
+
+/// Mounts in this machine's table whose path names `volume`.
+fn mounts_of(volume: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(volume))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_pod_on_a_real_node_writes_into_the_volume_we_made() {
+    // A control plane of its own: a real node in the shared one would start other tests'
+    // pods for real.
+    let cp = ControlPlane::start(ControlPlaneOptions::default())
+        .await
+        .unwrap();
+    let node = RealNode::start(&cp, false).await.unwrap();
+    let before = testenv::node::leftovers(node.layout());
+    assert!(
+        before.processes.len() >= 2,
+        "containerd and kubelet are found by the teardown's scan: {before:?}"
+    );
+
+    let mut s = Scenario::new_on(&cp, "real-node").await;
+    s.driver = format!("{}.hostpath.csi", s.ns);
+    testenv::create_csi_driver(&s.client, &s.driver, false).await;
+    let plugin = HostpathPlugin::start(&s.dir.join("hp"), &s.driver, NODE_NAME, &[]);
+    let mut registrar = std::process::Command::new(testenv::workspace_binary("node-registrar"));
+    registrar
+        .arg(format!("--csi-address={}", plugin.socket.display()))
+        .arg(format!(
+            "--kubelet-registration-path={}",
+            plugin.socket.display()
+        ))
+        .arg(format!(
+            "--plugin-registration-path={}",
+            node.layout().plugins_registry().display()
+        ));
+    let _registrar = testenv::spawn("node-registrar", registrar, &s.dir);
+    let csinodes: Api<CSINode> = Api::all(s.client.clone());
+    let driver = s.driver.clone();
+    testenv::wait_for(&csinodes, NODE_NAME, "list the hostpath driver", |n| {
+        n.spec.drivers.iter().any(|d| d.name == driver)
+    })
+    .await;
+    let _prov = Provisioner::start(
+        &s.dir,
+        "csi-provisioner",
+        cp.kubeconfig(),
+        &plugin.socket,
+        &["-v=5"],
+        &[],
+    );
+
+    let class = s.class("wffc", "WaitForFirstConsumer", json!({})).await;
+    s.claim("data", &class, "1Mi", json!({})).await;
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "writer", "namespace": s.ns},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "echo written-by-the-pod > /data/proof && grep -q written-by-the-pod /data/proof"],
+                "volumeMounts": [{"name": "v", "mountPath": "/data"}],
+            }],
+            "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}],
+        },
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.ns);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let phase = eventually("the pod to finish", POD_TIMEOUT, || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get("writer").await.ok()?;
+            let phase = p.status?.phase?;
+            matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+        }
+    })
+    .await;
+    assert_eq!(phase, "Succeeded", "kubelet log: {:?}", node.kubelet_log());
+
+    // The pod's write is in the volume the plugin made for our PV, on the host.
+    let pv = s.bound_pv("data").await;
+    let volumes = plugin.volumes();
+    assert_eq!(volumes.len(), 1, "{volumes:?}");
+    assert_eq!(volumes[0].vol_name, pv);
+    let proof = std::fs::read_to_string(format!("{}/proof", volumes[0].vol_path)).unwrap();
+    assert_eq!(proof, "written-by-the-pod\n");
+    assert_eq!(answered(&plugin, "CreateVolume"), 1);
+    assert_eq!(answered(&plugin, "NodePublishVolume"), 1);
+
+    // The pod goes: kubelet unpublishes, and no mount of the volume is left.
+    pods.delete("writer", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&pods, "writer").await;
+    eventually("kubelet to unpublish the volume", POD_TIMEOUT, || async {
+        (answered(&plugin, "NodeUnpublishVolume") >= 1 && mounts_of(&pv).is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(answered(&plugin, "NodeUnpublishVolume"), 1);
+
+    // The claim goes: the volume is deleted once, and nothing of it is left.
+    s.delete_claim("data").await;
+    wait_gone(&s.volumes(), &pv).await;
+    eventually(
+        "the plugin to forget the volume",
+        Duration::from_secs(30),
+        || async { plugin.volumes().is_empty().then_some(()) },
+    )
+    .await;
+    assert_eq!(answered(&plugin, "DeleteVolume"), 1);
+    assert_eq!(answered(&plugin, "CreateVolume"), 1, "no second volume");
+
+    // The node goes, and takes everything it made with it.
+    let layout = node.layout().clone();
+    let removed = node.stop().unwrap();
+    assert!(removed.processes >= 2, "{removed:?}");
+    let after = testenv::node::leftovers(&layout);
+    assert!(after.is_empty(), "left behind: {after:?}");
+}

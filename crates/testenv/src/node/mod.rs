@@ -1,0 +1,251 @@
+//! The one real node of this machine: containerd and kubelet (v1.37.2, built like the control
+//! plane) registered with a [`ControlPlane`], so that pods really start and volumes really
+//! mount. One per machine: its paths are fixed (see [`config::NodeLayout`]), and starting one
+//! first tears down whatever a killed one left. Needs root and Debian's `containerd`, `runc`,
+//! `containernetworking-plugins`, `busybox-static` and gcc.
+
+pub mod config;
+mod images;
+pub mod teardown;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+
+use crate::error::IoContext;
+use crate::process::{Process, spawn_detached, try_spawn};
+use crate::setup::free_ports;
+use crate::{ControlPlane, Error, paths, socket};
+pub use config::{BUSYBOX_IMAGE, NODE_NAME, NodeLayout, PAUSE_IMAGE};
+pub use teardown::{Leftovers, Removed, leftovers};
+
+/// How long kubelet gets to register the Node and report it Ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The programs the node runs or builds with, and the Debian package of each.
+const PREREQUISITES: &[(&str, &str)] = &[
+    ("/usr/bin/containerd", "containerd"),
+    ("/usr/bin/ctr", "containerd"),
+    ("/usr/sbin/runc", "runc"),
+    ("/usr/lib/cni/bridge", "containernetworking-plugins"),
+    ("/bin/busybox", "busybox-static"),
+];
+
+/// A running real node. Dropping it tears it down (every process, mount, network namespace
+/// and cgroup it made); [`RealNode::stop`] does the same and reports what it removed.
+#[derive(Debug)]
+pub struct RealNode {
+    layout: NodeLayout,
+    processes: Vec<Process>,
+    stopped: bool,
+}
+
+impl RealNode {
+    /// Starts containerd and kubelet against `cp` and waits for the Node to be Ready.
+    /// `detached`: the processes outlive this one (for `cargo xtask node up`; call
+    /// [`RealNode::detach`]).
+    pub async fn start(cp: &ControlPlane, detached: bool) -> Result<RealNode, Error> {
+        check_prerequisites()?;
+        let kubelet_binary = paths::try_go_binary("kubelet")?;
+        let layout = NodeLayout::default();
+        // A node killed before it could tear down left its processes and mounts.
+        teardown::teardown(&layout)?;
+        teardown::record_host_settings(&layout)?;
+        let mut node = RealNode {
+            layout,
+            processes: Vec::new(),
+            stopped: false,
+        };
+        let layout = node.layout.clone();
+        write_configs(&layout)?;
+        let log_dir = cp.log_dir();
+
+        let mut containerd = Command::new("containerd");
+        containerd.arg("--config").arg(layout.containerd_config());
+        let mut containerd = start_process("containerd", containerd, &log_dir, detached)?;
+        socket::wait_for_socket(&mut containerd, &layout.containerd_socket())?;
+        node.processes.push(containerd);
+        images::build_and_import(&layout, &layout.containerd_socket())?;
+
+        let mut kubelet = Command::new(kubelet_binary);
+        kubelet.args(config::kubelet_args(&layout, cp.kubeconfig()));
+        node.processes
+            .push(start_process("kubelet", kubelet, &log_dir, detached)?);
+        node.wait_ready(cp).await?;
+        Ok(node)
+    }
+
+    pub fn name(&self) -> &str {
+        NODE_NAME
+    }
+
+    pub fn layout(&self) -> &NodeLayout {
+        &self.layout
+    }
+
+    /// kubelet's log.
+    pub fn kubelet_log(&self) -> Option<PathBuf> {
+        self.processes
+            .iter()
+            .find(|p| p.name() == "kubelet")
+            .map(|p| p.log_path().to_path_buf())
+    }
+
+    async fn wait_ready(&mut self, cp: &ControlPlane) -> Result<(), Error> {
+        let nodes: Api<Node> = Api::all(cp.try_client().await?);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(node) = nodes.get_opt(NODE_NAME).await?
+                && is_ready(&node)
+            {
+                return Ok(());
+            }
+            for p in &mut self.processes {
+                if let Ok(Some(status)) = p.try_wait() {
+                    return Err(Error::NotReady(format!(
+                        "{} exited ({status}) before Node {NODE_NAME} was Ready; log {}:\n{}",
+                        p.name(),
+                        p.log_path().display(),
+                        p.log_tail(30)
+                    )));
+                }
+            }
+            if Instant::now() > deadline {
+                let tail = self
+                    .processes
+                    .iter()
+                    .map(|p| format!("{}:\n{}", p.log_path().display(), p.log_tail(20)))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                return Err(Error::NotReady(format!(
+                    "Node {NODE_NAME} not Ready after {}s:\n{tail}",
+                    READY_TIMEOUT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Leaves the processes running after this value is gone (`cargo xtask node up`);
+    /// `cargo xtask node down` finds and stops them by the node's fixed paths.
+    pub fn detach(mut self) -> Vec<u32> {
+        self.stopped = true;
+        std::mem::take(&mut self.processes)
+            .into_iter()
+            .map(Process::disown)
+            .collect()
+    }
+
+    /// Tears the node down now, and says what it removed.
+    pub fn stop(mut self) -> Result<Removed, Error> {
+        self.stopped = true;
+        self.stop_processes();
+        teardown::teardown(&self.layout)
+    }
+
+    fn stop_processes(&mut self) {
+        // kubelet first, so that it starts nothing while containerd goes.
+        for p in self.processes.iter_mut().rev() {
+            p.kill();
+        }
+    }
+}
+
+impl Drop for RealNode {
+    fn drop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stop_processes();
+        if let Err(e) = teardown::teardown(&self.layout) {
+            eprintln!("real node teardown: {e}");
+        }
+    }
+}
+
+/// Tears down a node left running (`cargo xtask node down`, or after a kill).
+pub fn teardown_leftovers() -> Result<Removed, Error> {
+    teardown::teardown(&NodeLayout::default())
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The Debian packages the node needs that are not installed.
+pub fn missing_packages() -> Vec<&'static str> {
+    let mut missing: Vec<&str> = PREREQUISITES
+        .iter()
+        .filter(|(path, _)| !Path::new(path).exists())
+        .map(|(_, package)| *package)
+        .collect();
+    missing.dedup();
+    missing
+}
+
+fn check_prerequisites() -> Result<(), Error> {
+    let missing = missing_packages();
+    if !missing.is_empty() {
+        return Err(Error::NotReady(format!(
+            "the real node needs Debian's {}: apt-get install -y {}",
+            missing.join(", "),
+            missing.join(" ")
+        )));
+    }
+    // SAFETY: plain syscall without arguments.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(Error::NotReady(
+            "the real node needs root (it mounts, makes network namespaces and cgroups)".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn write_configs(layout: &NodeLayout) -> Result<(), Error> {
+    for dir in [
+        layout.state.clone(),
+        layout.run.clone(),
+        layout.cni_conf_dir(),
+        layout.kubelet_root.clone(),
+        layout.plugins_registry(),
+    ] {
+        fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
+    }
+    // The kubelet's two ports are free now; nothing else of ours binds them before it does.
+    let [port, healthz] = free_ports()?;
+    let files = [
+        (layout.containerd_config(), config::containerd_toml(layout)),
+        (
+            layout.cni_conf_dir().join("10-csi-provisioner-rs.conflist"),
+            config::cni_conflist(layout),
+        ),
+        (
+            layout.kubelet_config(),
+            config::kubelet_yaml(layout, port, healthz),
+        ),
+    ];
+    for (path, text) in files {
+        fs::write(&path, text).ctx(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn start_process(
+    name: &str,
+    cmd: Command,
+    log_dir: &Path,
+    detached: bool,
+) -> Result<Process, Error> {
+    if detached {
+        spawn_detached(name, cmd, log_dir)
+    } else {
+        try_spawn(name, cmd, log_dir)
+    }
+}
