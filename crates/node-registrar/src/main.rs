@@ -1,0 +1,3 @@
+//! `node-registrar`: the binary follows in the next commit.
+
+fn main() {}
