@@ -13,3 +13,12 @@
 pub mod v1 {
     include!("gen/pluginregistration.rs");
 }
+
+pub mod cli;
+pub mod driver;
+pub mod plugin;
+pub mod server;
+
+pub use driver::{DriverError, driver_name};
+pub use plugin::{NameError, plugin_info, socket_file_name};
+pub use server::{Listener, ServeError, Stopped};
