@@ -85,11 +85,11 @@ fn plan<'a>(
                 format!("{}/go.mod does not require {module}", module_dir.display())
             })?;
             let gosum = read(&module_dir.join("go.sum"))?;
-            (
-                version,
-                Some(module_dir),
-                vec![gomod.into_bytes(), gosum.into_bytes()],
-            )
+            let mut inputs = vec![gomod.into_bytes(), gosum.into_bytes()];
+            // A wrapper with Go source of our own (the registrar) is keyed by it too; the
+            // pure wrappers' keys stay as they were.
+            inputs.extend(own_go_sources(&module_dir)?);
+            (version, Some(module_dir), inputs)
         }
         Source::ThirdParty { dir, version } => {
             let module_dir = root.join(dir);
@@ -118,6 +118,32 @@ fn plan<'a>(
         ldflags,
         module_dir,
     })
+}
+
+/// The `.go` files of a wrapper directory other than `tools.go`, by name, as key inputs.
+fn own_go_sources(dir: &Path) -> Result<Vec<Vec<u8>>> {
+    let mut names: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "go")
+                && p.file_name().is_some_and(|n| n != "tools.go")
+        })
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .map(|p| {
+            let mut input = p
+                .file_name()
+                .unwrap_or_default()
+                .as_encoded_bytes()
+                .to_vec();
+            input.push(0);
+            input.extend(fs::read(p).with_context(|| format!("reading {}", p.display()))?);
+            Ok(input)
+        })
+        .collect()
 }
 
 fn read(path: &Path) -> Result<String> {

@@ -99,6 +99,19 @@ pub const COMPONENTS: &[Component] = &[
         optional: false,
         files: &[],
     },
+    // Our own registrar (Go: kubelet sends its socket path as the HTTP/2 authority, which the
+    // Rust HTTP/2 server refuses); k8s.io/kubelet's version names the build.
+    Component {
+        name: "node-registrar",
+        source: Source::Wrapper {
+            dir: "tools/testenv/registrar",
+            module: "k8s.io/kubelet",
+        },
+        packages: &["."],
+        outputs: &[("node-registrar", "node-registrar")],
+        optional: false,
+        files: &[],
+    },
     Component {
         name: "csi-sanity",
         source: Source::Wrapper {
@@ -417,6 +430,7 @@ mod tests {
             ("k8s", "v1.37.2"),
             ("kubectl", "v1.37.2"),
             ("kubelet", "v1.37.2"),
+            ("node-registrar", "v0.37.2"),
             ("csi-sanity", "v5.5.0"),
             ("external-provisioner", "v6.4.0"),
         ];
