@@ -124,6 +124,8 @@ pub(crate) fn apiserver(ports: &Ports, layout: &Layout) -> Vec<String> {
         "--endpoint-reconciler-type=none".into(),
         "--advertise-address=127.0.0.1".into(),
         "--profiling=false".into(),
+        // The real node's name does not resolve: logs, exec and port-forward go to its IP.
+        "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
         // Alpha: without it the API server drops `dataSourceRef.namespace`, so claims could not
         // name a source in another namespace (the provisioner keeps its own gate, off by
         // default, so this changes nothing else).

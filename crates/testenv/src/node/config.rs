@@ -162,7 +162,21 @@ pub fn cni_conflist(layout: &NodeLayout) -> String {
 
 /// kubelet's configuration. `port`/`healthz_port`: free ports, so the node never collides
 /// with something listening on kubelet's usual ones.
-pub fn kubelet_yaml(layout: &NodeLayout, port: u16, healthz_port: u16) -> String {
+/// kubelet refuses a loopback node IP, and the API server reaches logs and exec through it:
+/// kubelet listens on the host's first global IPv4 address (never the pod bridge's).
+pub fn node_ip(ip_addr_output: &str) -> Option<String> {
+    ip_addr_output
+        .lines()
+        .filter(|l| !l.contains(BRIDGE))
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            words.find(|w| *w == "inet")?;
+            let cidr = words.next()?;
+            Some(cidr.split('/').next()?.to_string())
+        })
+}
+
+pub fn kubelet_yaml(layout: &NodeLayout, node_ip: &str, port: u16, healthz_port: u16) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -171,12 +185,13 @@ failCgroupV1: false
 cgroupDriver: cgroupfs
 containerRuntimeEndpoint: unix://{socket}
 failSwapOn: false
-address: 127.0.0.1
+address: {node_ip}
 port: {port}
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: {healthz_port}
-# A loopback-only test node: anyone who reaches it may use it.
+# A test node on a machine whose network is closed: whoever reaches the host's address may use
+# it (the API server needs no credentials for logs and exec).
 authentication:
   anonymous:
     enabled: true
@@ -201,13 +216,13 @@ resolvConf: /etc/resolv.conf
 }
 
 /// kubelet's flags.
-pub fn kubelet_args(layout: &NodeLayout, kubeconfig: &Path) -> Vec<String> {
+pub fn kubelet_args(layout: &NodeLayout, kubeconfig: &Path, node_ip: &str) -> Vec<String> {
     vec![
         format!("--config={}", p(&layout.kubelet_config())),
         format!("--kubeconfig={}", p(kubeconfig)),
         format!("--root-dir={}", p(&layout.kubelet_root)),
         format!("--hostname-override={NODE_NAME}"),
-        "--node-ip=127.0.0.1".into(),
+        format!("--node-ip={node_ip}"),
         "--v=2".into(),
     ]
 }
@@ -286,19 +301,29 @@ mod tests {
     fn kubelet_runs_on_cgroup_v1_with_its_own_ports() {
         let layout = NodeLayout::default();
         let yaml: serde_yaml::Value =
-            serde_yaml::from_str(&kubelet_yaml(&layout, 4001, 4002)).unwrap();
+            serde_yaml::from_str(&kubelet_yaml(&layout, "192.0.2.2", 4001, 4002)).unwrap();
         assert_eq!(yaml["failCgroupV1"], false);
         assert_eq!(yaml["cgroupDriver"], "cgroupfs");
         assert_eq!(yaml["port"], 4001);
         assert_eq!(yaml["healthzPort"], 4002);
+        assert_eq!(yaml["address"], "192.0.2.2");
         assert_eq!(
             yaml["containerRuntimeEndpoint"],
             "unix:///run/csi-provisioner-rs-node/containerd.sock"
         );
-        let args = kubelet_args(&layout, Path::new("/cp/kubeconfig"));
+        let args = kubelet_args(&layout, Path::new("/cp/kubeconfig"), "192.0.2.2");
+        assert!(args.contains(&"--node-ip=192.0.2.2".to_string()));
         assert!(args.contains(&"--root-dir=/var/lib/kubelet".to_string()));
         assert!(args.contains(&"--kubeconfig=/cp/kubeconfig".to_string()));
         assert!(args.contains(&format!("--hostname-override={NODE_NAME}")));
+    }
+
+    #[test]
+    fn the_node_ip_is_the_first_global_address_but_the_pod_bridge() {
+        let out = "13: cnirs0    inet 10.244.0.1/24 brd 10.244.0.255 scope global cnirs0\\       valid_lft forever\n\
+                   4: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0\\       valid_lft forever\n";
+        assert_eq!(node_ip(out).as_deref(), Some("192.0.2.2"));
+        assert_eq!(node_ip(""), None);
     }
 
     #[test]

@@ -61,7 +61,8 @@ impl RealNode {
             stopped: false,
         };
         let layout = node.layout.clone();
-        write_configs(&layout)?;
+        let node_ip = host_node_ip()?;
+        write_configs(&layout, &node_ip)?;
         let log_dir = cp.log_dir();
 
         let mut containerd = Command::new("containerd");
@@ -72,7 +73,7 @@ impl RealNode {
         images::build_and_import(&layout, &layout.containerd_socket())?;
 
         let mut kubelet = Command::new(kubelet_binary);
-        kubelet.args(config::kubelet_args(&layout, cp.kubeconfig()));
+        kubelet.args(config::kubelet_args(&layout, cp.kubeconfig(), &node_ip));
         node.processes
             .push(start_process("kubelet", kubelet, &log_dir, detached)?);
         node.wait_ready(cp).await?;
@@ -208,7 +209,20 @@ fn check_prerequisites() -> Result<(), Error> {
     Ok(())
 }
 
-fn write_configs(layout: &NodeLayout) -> Result<(), Error> {
+fn host_node_ip() -> Result<String, Error> {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .ctx(|| "running ip -4 addr (install iproute2)".to_string())?;
+    config::node_ip(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| {
+        Error::NotReady(
+            "the real node needs a global IPv4 address for kubelet (kubelet refuses loopback)"
+                .into(),
+        )
+    })
+}
+
+fn write_configs(layout: &NodeLayout, node_ip: &str) -> Result<(), Error> {
     for dir in [
         layout.state.clone(),
         layout.run.clone(),
@@ -228,7 +242,7 @@ fn write_configs(layout: &NodeLayout) -> Result<(), Error> {
         ),
         (
             layout.kubelet_config(),
-            config::kubelet_yaml(layout, port, healthz),
+            config::kubelet_yaml(layout, node_ip, port, healthz),
         ),
     ];
     for (path, text) in files {
