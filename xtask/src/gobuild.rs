@@ -278,13 +278,16 @@ fn run_go_build(plan: &Plan<'_>, cache: &Path, out: &Path) -> Result<()> {
         PathBuf::from(format!("{}/", out.display()))
     };
     let env = go_env(cache);
-    let mut args: Vec<String> = vec!["build".into()];
+    let mut args: Vec<String> = if c.test_binary {
+        vec!["test".into(), "-c".into()]
+    } else {
+        vec!["build".into(), "-tags=notest".into()]
+    };
     // The rewritten go.mod needs go.sum lines for the new replacement targets.
     if matches!(c.source, Source::ProxyModule { .. }) {
         args.push("-mod=mod".into());
     }
     args.extend([
-        "-tags=notest".into(),
         "-pgo=off".into(),
         "-ldflags".into(),
         plan.ldflags.clone(),

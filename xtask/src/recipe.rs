@@ -10,6 +10,8 @@ pub struct Component {
     pub outputs: &'static [(&'static str, &'static str)],
     /// Built only when asked (`--with-upstream`).
     pub optional: bool,
+    /// Built with `go test -c` (the e2e suite is a test binary); one package only.
+    pub test_binary: bool,
     /// Non-Go files the tests need, copied from proxy modules into the cache directory.
     pub files: &'static [ModuleFiles],
 }
@@ -70,6 +72,7 @@ pub const COMPONENTS: &[Component] = &[
             ("kube-scheduler", "kube-scheduler"),
         ],
         optional: false,
+        test_binary: false,
         files: &[],
     },
     // kubectl as users run it: `kubectl apply`'s three-way merge reads the last-applied
@@ -84,6 +87,7 @@ pub const COMPONENTS: &[Component] = &[
         packages: &["k8s.io/kubernetes/cmd/kubectl"],
         outputs: &[("kubectl", "kubectl")],
         optional: false,
+        test_binary: false,
         files: &[],
     },
     // kubelet for the one real node (`--real-node`, `cargo xtask node`): its own wrapper, so
@@ -97,6 +101,7 @@ pub const COMPONENTS: &[Component] = &[
         packages: &["k8s.io/kubernetes/cmd/kubelet"],
         outputs: &[("kubelet", "kubelet")],
         optional: false,
+        test_binary: false,
         files: &[],
     },
     // Our own registrar (Go: kubelet sends its socket path as the HTTP/2 authority, which the
@@ -110,6 +115,32 @@ pub const COMPONENTS: &[Component] = &[
         packages: &["."],
         outputs: &[("node-registrar", "node-registrar")],
         optional: false,
+        test_binary: false,
+        files: &[],
+    },
+    // Kubernetes' e2e suite and its agnhost image, for `cargo xtask e2e` only (optional).
+    Component {
+        name: "e2e",
+        source: Source::Wrapper {
+            dir: "tools/testenv/e2e",
+            module: "k8s.io/kubernetes",
+        },
+        packages: &["k8s.io/kubernetes/test/e2e"],
+        outputs: &[("e2e.test", "e2e.test")],
+        optional: true,
+        test_binary: true,
+        files: &[],
+    },
+    Component {
+        name: "agnhost",
+        source: Source::Wrapper {
+            dir: "tools/testenv/agnhost",
+            module: "k8s.io/kubernetes",
+        },
+        packages: &["k8s.io/kubernetes/test/images/agnhost"],
+        outputs: &[("agnhost", "agnhost")],
+        optional: true,
+        test_binary: false,
         files: &[],
     },
     Component {
@@ -121,6 +152,7 @@ pub const COMPONENTS: &[Component] = &[
         packages: &["github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity"],
         outputs: &[("csi-sanity", "csi-sanity")],
         optional: false,
+        test_binary: false,
         files: &[],
     },
     Component {
@@ -132,6 +164,7 @@ pub const COMPONENTS: &[Component] = &[
         packages: &["github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner"],
         outputs: &[("csi-provisioner-upstream", "csi-provisioner")],
         optional: true,
+        test_binary: false,
         files: &[],
     },
     Component {
@@ -143,6 +176,7 @@ pub const COMPONENTS: &[Component] = &[
         packages: &["./cmd/hostpathplugin"],
         outputs: &[("hostpathplugin", "hostpathplugin")],
         optional: false,
+        test_binary: false,
         files: &[],
     },
     Component {
@@ -165,6 +199,7 @@ pub const COMPONENTS: &[Component] = &[
             ("gateway-crd", "gateway-crd"),
         ],
         optional: false,
+        test_binary: false,
         files: &[
             ModuleFiles {
                 module: SNAPSHOT_CLIENT_MODULE,
@@ -232,7 +267,7 @@ pub fn k8s_wrapper_dir(version: Option<&str>) -> Result<String, String> {
 pub fn ldflags(component: &str, version: &str) -> String {
     let mut flags = String::from("-s -w");
     match component {
-        "k8s" | "kubectl" | "kubelet" => {
+        "k8s" | "kubectl" | "kubelet" | "e2e" | "agnhost" => {
             let minor = version
                 .trim_start_matches('v')
                 .split('.')
@@ -335,7 +370,11 @@ pub fn rewrite_replaces(gomod: &str, replace: &[(&str, &str)]) -> Result<String,
 /// The build recipe hashed into a component's cache key. Only proxy modules and copied files
 /// add to the original form, so the other components keep their warm cache entries.
 pub fn recipe(component: &Component, ldflags: &str) -> String {
-    let mut recipe = format!("{:?} {ldflags} -tags=notest -pgo=off", component.packages);
+    let mut recipe = if component.test_binary {
+        format!("{:?} {ldflags} test -c -pgo=off", component.packages)
+    } else {
+        format!("{:?} {ldflags} -tags=notest -pgo=off", component.packages)
+    };
     if let Source::ProxyModule {
         module,
         version,
@@ -602,6 +641,7 @@ mod tests {
                 packages: &["./cmd/a"],
                 outputs: &[("a", "a")],
                 optional: false,
+                test_binary: false,
                 files,
             }
         }
