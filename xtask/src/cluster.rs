@@ -27,6 +27,7 @@ pub fn up(args: &Up<'_>) -> Result<()> {
         detached: true,
         startup_timeout: Duration::from_secs(60),
         apiserver_args: Vec::new(),
+        extra_controllers: Vec::new(),
     };
     let cp = runtime.block_on(async {
         let cp = ControlPlane::start(opts).await?;

@@ -85,6 +85,7 @@ async fn story(root: &Path, dir: &Path, f: &Flavor) -> Result<()> {
         detached: true,
         startup_timeout: Duration::from_secs(60),
         apiserver_args: Vec::new(),
+        extra_controllers: Vec::new(),
     })
     .await?;
     let client = cp.try_client().await?;

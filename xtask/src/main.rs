@@ -10,6 +10,7 @@ mod chaos;
 mod cluster;
 mod demo;
 mod demo_driver;
+mod e2e;
 mod fuzz;
 mod gobuild;
 mod msrv;
@@ -49,6 +50,20 @@ enum Cmd {
     Node {
         #[command(subcommand)]
         command: NodeCmd,
+    },
+    /// Kubernetes' External Storage e2e suite against csi-driver-host-path on the real node
+    /// (needs root): writes `e2e/results/<provisioner>-<deployment>.json` and E2E.md.
+    E2e {
+        #[arg(long, value_enum, default_value = "ours")]
+        provisioner: e2e::Which,
+        #[arg(long, value_enum, default_value = "central")]
+        deployment: e2e::Deployment,
+        /// A ginkgo focus instead of upstream CI's `External.Storage` (for one spec).
+        #[arg(long)]
+        focus: Option<String>,
+        /// Only re-render E2E.md from the results kept.
+        #[arg(long)]
+        report_only: bool,
     },
     /// Build everything and run all tests, including those needing the control plane.
     Test {
@@ -241,6 +256,28 @@ fn run(cli: Cli) -> Result<()> {
             }
             NodeCmd::Down { dir } => node::down(&dir),
         },
+        Cmd::E2e {
+            provisioner,
+            deployment,
+            focus,
+            report_only,
+        } => {
+            if report_only {
+                return e2e::render(&root);
+            }
+            node::ensure_packages()?;
+            // The suite, agnhost and the upstream provisioner are optional components.
+            gobuild::build(&root, true, None)?;
+            build_our_binaries(false)?;
+            e2e::run(
+                &root,
+                &e2e::Options {
+                    provisioner,
+                    deployment,
+                    focus,
+                },
+            )
+        }
         Cmd::Test { kubernetes } => test(&root, kubernetes.as_deref()),
         Cmd::Msrv => msrv::check(&root),
         Cmd::Fuzz { targets, seconds } => fuzz::run(&root, &targets, seconds),

@@ -32,6 +32,9 @@ pub struct ControlPlaneOptions {
     /// More kube-apiserver flags, after ours (for an API server that serves less, as an
     /// older release does).
     pub apiserver_args: Vec<String>,
+    /// More controllers for kube-controller-manager, beside ours (the e2e suite needs
+    /// `root-ca-certificate-publisher-controller`).
+    pub extra_controllers: Vec<String>,
 }
 
 impl Default for ControlPlaneOptions {
@@ -45,6 +48,7 @@ impl Default for ControlPlaneOptions {
             detached: false,
             startup_timeout: Duration::from_secs(60),
             apiserver_args: Vec::new(),
+            extra_controllers: Vec::new(),
         }
     }
 }
@@ -128,7 +132,7 @@ impl ControlPlane {
         cp.wait_ok(&client, "/readyz", "kube-apiserver", deadline, timeout)
             .await?;
 
-        let args = flags::controller_manager(&ports, &cp.layout);
+        let args = flags::controller_manager(&ports, &cp.layout, &opts.extra_controllers);
         cp.launch(opts.detached, "kube-controller-manager", &kcm, args)?;
         let args = flags::scheduler(&ports, &cp.layout);
         cp.launch(opts.detached, "kube-scheduler", &sched, args)?;

@@ -137,14 +137,19 @@ pub(crate) fn apiserver(ports: &Ports, layout: &Layout) -> Vec<String> {
     ]
 }
 
-pub(crate) fn controller_manager(ports: &Ports, layout: &Layout) -> Vec<String> {
+pub(crate) fn controller_manager(ports: &Ports, layout: &Layout, extra: &[String]) -> Vec<String> {
+    let controllers: Vec<&str> = CONTROLLERS
+        .iter()
+        .copied()
+        .chain(extra.iter().map(String::as_str))
+        .collect();
     vec![
         format!("--kubeconfig={}", p(&layout.kubeconfig())),
         "--leader-elect=false".into(),
         "--bind-address=127.0.0.1".into(),
         format!("--secure-port={}", ports.controller_manager),
         "--use-service-account-credentials=false".into(),
-        format!("--controllers={}", CONTROLLERS.join(",")),
+        format!("--controllers={}", controllers.join(",")),
         "--pvclaimbinder-sync-period=2s".into(),
     ]
 }
@@ -212,7 +217,7 @@ mod tests {
             ),
             (
                 "kube-controller-manager",
-                controller_manager(&ports, &layout),
+                controller_manager(&ports, &layout, &[]),
                 &[
                     "--kubeconfig=/cp/kubeconfig",
                     "--secure-port=1004",
@@ -240,7 +245,11 @@ mod tests {
     #[test]
     fn controller_manager_runs_pv_controllers_but_not_node_lifecycle() {
         let (ports, layout) = fixture();
-        let args = controller_manager(&ports, &layout);
+        let args = controller_manager(
+            &ports,
+            &layout,
+            &["root-ca-certificate-publisher-controller".to_string()],
+        );
         let list = args
             .iter()
             .find_map(|a| a.strip_prefix("--controllers="))
@@ -250,6 +259,7 @@ mod tests {
             "persistentvolume-binder-controller",
             "persistentvolumeclaim-protection-controller",
             "persistentvolume-protection-controller",
+            "root-ca-certificate-publisher-controller",
         ] {
             assert!(names.contains(&want), "{want} missing from {list}");
         }

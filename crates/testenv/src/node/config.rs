@@ -20,7 +20,15 @@ pub const BRIDGE: &str = "cnirs0";
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.2";
 
 /// The busybox image tests run, under the name the e2e suite asks for.
-pub const BUSYBOX_IMAGE: &str = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1";
+pub const BUSYBOX_IMAGE: &str = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2";
+
+/// agnhost, the e2e suite's image of many test servers, under the tag e2e v1.37.2 asks for
+/// (made only when `agnhost` has been built: `cargo xtask e2e`).
+pub const AGNHOST_IMAGE: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
+
+/// The tag e2e v1.37.2 uses for nginx: the storage specs only run a shell in it, so it is
+/// the busybox image under that name.
+pub const NGINX_IMAGE: &str = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2";
 
 /// Every path of the one real node on this machine, all fixed so that `node down` after a
 /// crash finds them.

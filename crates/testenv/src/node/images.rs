@@ -12,29 +12,56 @@ use super::config::{self, NodeLayout};
 use crate::Error;
 use crate::error::IoContext;
 
+/// What goes into an image's root file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rootfs {
+    Pause,
+    Busybox,
+    /// busybox plus `/agnhost`.
+    Agnhost,
+}
+
 /// One image to make: its name, what goes into its root file system, and how it starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageSpec {
     pub name: &'static str,
-    /// File name of the tarball under the images directory.
-    pub file: &'static str,
+    pub rootfs: Rootfs,
     pub entrypoint: Vec<String>,
     pub cmd: Vec<String>,
 }
 
-pub fn specs() -> [ImageSpec; 2] {
+impl ImageSpec {
+    /// The tarball's file name: the tag itself, so a new tag is never served an old tarball.
+    pub fn tarball_name(&self) -> String {
+        format!("{}.tar", self.name.replace(['/', ':'], "_"))
+    }
+}
+
+pub fn specs() -> [ImageSpec; 4] {
     [
         ImageSpec {
             name: config::PAUSE_IMAGE,
-            file: "pause.tar",
+            rootfs: Rootfs::Pause,
             entrypoint: vec!["/pause".into()],
             cmd: Vec::new(),
         },
         ImageSpec {
             name: config::BUSYBOX_IMAGE,
-            file: "busybox.tar",
+            rootfs: Rootfs::Busybox,
             entrypoint: Vec::new(),
             cmd: vec!["/bin/sh".into()],
+        },
+        ImageSpec {
+            name: config::NGINX_IMAGE,
+            rootfs: Rootfs::Busybox,
+            entrypoint: Vec::new(),
+            cmd: vec!["/bin/sh".into()],
+        },
+        ImageSpec {
+            name: config::AGNHOST_IMAGE,
+            rootfs: Rootfs::Agnhost,
+            entrypoint: vec!["/agnhost".into()],
+            cmd: vec!["pause".into()],
         },
     ]
 }
@@ -75,10 +102,14 @@ pub fn archive_manifest(spec: &ImageSpec) -> String {
 pub fn build_and_import(layout: &NodeLayout, socket: &Path) -> Result<(), Error> {
     let dir = layout.images();
     fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
+    let agnhost = crate::paths::try_go_binary("agnhost").ok();
     for spec in specs() {
-        let tarball = dir.join(spec.file);
+        if spec.rootfs == Rootfs::Agnhost && agnhost.is_none() {
+            continue;
+        }
+        let tarball = dir.join(spec.tarball_name());
         if !tarball.exists() {
-            build(&spec, &dir, &tarball)?;
+            build(&spec, &dir, &tarball, agnhost.as_deref())?;
         }
         run(Command::new("ctr")
             .arg("--address")
@@ -89,15 +120,29 @@ pub fn build_and_import(layout: &NodeLayout, socket: &Path) -> Result<(), Error>
     Ok(())
 }
 
-fn build(spec: &ImageSpec, dir: &Path, tarball: &Path) -> Result<(), Error> {
-    let work = dir.join(format!("{}.work", spec.file));
+fn build(
+    spec: &ImageSpec,
+    dir: &Path,
+    tarball: &Path,
+    agnhost: Option<&Path>,
+) -> Result<(), Error> {
+    let work = dir.join(format!("{}.work", spec.tarball_name()));
     let _ = fs::remove_dir_all(&work);
     let rootfs = work.join("rootfs");
     fs::create_dir_all(&rootfs).ctx(|| format!("creating {}", rootfs.display()))?;
-    if spec.name == config::PAUSE_IMAGE {
-        pause_rootfs(&rootfs)?;
-    } else {
-        busybox_rootfs(&rootfs)?;
+    match (spec.rootfs, agnhost) {
+        (Rootfs::Pause, _) => pause_rootfs(&rootfs)?,
+        (Rootfs::Busybox, _) => busybox_rootfs(&rootfs)?,
+        (Rootfs::Agnhost, Some(binary)) => {
+            busybox_rootfs(&rootfs)?;
+            fs::copy(binary, rootfs.join("agnhost"))
+                .ctx(|| format!("copying {}", binary.display()))?;
+        }
+        (Rootfs::Agnhost, None) => {
+            return Err(Error::NotReady(
+                "agnhost is not built: run cargo xtask e2e (it builds it)".into(),
+            ));
+        }
     }
     let layer = work.join("layer.tar");
     run(Command::new("tar")
@@ -199,7 +244,16 @@ mod tests {
 
     #[test]
     fn config_and_manifest_name_the_layer_and_the_tag() {
-        let [pause, busybox] = specs();
+        let [pause, busybox, nginx, agnhost] = specs();
+        assert_eq!(nginx.rootfs, Rootfs::Busybox);
+        assert_eq!(
+            busybox.tarball_name(),
+            "registry.k8s.io_e2e-test-images_busybox_1.37.0-2.tar"
+        );
+        let cfg: serde_json::Value =
+            serde_json::from_str(&image_config(&agnhost, "sha256:0")).unwrap();
+        assert_eq!(cfg["config"]["Entrypoint"][0], "/agnhost");
+        assert_eq!(cfg["config"]["Cmd"][0], "pause");
         let cfg: serde_json::Value =
             serde_json::from_str(&image_config(&pause, "sha256:abc")).unwrap();
         assert_eq!(cfg["rootfs"]["diff_ids"][0], "sha256:abc");
