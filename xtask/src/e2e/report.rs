@@ -67,8 +67,9 @@ struct SuiteReport {
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct SpecReport {
+    // null for suite-level nodes
     #[serde(default)]
-    container_hierarchy_texts: Vec<String>,
+    container_hierarchy_texts: Option<Vec<String>>,
     #[serde(default)]
     leaf_node_text: String,
     #[serde(default)]
@@ -77,6 +78,9 @@ struct SpecReport {
     state: String,
     #[serde(default)]
     failure: Option<Failure>,
+    /// 0 for a spec the focus and skip expressions left out.
+    #[serde(default)]
+    num_attempts: u32,
 }
 
 #[derive(Deserialize)]
@@ -86,15 +90,17 @@ struct Failure {
     message: String,
 }
 
-/// The `It` specs of a ginkgo JSON report (suite set-up nodes are left out).
+/// The `It` specs of a ginkgo JSON report that were selected (attempted at least once; a spec
+/// skipped at run time, such as for a capability the driver lacks, counts); suite set-up nodes
+/// and the specs the focus and skip left out are not kept.
 pub fn parse_ginkgo(json: &str) -> Result<Vec<Spec>, serde_json::Error> {
     let suites: Vec<SuiteReport> = serde_json::from_str(json)?;
     Ok(suites
         .into_iter()
         .flat_map(|s| s.spec_reports)
-        .filter(|r| r.leaf_node_type == "It")
+        .filter(|r| r.leaf_node_type == "It" && r.num_attempts > 0)
         .map(|r| {
-            let mut parts = r.container_hierarchy_texts;
+            let mut parts = r.container_hierarchy_texts.unwrap_or_default();
             parts.push(r.leaf_node_text);
             Spec {
                 name: parts.join(" "),
@@ -230,11 +236,15 @@ mod tests {
     #[test]
     fn ginkgo_reports_give_the_it_specs_with_their_first_failure_line() {
         let json = r#"[{"SuiteDescription":"e2e","SpecReports":[
-            {"LeafNodeType":"SynchronizedBeforeSuite","State":"passed"},
+            {"ContainerHierarchyTexts":null,"LeafNodeType":"SynchronizedBeforeSuite","State":"passed"},
             {"ContainerHierarchyTexts":["External Storage [Driver: hp]","provisioning"],
-             "LeafNodeText":"should provision storage","LeafNodeType":"It","State":"passed"},
+             "LeafNodeText":"should provision storage","LeafNodeType":"It","State":"passed",
+             "NumAttempts":1},
+            {"ContainerHierarchyTexts":["Other"],"LeafNodeText":"not selected","LeafNodeType":"It",
+             "State":"skipped","NumAttempts":0},
             {"ContainerHierarchyTexts":["External Storage"],"LeafNodeText":"should mount",
-             "LeafNodeType":"It","State":"failed","Failure":{"Message":"timed out\nmore"}}]}]"#;
+             "LeafNodeType":"It","State":"failed","Failure":{"Message":"timed out\nmore"},
+             "NumAttempts":1}]}]"#;
         let specs = parse_ginkgo(json).unwrap();
         assert_eq!(
             specs,
