@@ -116,7 +116,13 @@ pub fn parse_ginkgo(json: &str) -> Result<Vec<Spec>, serde_json::Error> {
 
 /// E2E.md: for each deployment, ours beside upstream's, then the specs that failed, and the
 /// specs upstream passes that ours does not.
-pub fn render(runs: &[Run], left_out: &[(&str, &str)], notes: &str) -> String {
+/// `explained`: (part of a spec name, why it fails here), shown beside each failure it names.
+pub fn render(
+    runs: &[Run],
+    left_out: &[(&str, &str)],
+    explained: &[(&str, &str)],
+    notes: &str,
+) -> String {
     let mut out = String::from(
         "# The Kubernetes External Storage e2e suite, ours and upstream\n\n\
 Written by `cargo xtask e2e` from `e2e/results/*.json`; do not edit by hand. Each run: the e2e\n\
@@ -185,6 +191,9 @@ provisioner named, as upstream's CI runs it: focus `External.Storage`, skip\n\
             out.push_str(&format!("Failures with {}:\n\n", r.provisioner));
             for s in failed {
                 out.push_str(&format!("- {} ({}): {}\n", s.name, s.state, s.message));
+                if let Some((_, why)) = explained.iter().find(|(part, _)| s.name.contains(part)) {
+                    out.push_str(&format!("  - Why: {why}\n"));
+                }
             }
             out.push('\n');
         }
@@ -291,7 +300,16 @@ mod tests {
                 skipped: 1
             }
         );
-        let md = render(&[ours, upstream.clone()], &[("RWX", "why")], "");
+        let md = render(
+            &[ours, upstream.clone()],
+            &[("RWX", "why")],
+            &[("b", "because")],
+            "",
+        );
+        assert!(
+            md.contains("- b (failed): boom\n  - Why: because\n"),
+            "{md}"
+        );
         assert!(
             md.contains("| ours | v1.37.2 | 2 | 1 | 1 | 1 | 10 |"),
             "{md}"
@@ -302,7 +320,7 @@ mod tests {
         );
         assert!(md.contains("- b (failed): boom"), "{md}");
         assert!(md.contains("- RWX: why."), "{md}");
-        let same = render(&[upstream.clone(), upstream], &[], "");
+        let same = render(&[upstream.clone(), upstream], &[], &[], "");
         assert!(!same.contains("ours does not"), "{same}");
     }
 }
