@@ -29,6 +29,17 @@ fn answered(plugin: &HostpathPlugin, method: &str) -> usize {
         .count()
 }
 
+/// A process that exists and is not a zombie waiting for its parent to reap it.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after_name = stat.rsplit_once(") ")?.1.to_string();
+            after_name.chars().next()
+        })
+        .is_some_and(|state| state != 'Z')
+}
+
 /// Mounts in this machine's table whose path names `volume`.
 fn mounts_of(volume: &str) -> Vec<String> {
     std::fs::read_to_string("/proc/self/mountinfo")
@@ -39,9 +50,13 @@ fn mounts_of(volume: &str) -> Vec<String> {
         .collect()
 }
 
+/// One real node per machine: the tests that start one take turns.
+static ONE_NODE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_pod_on_a_real_node_writes_into_the_volume_we_made() {
+    let _turn = ONE_NODE.lock().await;
     // A control plane of its own: a real node in the shared one would start other tests'
     // pods for real.
     let cp = ControlPlane::start(ControlPlaneOptions::default())
@@ -154,6 +169,58 @@ async fn a_pod_on_a_real_node_writes_into_the_volume_we_made() {
     // kubelet and containerd were stopped by their guards; the scan found the rest. The
     // pod made the bridge and the pod cgroups, which must have been there to remove.
     assert_eq!(removed.links, 1, "{removed:?}");
+    assert!(removed.cgroups > 0, "{removed:?}");
+    let after = testenv::node::leftovers(&layout);
+    assert!(after.is_empty(), "left behind: {after:?}");
+}
+
+/// A node killed with its pods running leaves shims, containers, mounts and cgroups behind;
+/// the next node start removes them all and comes up Ready, and its own teardown leaves
+/// nothing.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn the_next_node_cleans_up_after_a_killed_one() {
+    let _turn = ONE_NODE.lock().await;
+    let cp = ControlPlane::start(ControlPlaneOptions::default())
+        .await
+        .unwrap();
+    let node = RealNode::start(&cp, false).await.unwrap();
+    let s = Scenario::new_on(&cp, "node-crash").await;
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "sleeper", "namespace": s.ns},
+        "spec": {"containers": [{
+            "name": "c", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+            "command": ["sleep", "3600"]}]},
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.ns);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    eventually("the pod to run", POD_TIMEOUT, || {
+        let pods = pods.clone();
+        async move {
+            let phase = pods.get("sleeper").await.ok()?.status?.phase?;
+            (phase == "Running").then_some(())
+        }
+    })
+    .await;
+    let layout = node.layout().clone();
+    node.crash();
+    let orphans = testenv::node::leftovers(&layout);
+    // The shim, the pause process and the container survive their containerd and kubelet.
+    assert!(orphans.processes.len() >= 3, "{orphans:?}");
+    assert!(!orphans.netns.is_empty(), "{orphans:?}");
+    assert!(orphans.bridge, "{orphans:?}");
+    assert!(!orphans.cgroups.is_empty(), "{orphans:?}");
+
+    let node = RealNode::start(&cp, false).await.unwrap();
+    let orphan_pids: Vec<u32> = orphans.processes.clone();
+    let still: Vec<u32> = orphan_pids.into_iter().filter(|p| alive(*p)).collect();
+    assert!(
+        still.is_empty(),
+        "the killed node's processes live on: {still:?}"
+    );
+    let removed = node.stop().unwrap();
     assert!(removed.cgroups > 0, "{removed:?}");
     let after = testenv::node::leftovers(&layout);
     assert!(after.is_empty(), "left behind: {after:?}");

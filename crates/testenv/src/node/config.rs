@@ -87,6 +87,11 @@ impl NodeLayout {
     pub fn plugins_registry(&self) -> PathBuf {
         self.kubelet_root.join("plugins_registry")
     }
+    /// Marks the kubelet root as the test environment's: a teardown never touches a kubelet
+    /// root without it (a real node's, say).
+    pub fn marker(&self) -> PathBuf {
+        self.kubelet_root.join(".csi-provisioner-rs-node")
+    }
     /// Where a CSI driver's node socket lives, as kubelet sees it.
     pub fn plugin_dir(&self, driver: &str) -> PathBuf {
         self.kubelet_root.join("plugins").join(driver)

@@ -54,6 +54,7 @@ impl RealNode {
         let layout = NodeLayout::default();
         // A node killed before it could tear down left its processes and mounts.
         teardown::teardown(&layout)?;
+        teardown::mark_ours(&layout)?;
         teardown::record_host_settings(&layout)?;
         let mut node = RealNode {
             layout,
@@ -139,6 +140,16 @@ impl RealNode {
             .into_iter()
             .map(Process::disown)
             .collect()
+    }
+
+    /// Kills kubelet and containerd with SIGKILL and leaves the rest as a crashed node leaves
+    /// it (shims, containers, mounts, network namespaces, cgroups), for tests of the teardown
+    /// the next node start does.
+    pub fn crash(mut self) {
+        self.stopped = true;
+        for p in &mut self.processes {
+            p.kill9();
+        }
     }
 
     /// Tears the node down now, and says what it removed.

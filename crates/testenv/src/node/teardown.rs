@@ -49,8 +49,10 @@ pub fn leftovers(layout: &NodeLayout) -> Leftovers {
     }
 }
 
-/// Tears the node down (idempotent: with nothing there, it removes nothing).
+/// Tears the node down (idempotent: with nothing there, it removes nothing). Refuses when the
+/// kubelet root exists without our marker: then it belongs to someone else's kubelet.
 pub fn teardown(layout: &NodeLayout) -> Result<Removed, Error> {
+    check_ours(layout)?;
     let mut removed = Removed {
         processes: kill_node_processes(layout),
         ..Removed::default()
@@ -78,6 +80,29 @@ pub fn teardown(layout: &NodeLayout) -> Result<Removed, Error> {
         }
     }
     Ok(removed)
+}
+
+fn check_ours(layout: &NodeLayout) -> Result<(), Error> {
+    if layout.kubelet_root.exists() && !layout.marker().exists() {
+        return Err(Error::NotReady(format!(
+            "{} exists but was not made by the test environment (no {}): this machine runs \
+             another kubelet, so the real node will neither start nor tear anything down here",
+            layout.kubelet_root.display(),
+            layout.marker().display()
+        )));
+    }
+    Ok(())
+}
+
+/// Marks the kubelet root as ours (before kubelet starts).
+pub(crate) fn mark_ours(layout: &NodeLayout) -> Result<(), Error> {
+    fs::create_dir_all(&layout.kubelet_root)
+        .ctx(|| format!("creating {}", layout.kubelet_root.display()))?;
+    fs::write(
+        layout.marker(),
+        "made by the csi-provisioner-rs test environment\n",
+    )
+    .ctx(|| format!("writing {}", layout.marker().display()))
 }
 
 /// The node's own processes: those whose command line names one of its directories (kubelet,
@@ -398,6 +423,26 @@ mod tests {
             .map(PathBuf::from),
             "not the host's root, not a sibling that only shares a prefix"
         );
+    }
+
+    #[test]
+    fn a_kubelet_root_without_our_marker_is_never_torn_down() {
+        let tmp = std::env::temp_dir().join(format!("node-marker-{}", std::process::id()));
+        let layout = NodeLayout {
+            state: tmp.join("state"),
+            run: tmp.join("run"),
+            kubelet_root: tmp.join("kubelet"),
+        };
+        assert!(
+            check_ours(&layout).is_ok(),
+            "no kubelet root: nothing to guard"
+        );
+        fs::create_dir_all(&layout.kubelet_root).unwrap();
+        let refused = teardown(&layout).unwrap_err().to_string();
+        assert!(refused.contains("another kubelet"), "{refused}");
+        mark_ours(&layout).unwrap();
+        assert!(check_ours(&layout).is_ok());
+        fs::remove_dir_all(&tmp).unwrap();
     }
 
     #[test]
