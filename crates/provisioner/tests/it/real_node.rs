@@ -220,8 +220,12 @@ async fn the_next_node_cleans_up_after_a_killed_one() {
         still.is_empty(),
         "the killed node's processes live on: {still:?}"
     );
-    let removed = node.stop().unwrap();
-    assert!(removed.cgroups > 0, "{removed:?}");
+    let cleaned = node.cleaned_at_start().clone();
+    assert!(cleaned.processes >= 3, "{cleaned:?}");
+    assert!(cleaned.netns >= 1, "{cleaned:?}");
+    assert_eq!(cleaned.links, 1, "{cleaned:?}");
+    assert!(cleaned.cgroups > 0, "{cleaned:?}");
+    node.stop().unwrap();
     let after = testenv::node::leftovers(&layout);
     assert!(after.is_empty(), "left behind: {after:?}");
 }

@@ -42,6 +42,8 @@ pub struct RealNode {
     layout: NodeLayout,
     processes: Vec<Process>,
     stopped: bool,
+    /// What the teardown before this node's start removed (a killed node's leftovers).
+    cleaned: Removed,
 }
 
 impl RealNode {
@@ -53,13 +55,14 @@ impl RealNode {
         let kubelet_binary = paths::try_go_binary("kubelet")?;
         let layout = NodeLayout::default();
         // A node killed before it could tear down left its processes and mounts.
-        teardown::teardown(&layout)?;
+        let cleaned = teardown::teardown(&layout)?;
         teardown::mark_ours(&layout)?;
         teardown::record_host_settings(&layout)?;
         let mut node = RealNode {
             layout,
             processes: Vec::new(),
             stopped: false,
+            cleaned,
         };
         let layout = node.layout.clone();
         let node_ip = host_node_ip()?;
@@ -83,6 +86,11 @@ impl RealNode {
 
     pub fn name(&self) -> &str {
         NODE_NAME
+    }
+
+    /// What starting this node removed of a node before it that was killed.
+    pub fn cleaned_at_start(&self) -> &Removed {
+        &self.cleaned
     }
 
     pub fn layout(&self) -> &NodeLayout {
