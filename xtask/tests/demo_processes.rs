@@ -23,35 +23,19 @@ use std::time::{Duration, Instant};
 /// data, the kubeconfig, the plugins' state), except `skip`: pid and program name.
 fn started_in(dir: &Path, skip: Option<u32>) -> Vec<(u32, String)> {
     let needle = dir.to_string_lossy().into_owned();
-    let me = std::process::id();
-    let mut out = Vec::new();
-    for entry in fs::read_dir("/proc").expect("reading /proc").flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == me || Some(pid) == skip {
-            continue;
-        }
-        let Ok(cmdline) = fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.iter().any(|a| a.contains(&needle)) {
-            let program = Path::new(&args[0])
-                .file_name()
+    testenv::host_processes()
+        .into_iter()
+        .filter(|p| Some(p.pid) != skip && p.args.iter().any(|a| a.contains(&needle)))
+        .map(|p| {
+            let program = p
+                .args
+                .first()
+                .and_then(|a| Path::new(a).file_name())
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            out.push((pid, program));
-        }
-    }
-    out
+            (p.pid, program)
+        })
+        .collect()
 }
 
 fn count_by_program(procs: &[(u32, String)]) -> BTreeMap<String, usize> {

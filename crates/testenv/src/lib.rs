@@ -55,7 +55,10 @@ pub use paths::{
     bin_dir, bin_dir_unchecked, etcd_binary, go_binary, target_dir, try_go_binary,
     try_workspace_binary, workspace_binary, workspace_root,
 };
-pub use process::{Process, log_tail, spawn, spawn_detached, spawn_foreground, try_spawn};
+pub use process::{
+    HostProcess, Process, host_processes, log_tail, spawn, spawn_detached, spawn_foreground,
+    try_spawn,
+};
 pub use provisioner::Provisioner;
 pub use sanity::{SanityRun, run_csi_sanity};
 pub use shared::CLUSTER_ENV;

@@ -431,3 +431,39 @@ mod tests {
         }
     }
 }
+
+/// A process of this machine as `/proc` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostProcess {
+    pub pid: u32,
+    /// The command line's arguments (argv[0] first).
+    pub args: Vec<String>,
+    /// `/proc/<pid>/cgroup`.
+    pub cgroups: String,
+}
+
+/// Every process of this machine but this one (for tests and teardowns that find processes
+/// by what their command line names).
+pub fn host_processes() -> Vec<HostProcess> {
+    let me = std::process::id();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            if pid == me {
+                return None;
+            }
+            let cmdline = fs::read(entry.path().join("cmdline")).ok()?;
+            let args = cmdline
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let cgroups = fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+            Some(HostProcess { pid, args, cgroups })
+        })
+        .collect()
+}

@@ -102,18 +102,7 @@ async fn run_async(root: &Path, opts: &Options) -> Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let _snapshot_controller = SnapshotController::try_start(&dir, cp.kubeconfig())?;
     let plugin = HostpathPlugin::try_start(&dir.join("hp"), DRIVER, NODE_NAME, &[])?;
-    let mut registrar = Command::new(testenv::try_go_binary("node-registrar")?);
-    registrar
-        .arg(format!("--csi-address={}", plugin.socket.display()))
-        .arg(format!(
-            "--kubelet-registration-path={}",
-            plugin.socket.display()
-        ))
-        .arg(format!(
-            "--plugin-registration-path={}",
-            node.layout().plugins_registry().display()
-        ));
-    let _registrar = testenv::try_spawn("node-registrar", registrar, &dir)?;
+    let _registrar = node.start_registrar(&plugin.socket, &dir)?;
     let _snapshotter = Snapshotter::try_start(&dir, cp.kubeconfig(), &plugin.socket)?;
     let _provisioner = start_provisioner(opts, &cp, &plugin, &dir)?;
     wait_registered(&client).await?;

@@ -73,18 +73,7 @@ async fn a_pod_on_a_real_node_writes_into_the_volume_we_made() {
     s.driver = format!("{}.hostpath.csi", s.ns);
     testenv::create_csi_driver(&s.client, &s.driver, false).await;
     let plugin = HostpathPlugin::start(&s.dir.join("hp"), &s.driver, NODE_NAME, &[]);
-    let mut registrar = std::process::Command::new(testenv::go_binary("node-registrar"));
-    registrar
-        .arg(format!("--csi-address={}", plugin.socket.display()))
-        .arg(format!(
-            "--kubelet-registration-path={}",
-            plugin.socket.display()
-        ))
-        .arg(format!(
-            "--plugin-registration-path={}",
-            node.layout().plugins_registry().display()
-        ));
-    let _registrar = testenv::spawn("node-registrar", registrar, &s.dir);
+    let _registrar = node.start_registrar(&plugin.socket, &s.dir).unwrap();
     let csinodes: Api<CSINode> = Api::all(s.client.clone());
     let driver = s.driver.clone();
     testenv::wait_for(&csinodes, NODE_NAME, "list the hostpath driver", |n| {

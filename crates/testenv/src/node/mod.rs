@@ -97,6 +97,19 @@ impl RealNode {
         &self.layout
     }
 
+    /// Starts our `node-registrar` for the CSI driver at `socket` (node service and all), so
+    /// that kubelet registers it as the driver's node plugin; its log goes to `log_dir`.
+    pub fn start_registrar(&self, socket: &Path, log_dir: &Path) -> Result<Process, Error> {
+        let mut cmd = Command::new(paths::try_go_binary("node-registrar")?);
+        cmd.arg(format!("--csi-address={}", socket.display()))
+            .arg(format!("--kubelet-registration-path={}", socket.display()))
+            .arg(format!(
+                "--plugin-registration-path={}",
+                self.layout.plugins_registry().display()
+            ));
+        try_spawn("node-registrar", cmd, log_dir)
+    }
+
     /// kubelet's log.
     pub fn kubelet_log(&self) -> Option<PathBuf> {
         self.processes

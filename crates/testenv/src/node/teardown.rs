@@ -112,30 +112,16 @@ fn node_processes(layout: &NodeLayout) -> Vec<u32> {
         .iter()
         .map(|p| p.display().to_string())
         .collect();
-    let me = std::process::id();
-    let mut pids: Vec<u32> = Vec::new();
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return pids;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let cgroups = fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
-        if marks.iter().any(|m| cmdline.contains(m.as_str())) || in_kubepods(&cgroups) {
-            pids.push(pid);
-        }
-    }
-    pids
+    crate::process::host_processes()
+        .into_iter()
+        .filter(|p| {
+            p.args
+                .iter()
+                .any(|a| marks.iter().any(|m| a.contains(m.as_str())))
+                || in_kubepods(&p.cgroups)
+        })
+        .map(|p| p.pid)
+        .collect()
 }
 
 /// True when a `/proc/<pid>/cgroup` text puts the process in a pod's cgroup.
