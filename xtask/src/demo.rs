@@ -11,11 +11,12 @@ use crate::demo_driver::{DemoDriver, Flavor, Instance};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
+use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use testenv::{ControlPlane, ControlPlaneOptions};
+use testenv::node::{BUSYBOX_IMAGE, NODE_NAME};
+use testenv::{ControlPlane, ControlPlaneOptions, RealNode};
 
 const NAMESPACE: &str = "demo";
 
@@ -23,6 +24,7 @@ pub struct Options {
     pub dir: PathBuf,
     pub keep: bool,
     pub driver: DemoDriver,
+    pub real_node: bool,
 }
 
 pub fn run(root: &Path, opts: &Options) -> Result<()> {
@@ -37,14 +39,23 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
             opts.dir.display()
         );
     }
+    let flavor = Flavor::of(opts.driver, opts.real_node)?;
     // Everything the demo starts is recorded in `<dir>/pids` as it starts; the guard stops it
-    // all by those ids when the demo ends, fails or is interrupted, unless `--keep`.
+    // all by those ids when the demo ends, fails or is interrupted, unless `--keep`. The real
+    // node's kubelet, containerd and containers are found by its fixed paths instead, and
+    // torn down after them (an interrupt does both, see `testenv::stop_on_signals`).
     let guard = testenv::DetachedGuard::new(&opts.dir);
-    let told = runtime.block_on(story(root, &opts.dir, &Flavor::of(opts.driver)));
+    let told = runtime.block_on(story(root, &opts.dir, &flavor));
     if opts.keep {
         guard.keep();
         told?;
         println!("\nThe cluster keeps running (driver and provisioner included).");
+        if flavor.real_node {
+            println!(
+                "  the real node too: stop it with cargo xtask node down --dir {}",
+                opts.dir.display()
+            );
+        }
         println!(
             "  export KUBECONFIG={}",
             opts.dir.join("kubeconfig").display()
@@ -63,6 +74,10 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
         println!("\nTearing down (use --keep to leave it running).");
     }
     let stopped = guard.stop();
+    let node_removed = flavor
+        .real_node
+        .then(testenv::node::teardown_leftovers)
+        .transpose();
     told?;
     let stopped = stopped?;
     println!(
@@ -70,6 +85,15 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
         stopped.len(),
         stopped.join(", ")
     );
+    if let Some(r) = node_removed? {
+        println!(
+            "real node torn down: kubelet, containerd and {} other processes, {} mounts, {} network namespaces, {} cgroups",
+            r.processes.saturating_sub(2),
+            r.mounts,
+            r.netns,
+            r.cgroups
+        );
+    }
     Ok(())
 }
 
@@ -79,7 +103,8 @@ async fn story(root: &Path, dir: &Path, f: &Flavor) -> Result<()> {
     );
     let cp = ControlPlane::start(ControlPlaneOptions {
         dir: Some(dir.to_path_buf()),
-        nodes: f.pools.len(),
+        // The real node registers itself; the others are Node objects without a kubelet.
+        nodes: if f.real_node { 0 } else { f.pools.len() },
         driver: f.driver.to_string(),
         topology_key: f.topology_key.to_string(),
         detached: true,
@@ -95,6 +120,17 @@ async fn story(root: &Path, dir: &Path, f: &Flavor) -> Result<()> {
         cp.startup_time().as_secs_f64(),
         cp.server_url()
     );
+    if f.real_node {
+        heading("Starting the machine's real node (containerd and kubelet v1.37.2)");
+        let started = Instant::now();
+        let node = RealNode::start(&cp, true).await?;
+        node.detach();
+        println!(
+            "Node {NODE_NAME} Ready after {:.1}s (kubelet log: {}/logs/kubelet.log)",
+            started.elapsed().as_secs_f64(),
+            dir.display()
+        );
+    }
     let dir = cp.detach()?;
     testenv::try_create_bare_nodes(&client, f.topology_key, f.bare_nodes).await?;
     testenv::try_create_csi_driver(&client, f.driver, true).await?;
@@ -103,15 +139,25 @@ async fn story(root: &Path, dir: &Path, f: &Flavor) -> Result<()> {
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
     )
     .await?;
-    println!(
-        "{} fake nodes with the driver's topology label {}; CSIDriver {} with storageCapacity: true",
-        f.pools.len() + f.bare_nodes.len(),
-        f.topology_key,
-        f.driver
-    );
+    if f.real_node {
+        println!(
+            "Node {NODE_NAME}, real; CSIDriver {} with storageCapacity: true",
+            f.driver
+        );
+    } else {
+        println!(
+            "{} fake nodes with the driver's topology label {}; CSIDriver {} with storageCapacity: true",
+            f.pools.len() + f.bare_nodes.len(),
+            f.topology_key,
+            f.driver
+        );
+    }
 
     heading(&format!("Starting {} and csi-provisioner", f.name()));
     let instances = f.start(root, &dir)?;
+    if f.real_node {
+        register_with_kubelet(&client, &dir, f, &instances).await?;
+    }
     for instance in &instances {
         start_provisioner(root, &dir, &kubeconfig, instance)?;
     }
@@ -130,7 +176,44 @@ async fn story(root: &Path, dir: &Path, f: &Flavor) -> Result<()> {
 
     let sockets: Vec<&Path> = instances.iter().map(|i| i.socket.as_path()).collect();
     immediate_volume(&client, &sockets, f).await?;
-    capacity_aware_placement(&client, f).await
+    capacity_aware_placement(&client, &dir, f).await
+}
+
+/// Starts our node-registrar for each plugin, so that kubelet calls it to mount volumes, and
+/// waits until the CSINode lists the driver (kubelet writes the plugin's topology there).
+async fn register_with_kubelet(
+    client: &Client,
+    dir: &Path,
+    f: &Flavor,
+    instances: &[Instance],
+) -> Result<()> {
+    for instance in instances {
+        let cmd = testenv::node::registrar_command(&instance.socket)?;
+        let process = testenv::spawn_detached("node-registrar", cmd, &dir.join("logs"))?;
+        testenv::record_detached(dir, process)?;
+    }
+    let csinodes: Api<CSINode> = Api::all(client.clone());
+    wait_for(Duration::from_secs(60), || async {
+        let node = csinodes.get_opt(NODE_NAME).await.ok()??;
+        node.spec
+            .drivers
+            .iter()
+            .any(|d| d.name == f.driver)
+            .then_some(())
+    })
+    .await
+    .with_context(|| {
+        format!(
+            "kubelet did not register {} on {NODE_NAME} within 60s; see {}/logs/node-registrar.log and kubelet.log",
+            f.driver,
+            dir.display()
+        )
+    })?;
+    println!(
+        "kubelet registered the plugin as {}'s node plugin on {NODE_NAME} (node-registrar)",
+        f.driver
+    );
+    Ok(())
 }
 
 /// One central provisioner, or one `--node-deployment` instance for `instance.node`.
@@ -238,7 +321,7 @@ async fn immediate_volume(client: &Client, sockets: &[&Path], f: &Flavor) -> Res
 }
 
 /// Part 2: the seed's story — objects per node, pods only where their volume fits.
-async fn capacity_aware_placement(client: &Client, f: &Flavor) -> Result<()> {
+async fn capacity_aware_placement(client: &Client, dir: &Path, f: &Flavor) -> Result<()> {
     heading(
         "2. Capacity-aware placement (StorageClass with volumeBindingMode: WaitForFirstConsumer)",
     );
@@ -267,7 +350,7 @@ async fn capacity_aware_placement(client: &Client, f: &Flavor) -> Result<()> {
     for &(name, size) in f.pods {
         let claim_name = format!("{name}-data");
         create(client, claim(&claim_name, "demo-local", size)).await?;
-        create(client, pod(name, &claim_name)).await?;
+        create(client, pod(f, name, &claim_name)).await?;
         let outcome = wait(|| async {
             if let Some(node) = pods.get(name).await.ok()?.spec?.node_name {
                 return Some(Ok(node));
@@ -283,7 +366,12 @@ async fn capacity_aware_placement(client: &Client, f: &Flavor) -> Result<()> {
         })
         .await;
         match outcome {
-            Some(Ok(node)) => println!("pod {name} with a {size} volume → {node}"),
+            Some(Ok(node)) => {
+                println!("pod {name} with a {size} volume → {node}");
+                if f.real_node {
+                    show_pod_wrote(client, dir, name, &claim_name).await?;
+                }
+            }
             Some(Err(event)) => {
                 println!("pod {name} with a {size} volume → Pending: no node has room");
                 println!(
@@ -347,10 +435,61 @@ fn claim(name: &str, class: &str, size: &str) -> serde_json::Value {
            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class, "resources": {"requests": {"storage": size}}}})
 }
 
-fn pod(name: &str, claim: &str) -> serde_json::Value {
+fn pod(f: &Flavor, name: &str, claim: &str) -> serde_json::Value {
+    let volumes = json!([{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]);
+    if !f.real_node {
+        // Nothing runs on fake nodes: the image is never pulled.
+        return json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
+               "spec": {"containers": [{"name": "app", "image": "registry.invalid/demo"}], "volumes": volumes}});
+    }
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE},
-           "spec": {"containers": [{"name": "app", "image": "registry.invalid/demo"}],
-                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}})
+           "spec": {"terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "app", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                                    "command": ["sh", "-c", format!("echo '{name} wrote this into its volume' > /data/hello && exec sleep 3600")],
+                                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                    "volumes": volumes}})
+}
+
+/// On the real node: waits for pod `name` to run, then reads what it wrote from its volume's
+/// directory on the host (the plugin's state names it), not from the pod.
+async fn show_pod_wrote(client: &Client, dir: &Path, name: &str, claim_name: &str) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let started = Instant::now();
+    wait_for(Duration::from_secs(120), || async {
+        let phase = pods.get(name).await.ok()?.status?.phase?;
+        (phase == "Running").then_some(())
+    })
+    .await
+    .with_context(|| {
+        format!(
+            "pod {NAMESPACE}/{name} did not run within 120s; see {}/logs/kubelet.log",
+            dir.display()
+        )
+    })?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
+    let pv_name = claims
+        .get(claim_name)
+        .await?
+        .spec
+        .and_then(|s| s.volume_name)
+        .unwrap_or_default();
+    let state = crate::demo_driver::state_dir(dir, NODE_NAME);
+    let proof = wait_for(Duration::from_secs(30), || async {
+        let volumes = testenv::read_hostpath_volumes(&state).ok()?;
+        let volume = volumes.into_iter().find(|v| v.vol_name == pv_name)?;
+        let file = Path::new(&volume.vol_path).join("hello");
+        let text = std::fs::read_to_string(&file).ok()?;
+        Some((file, text))
+    })
+    .await
+    .with_context(|| format!("the volume of {pv_name} holds no file from pod {name}"))?;
+    println!(
+        "  running after {:.1}s; on the host, {} says: {}",
+        started.elapsed().as_secs_f64(),
+        proof.0.display(),
+        proof.1.trim_end()
+    );
+    Ok(())
 }
 
 /// Creates any object from its JSON form.
@@ -397,7 +536,16 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    wait_for(Duration::from_secs(30), f).await
+}
+
+/// Polls `f` for up to `timeout`; `None` if it never answered.
+async fn wait_for<T, F, Fut>(timeout: Duration, f: F) -> Option<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if let Some(v) = f().await {
             return Some(v);

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
+use testenv::node::NODE_NAME;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum DemoDriver {
@@ -36,10 +37,32 @@ pub struct Flavor {
     pub parameters: serde_json::Value,
     /// Pods created one after the other, each with one late-binding claim of this size.
     pub pods: &'static [(&'static str, &'static str)],
+    /// The pools' one node is the machine's real node (kubelet and containerd): the pods
+    /// start and write into their volumes.
+    pub real_node: bool,
 }
 
 impl Flavor {
-    pub fn of(kind: DemoDriver) -> Flavor {
+    pub fn of(kind: DemoDriver, real_node: bool) -> Result<Flavor> {
+        if !real_node {
+            return Ok(Self::on_fake_nodes(kind));
+        }
+        if kind != DemoDriver::Hostpath {
+            bail!(
+                "--real-node needs --driver hostpath: the mock driver does not mount volumes, so its pods would have nothing to write into"
+            );
+        }
+        // One node, so the story is told by one pool filling up: two claims fit, the third
+        // finds only what the first two left.
+        Ok(Flavor {
+            pools: &[(NODE_NAME, "20Gi")],
+            pods: &[("app-1", "5Gi"), ("app-2", "10Gi"), ("app-3", "10Gi")],
+            real_node: true,
+            ..Self::on_fake_nodes(kind)
+        })
+    }
+
+    fn on_fake_nodes(kind: DemoDriver) -> Flavor {
         match kind {
             DemoDriver::Mock => Flavor {
                 kind,
@@ -55,6 +78,7 @@ impl Flavor {
                     ("app-3", "50Gi"),
                     ("app-4", "500Gi"),
                 ],
+                real_node: false,
             },
             // The plugin's GetCapacity ignores topology, so each node gets its own plugin and
             // its own `--node-deployment` provisioner: the plugin's distributed deployment.
@@ -71,6 +95,7 @@ impl Flavor {
                     ("app-3", "50Gi"),
                     ("app-4", "500Gi"),
                 ],
+                real_node: false,
             },
         }
     }
@@ -107,7 +132,7 @@ impl Flavor {
                     // Short: unix socket paths are limited to 108 bytes.
                     let own = dir.join(format!("hp-{node}"));
                     // A previous run's volumes would still count against the capacity.
-                    let state = own.join("state");
+                    let state = state_dir(dir, node);
                     if state.exists() {
                         std::fs::remove_dir_all(&state)
                             .with_context(|| format!("removing {}", state.display()))?;
@@ -136,6 +161,9 @@ impl Flavor {
         for (node, size) in self.pools {
             match self.kind {
                 DemoDriver::Mock => println!("  pool on {node}: {size}"),
+                DemoDriver::Hostpath if self.real_node => println!(
+                    "  {node}: hostpathplugin --nodeid={node} --capacity=fast={size} (registered with kubelet as the node plugin), and csi-provisioner --node-deployment with NODE_NAME={node}"
+                ),
                 DemoDriver::Hostpath => println!(
                     "  {node}: hostpathplugin --nodeid={node} --capacity=fast={size}, and csi-provisioner --node-deployment with NODE_NAME={node}"
                 ),
@@ -145,6 +173,11 @@ impl Flavor {
             println!("  {node}: no driver");
         }
     }
+}
+
+/// Where the hostpathplugin of `node` keeps its state (its volumes' directories among it).
+pub fn state_dir(dir: &Path, node: &str) -> PathBuf {
+    dir.join(format!("hp-{node}")).join("state")
 }
 
 /// Starts `cmd` detached with `--endpoint=unix://<socket>`, recorded in `dir` for

@@ -83,6 +83,10 @@ enum Cmd {
         /// The CSI driver behind the provisioner.
         #[arg(long, value_enum, default_value = "mock")]
         driver: demo_driver::DemoDriver,
+        /// Tell it on the machine's real node (kubelet and containerd; `--driver hostpath`
+        /// only, needs root): the pods start and write into their volumes.
+        #[arg(long)]
+        real_node: bool,
         /// Use the binaries already built (target/debug and TESTENV_BIN or target/testenv-bin)
         /// instead of building them first.
         #[arg(long)]
@@ -285,13 +289,23 @@ fn run(cli: Cli) -> Result<()> {
             dir,
             keep,
             driver,
+            real_node,
             no_build,
         } => {
+            if real_node {
+                node::ensure_packages()?;
+            }
             if !no_build {
                 gobuild::build(&root, false, None)?;
                 build_our_binaries(false)?;
             }
-            demo::run(&root, &demo::Options { dir, keep, driver })
+            let opts = demo::Options {
+                dir,
+                keep,
+                driver,
+                real_node,
+            };
+            demo::run(&root, &opts)
         }
         Cmd::Chaos {
             suite,

@@ -1,7 +1,8 @@
 //! `cargo xtask demo --driver hostpath`, the distributed form (a control plane, three
 //! `hostpathplugin`s and three `--node-deployment` csi-provisioners), run as the real command:
 //! nothing it started outlives it, neither after it finishes nor after a SIGINT mid-run
-//! (issue 50 item 0: it used to leave its six driver and provisioner processes running).
+//! (issue 50 item 0: it used to leave its six driver and provisioner processes running). And
+//! its `--real-node` form, whose pods really run.
 //!
 //! Needs `cargo build --workspace --bins` first (the demo runs target/debug/csi-provisioner)
 //! and TESTENV_BIN; `--no-build` keeps the demo from building anything itself.
@@ -76,6 +77,24 @@ fn demo_command(dir: &Path) -> Command {
     cmd
 }
 
+/// Runs the demo with `args` added to completion: its stdout, after checking it succeeded.
+fn run_demo(dir: &Path, args: &[&str]) -> String {
+    let out = demo_command(dir)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("running cargo xtask demo");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "demo failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    stdout
+}
+
 fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
     let deadline = Instant::now() + timeout;
     loop {
@@ -124,18 +143,7 @@ fn demo_stops_every_process_it_started() {
         dir: &dir,
         demo: None,
     };
-    let out = demo_command(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("running cargo xtask demo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "demo failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
+    let stdout = run_demo(&dir, &[]);
     let left = left_over(&dir);
     assert_eq!(
         left.len(),
@@ -229,4 +237,51 @@ fn interrupted_demo_stops_every_process_it_started() {
         (Some(130), None),
         "the demo should stop what it started and exit with 130 on SIGINT; stderr:\n{stderr}"
     );
+}
+
+/// `--real-node`: the pods that fit start on the machine's real node and write into the
+/// volumes we provisioned (the demo reads the files from the host); the one that does not fit
+/// stays Pending with the explanation; afterwards neither the demo's processes nor anything of
+/// the node is left.
+#[test]
+#[ignore = "needs the control plane: cargo xtask test"]
+fn demo_on_the_real_node_runs_its_pods() {
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let dir = tmp.path().join("demo");
+    let _cleanup = Cleanup {
+        dir: &dir,
+        demo: None,
+    };
+    let stdout = run_demo(&dir, &["--real-node"]);
+    for (pod, size) in [("app-1", "5Gi"), ("app-2", "10Gi")] {
+        assert!(
+            stdout.contains(&format!("pod {pod} with a {size} volume → real-node\n")),
+            "{pod} was not placed on the real node:\n{stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("/hello says: {pod} wrote this into its volume\n")),
+            "{pod}'s write is not in its volume on the host:\n{stdout}"
+        );
+    }
+    assert_eq!(
+        stdout.matches(" wrote this into its volume").count(),
+        2,
+        "exactly the two pods that fit ran:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("pod app-3 with a 10Gi volume → Pending: no node has room"),
+        "the third claim should find only the 5Gi the first two left:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("real node torn down: kubelet, containerd and "),
+        "{stdout}"
+    );
+    let left = left_over(&dir);
+    assert!(
+        left.is_empty(),
+        "processes left running after the demo: {:?}",
+        count_by_program(&left)
+    );
+    let node = testenv::node::leftovers(&testenv::node::NodeLayout::default());
+    assert!(node.is_empty(), "the real node left behind: {node:?}");
 }

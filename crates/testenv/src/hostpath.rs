@@ -99,25 +99,7 @@ impl HostpathPlugin {
     /// # Panics
     /// When the file exists but cannot be read, or stays unparsable for two seconds.
     pub fn volumes(&self) -> Vec<HostpathVolume> {
-        let path = self.state_dir.join("state.json");
-        // The plugin rewrites the file in place (truncate, then write), so a read can land
-        // between the two and see it empty or cut short: read again until it parses.
-        let mut attempts = 0;
-        loop {
-            let text = match fs::read_to_string(&path) {
-                Ok(text) => text,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
-                Err(e) => panic!("reading {}: {e}", path.display()),
-            };
-            match parse_state(&text) {
-                Ok(volumes) => return volumes,
-                Err(_) if attempts < 100 => {
-                    attempts += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err(e) => panic!("{}: {e}", path.display()),
-            }
-        }
+        read_hostpath_volumes(&self.state_dir).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Every gRPC call the plugin logged, in order: `{"Method", "Request", "Response",
@@ -142,6 +124,35 @@ impl HostpathPlugin {
 
     pub fn process(&mut self) -> &mut Process {
         &mut self.process
+    }
+}
+
+/// The volumes in the state file of a plugin started with `--statedir=<state_dir>` (none
+/// before the first one is created).
+pub fn read_hostpath_volumes(state_dir: &Path) -> Result<Vec<HostpathVolume>, Error> {
+    let path = state_dir.join("state.json");
+    // The plugin rewrites the file in place (truncate, then write), so a read can land
+    // between the two and see it empty or cut short: read again until it parses.
+    let mut attempts = 0;
+    loop {
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+        };
+        match parse_state(&text) {
+            Ok(volumes) => return Ok(volumes),
+            Err(_) if attempts < 100 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => {
+                return Err(Error::NotReady(format!(
+                    "{} stays unparsable: {e}",
+                    path.display()
+                )));
+            }
+        }
     }
 }
 

@@ -41,8 +41,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 /// On SIGINT, SIGTERM or SIGHUP: stop every owned child's process group (SIGTERM, SIGKILL
-/// after 5 s) and every process recorded in a [`DetachedGuard`]'s directory, then exit with
-/// 128 + the signal's number.
+/// after 5 s) and every process recorded in a [`DetachedGuard`]'s directory, tear down the
+/// real node if this process started one, then exit with 128 + the signal's number.
 ///
 /// A handler, not a blocked mask and `sigwait`: children inherit a signal mask across exec
 /// (a blocked SIGTERM would make them deaf to it), while caught signals revert to their
@@ -126,6 +126,12 @@ fn teardown(sig: libc::c_int) {
         std::thread::sleep(Duration::from_millis(50));
     }
     signal_owned(&groups, libc::SIGKILL);
+    if crate::node::started_here() {
+        match crate::node::teardown_leftovers() {
+            Ok(removed) => eprintln!("real node torn down ({removed:?})"),
+            Err(e) => eprintln!("tearing down the real node: {e}"),
+        }
+    }
 }
 
 /// Stops the processes recorded in `dir` (`<dir>/pids`, see [`crate::record_detached`]) when

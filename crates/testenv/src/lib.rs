@@ -46,7 +46,7 @@ pub use control_plane::{ControlPlane, ControlPlaneOptions};
 pub use detached::{is_running as detached_is_running, record_detached, stop_detached};
 pub use error::Error;
 pub use flags::COMPONENTS;
-pub use hostpath::{HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, HostpathVolume};
+pub use hostpath::{HOSTPATH_TOPOLOGY_KEY, HostpathPlugin, HostpathVolume, read_hostpath_volumes};
 pub use interrupt::{DetachedGuard, stop_on_signals};
 pub use kubectl::kubectl;
 pub use mock_driver::MockDriver;

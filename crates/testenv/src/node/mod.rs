@@ -11,6 +11,7 @@ pub mod teardown;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
@@ -54,6 +55,7 @@ impl RealNode {
         check_prerequisites()?;
         let kubelet_binary = paths::try_go_binary("kubelet")?;
         let layout = NodeLayout::default();
+        STARTED.store(true, Ordering::Relaxed);
         // A node killed before it could tear down left its processes and mounts.
         let cleaned = teardown::teardown(&layout)?;
         teardown::mark_ours(&layout)?;
@@ -100,14 +102,7 @@ impl RealNode {
     /// Starts our `node-registrar` for the CSI driver at `socket` (node service and all), so
     /// that kubelet registers it as the driver's node plugin; its log goes to `log_dir`.
     pub fn start_registrar(&self, socket: &Path, log_dir: &Path) -> Result<Process, Error> {
-        let mut cmd = Command::new(paths::try_go_binary("node-registrar")?);
-        cmd.arg(format!("--csi-address={}", socket.display()))
-            .arg(format!("--kubelet-registration-path={}", socket.display()))
-            .arg(format!(
-                "--plugin-registration-path={}",
-                self.layout.plugins_registry().display()
-            ));
-        try_spawn("node-registrar", cmd, log_dir)
+        try_spawn("node-registrar", registrar_command(socket)?, log_dir)
     }
 
     /// kubelet's log.
@@ -198,6 +193,27 @@ impl Drop for RealNode {
             eprintln!("real node teardown: {e}");
         }
     }
+}
+
+/// Our `node-registrar` for the CSI driver at `socket`, registering it with the node's
+/// kubelet (for callers that start it detached, as the demo does).
+pub fn registrar_command(socket: &Path) -> Result<Command, Error> {
+    let mut cmd = Command::new(paths::try_go_binary("node-registrar")?);
+    cmd.arg(format!("--csi-address={}", socket.display()))
+        .arg(format!("--kubelet-registration-path={}", socket.display()))
+        .arg(format!(
+            "--plugin-registration-path={}",
+            NodeLayout::default().plugins_registry().display()
+        ));
+    Ok(cmd)
+}
+
+/// Whether this process started a real node: an interrupt then tears it down too
+/// ([`crate::stop_on_signals`]), since its mounts and network namespaces outlive any kill.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn started_here() -> bool {
+    STARTED.load(Ordering::Relaxed)
 }
 
 /// Tears down a node left running (`cargo xtask node down`, or after a kill).
