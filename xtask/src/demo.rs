@@ -415,11 +415,11 @@ async fn print_capacities(api: &Api<CSIStorageCapacity>, f: &Flavor) -> Result<(
         .collect();
     rows.sort_by(|a, b| a[2].cmp(&b[2]));
     println!(
-        "  {:<14} {:<12} {:<8} {:<10} MAX VOLUME",
+        "  {:<14} {:<12} {:<10} {:<10} MAX VOLUME",
         "NAME", "CLASS", "NODE", "CAPACITY"
     );
     for [name, class, node, cap, max] in rows {
-        println!("  {name:<14} {class:<12} {node:<8} {cap:<10} {max}");
+        println!("  {name:<14} {class:<12} {node:<10} {cap:<10} {max}");
     }
     Ok(())
 }

@@ -241,6 +241,10 @@ fn start_provisioner(
             "--capacity-ownerref-level=-1",
             "--strict-topology",
             "--immediate-topology=false",
+            // The suite's class (`FromName`) has no binding mode, which the API server
+            // defaults to Immediate; without this flag neither provisioner publishes capacity
+            // for it, and the capacity spec fails for both (seen in the first runs).
+            "--capacity-for-immediate-binding",
         ])
         .env("NODE_NAME", NODE_NAME);
     }
