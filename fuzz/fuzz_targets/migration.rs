@@ -290,14 +290,23 @@ fuzz_target!(|input: Input| {
             }
         }
         if let Some(d) = want.spec.as_mut().and_then(|s| s.azure_disk.as_mut()) {
-            // The CSI handle is the URI alone: the name comes back from its last part, and an
-            // unset kind as upstream's default.
-            d.disk_name = d
-                .disk_uri
-                .rsplit('/')
-                .next()
-                .unwrap_or_default()
-                .to_string();
+            // The CSI handle is the URI alone: the name comes back as upstream's pattern reads
+            // the URI, everything after its last `disks/` (`vhds/`) marker, slashes included
+            // (the crate's table tests pin the pattern). Here: the URI's tail after a slash,
+            // ending in its last part; an unset kind comes back as upstream's default.
+            let got = back
+                .spec
+                .as_ref()
+                .and_then(|s| s.azure_disk.as_ref())
+                .map(|b| b.disk_name.clone())
+                .unwrap_or_default();
+            let last = d.disk_uri.rsplit('/').next().unwrap_or_default();
+            assert!(
+                d.disk_uri.ends_with(&format!("/{got}")) && got.ends_with(last),
+                "azure disk name {got:?} is not the tail of {:?}",
+                d.disk_uri
+            );
+            d.disk_name = got;
             d.kind.get_or_insert_with(|| "Managed".into());
         }
         if let Some(f) = want.spec.as_mut().and_then(|s| s.azure_file.as_mut()) {
