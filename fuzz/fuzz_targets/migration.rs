@@ -293,17 +293,22 @@ fuzz_target!(|input: Input| {
             // The CSI handle is the URI alone: the name comes back as upstream's pattern reads
             // the URI, everything after its last `disks/` (`vhds/`) marker, slashes included
             // (the crate's table tests pin the pattern). Here: the URI's tail after a slash,
-            // ending in its last part; an unset kind comes back as upstream's default.
+            // ending in its last part, of one of its lines; an unset kind comes back as upstream's
+            // default.
             let got = back
                 .spec
                 .as_ref()
                 .and_then(|s| s.azure_disk.as_ref())
                 .map(|b| b.disk_name.clone())
                 .unwrap_or_default();
-            let last = d.disk_uri.rsplit('/').next().unwrap_or_default();
+            // Go's `.` stops at a line break: the name is the tail of one line of the URI.
+            let tail_of_a_line = d.disk_uri.split('\n').any(|line| {
+                let last = line.rsplit('/').next().unwrap_or_default();
+                line.ends_with(&format!("/{got}")) && got.ends_with(last)
+            });
             assert!(
-                d.disk_uri.ends_with(&format!("/{got}")) && got.ends_with(last),
-                "azure disk name {got:?} is not the tail of {:?}",
+                tail_of_a_line,
+                "azure disk name {got:?} is not the tail of a line of {:?}",
                 d.disk_uri
             );
             d.disk_name = got;

@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 /// Every target under `fuzz/fuzz_targets/`, in the order they run.
-pub const TARGETS: [&str; 8] = [
+pub const TARGETS: [&str; 9] = [
     "quantity",
     "secret_template",
     "topology",
@@ -16,6 +16,7 @@ pub const TARGETS: [&str; 8] = [
     "capacity_plan",
     "migration",
     "sanitize",
+    "klog_format",
 ];
 
 /// Runs `targets` (all when empty) for `seconds` each.
