@@ -69,13 +69,7 @@ fuzz_target!(|input: Input| {
     let file = input.file.replace(['\n', '\r'], "");
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(u64::from(input.secs));
 
-    let json = klog::json::render_line(
-        &level,
-        now,
-        Some((&file, input.line)),
-        fields.clone(),
-        "",
-    );
+    let json = klog::json::render_line(&level, now, Some((&file, input.line)), fields.clone(), "");
     assert!(json.ends_with('\n'), "{json:?}");
     assert_eq!(json.matches('\n').count(), 1, "one JSON line: {json:?}");
     let parsed: serde_json::Value =

@@ -80,10 +80,7 @@ fn zone_and_topology_is_refused() {
 // Found by the migration fuzz target: the name is everything after the last `/vhds/`, slashes
 // included, as upstream's greedy pattern reads it.
 #[case::slash_in_name("http://test.com/vhds/dir/name", Some("dir/name"))]
-#[case::fuzz_slash_in_name(
-    "https/[paws//:Ș~00000://Ř~00/vhds/000000/00",
-    Some("000000/00")
-)]
+#[case::fuzz_slash_in_name("https/[paws//:Ș~00000://Ř~00/vhds/000000/00", Some("000000/00"))]
 #[case::managed_host_only("test.com", None)]
 // Upper-case HTTP is unmanaged, but the unmanaged pattern wants lower-case `http`.
 #[case::upper_case_scheme("HTTP://test.com/vhds/name", None)]
