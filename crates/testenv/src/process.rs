@@ -436,7 +436,7 @@ mod tests {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostProcess {
     pub pid: u32,
-    /// The command line's arguments (argv[0] first).
+    /// The command line's arguments (`argv[0]` first).
     pub args: Vec<String>,
     /// `/proc/<pid>/cgroup`.
     pub cgroups: String,
