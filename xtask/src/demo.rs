@@ -11,7 +11,7 @@ use crate::demo_driver::{DemoDriver, Flavor, Instance};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
+use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -192,23 +192,14 @@ async fn register_with_kubelet(
         let process = testenv::spawn_detached("node-registrar", cmd, &dir.join("logs"))?;
         testenv::record_detached(dir, process)?;
     }
-    let csinodes: Api<CSINode> = Api::all(client.clone());
-    wait_for(Duration::from_secs(60), || async {
-        let node = csinodes.get_opt(NODE_NAME).await.ok()??;
-        node.spec
-            .drivers
-            .iter()
-            .any(|d| d.name == f.driver)
-            .then_some(())
-    })
-    .await
-    .with_context(|| {
-        format!(
-            "kubelet did not register {} on {NODE_NAME} within 60s; see {}/logs/node-registrar.log and kubelet.log",
-            f.driver,
-            dir.display()
-        )
-    })?;
+    testenv::node::wait_driver_registered(client, f.driver, Duration::from_secs(60))
+        .await
+        .with_context(|| {
+            format!(
+                "see {}/logs/node-registrar.log and kubelet.log",
+                dir.display()
+            )
+        })?;
     println!(
         "kubelet registered the plugin as {}'s node plugin on {NODE_NAME} (node-registrar)",
         f.driver

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
+use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::Api;
 use kube::api::PostParams;
 use testenv::node::NODE_NAME;
@@ -105,7 +105,7 @@ async fn run_async(root: &Path, opts: &Options) -> Result<()> {
     let _registrar = node.start_registrar(&plugin.socket, &dir)?;
     let _snapshotter = Snapshotter::try_start(&dir, cp.kubeconfig(), &plugin.socket)?;
     let _provisioner = start_provisioner(opts, &cp, &plugin, &dir)?;
-    wait_registered(&client).await?;
+    testenv::node::wait_driver_registered(&client, DRIVER, Duration::from_secs(60)).await?;
 
     let block = Path::new("/dev/loop-control").exists();
     let driver_file = report_dir.join("test-driver.yaml");
@@ -249,22 +249,6 @@ fn start_provisioner(
         .env("NODE_NAME", NODE_NAME);
     }
     Ok(testenv::try_spawn("csi-provisioner", cmd, dir)?)
-}
-
-async fn wait_registered(client: &kube::Client) -> Result<()> {
-    let nodes: Api<CSINode> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(n) = nodes.get_opt(NODE_NAME).await?
-            && n.spec.drivers.iter().any(|d| d.name == DRIVER)
-        {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("kubelet did not register {DRIVER} on {NODE_NAME} within 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 fn run_suite(

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::CSINode;
 use kube::Api;
 
 use crate::error::IoContext;
@@ -192,6 +193,31 @@ impl Drop for RealNode {
         if let Err(e) = teardown::teardown(&self.layout) {
             eprintln!("real node teardown: {e}");
         }
+    }
+}
+
+/// Waits until kubelet lists `driver` in the real node's CSINode (the registrar's work is
+/// done, and the plugin's topology is on the Node), for up to `timeout`.
+pub async fn wait_driver_registered(
+    client: &kube::Client,
+    driver: &str,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let csinodes: Api<CSINode> = Api::all(client.clone());
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(n) = csinodes.get_opt(NODE_NAME).await?
+            && n.spec.drivers.iter().any(|d| d.name == driver)
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::NotReady(format!(
+                "kubelet did not register {driver} on {NODE_NAME} within {}s; see the node-registrar's and kubelet's logs",
+                timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
