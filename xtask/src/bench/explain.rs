@@ -320,6 +320,29 @@ pub fn explain(r: &ScenarioResult) -> String {
                 n(med(r, Impl::Upstream, &first, "all_bound_s")),
             )
         }
+        9 => {
+            let m = |which, key| n(med(r, which, &first, key));
+            format!(
+                "the scheduler ranks the nodes a pod fits on by the capacity it last saw. \
+                 Upstream publishes the driver's reading once a minute, so for the whole burst \
+                 the node that was emptiest at the last poll stays first: pods pile onto it \
+                 until the driver refuses (upstream {} ResourceExhausted calls, {} claims sent \
+                 back, at most {} volumes on one node). Ours lowers a node's object as soon \
+                 as a CreateVolume starts there, so the next pod sees it fuller and goes \
+                 elsewhere ({} refused, {} sent back, at most {}). Volumes off the spread of \
+                 an oracle that knew the true free space: ours {} vs upstream {} (time ratio \
+                 {}).",
+                m(Impl::Upstream, "exhausted_calls"),
+                m(Impl::Upstream, "sent_back"),
+                m(Impl::Upstream, "most_on_one"),
+                m(Impl::Ours, "exhausted_calls"),
+                m(Impl::Ours, "sent_back"),
+                m(Impl::Ours, "most_on_one"),
+                m(Impl::Ours, "off_oracle"),
+                m(Impl::Upstream, "off_oracle"),
+                r2(ratio(r, &first, "all_bound_s")),
+            )
+        }
         _ => {
             let ours = med(r, Impl::Ours, &first, "exhausted_calls");
             let upstream = med(r, Impl::Upstream, &first, "exhausted_calls");

@@ -25,6 +25,7 @@ mod restore;
 pub(crate) mod results;
 mod sampler;
 mod scale;
+mod scoring;
 pub(crate) mod stats;
 mod sweep;
 mod throughput;
@@ -40,7 +41,7 @@ use launch::Binaries;
 use results::{RunRecord, ScenarioResult};
 
 /// The number of the last scenario.
-const LAST: u8 = 8;
+const LAST: u8 = 9;
 
 /// What `cargo xtask bench` was asked to do.
 #[derive(Debug, Clone)]
@@ -276,7 +277,8 @@ async fn run_scenarios(
                     5 => scale::run(ctx).await,
                     6 => placement::run(ctx).await,
                     7 => distributed::run(ctx).await,
-                    _ => restore::run(ctx).await,
+                    8 => restore::run(ctx).await,
+                    _ => scoring::run(ctx).await,
                 };
                 produced.push((s, runs));
                 notes.extend(n);
@@ -347,11 +349,17 @@ fn assemble(
             distributed::metrics(),
             distributed::plot(),
         ),
-        _ => (
+        8 => (
             "Restore waits for the snapshot",
             restore::setup(sizes),
             restore::metrics(),
             restore::plot(),
+        ),
+        _ => (
+            "Placement under capacity scoring",
+            scoring::setup(sizes),
+            scoring::metrics(),
+            scoring::plot(),
         ),
     };
     ScenarioResult {
@@ -367,10 +375,10 @@ mod tests {
 
     #[test]
     fn scenario_selection() {
-        assert_eq!(selection(&[]).unwrap(), vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(selection(&[]).unwrap(), vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
         assert_eq!(selection(&[8, 4, 1, 4]).unwrap(), vec![1, 4, 8]);
-        let err = selection(&[9]).unwrap_err().to_string();
-        assert!(err.contains("no scenario 9"), "{err}");
+        let err = selection(&[10]).unwrap_err().to_string();
+        assert!(err.contains("no scenario 10"), "{err}");
         assert!(selection(&[0]).is_err());
     }
 

@@ -23,22 +23,41 @@ use super::results::{Impl, MetricDef, PlotSpec, RunRecord};
 
 /// Upstream's defaults for both: capacity QPS 1/5, poll 1m, kube QPS 5/10.
 pub const CAPACITY_QPS: (u32, u32) = (1, 5);
-const POOL_SIZE: &str = "100Gi";
+const POOL_GI: u64 = 100;
 
 /// One shape of burst.
-struct Shape {
-    variant: &'static str,
-    nodes: usize,
-    /// The first half of the nodes get the first pool size, the rest the second.
-    pools: (&'static str, &'static str),
-    pods: usize,
-    claim: &'static str,
+pub(super) struct Shape {
+    pub variant: &'static str,
+    pub nodes: usize,
+    /// Pool sizes in GiB: the nodes, in order, are split into as many equal groups, the first
+    /// group gets the first size and so on.
+    pub pools: &'static [u64],
+    pub pods: usize,
+    /// Each claim's size in GiB.
+    pub claim: u64,
     /// The driver's CreateVolume takes this long (random in the range), in ms.
-    create_ms: (u64, u64),
-    /// Pods are created this far apart (claims all at once).
-    pod_every_ms: u64,
+    pub create_ms: (u64, u64),
+    /// Pods are created in groups of `burst` at once (claims all at once at the start)...
+    pub burst: usize,
+    /// ...this far apart.
+    pub pod_every_ms: u64,
     /// Flags for both provisioners.
-    extra: &'static [&'static str],
+    pub extra: &'static [&'static str],
+}
+
+impl Shape {
+    /// The pool size in GiB of node `i` of `self.nodes`.
+    pub fn pool_of(&self, i: usize) -> u64 {
+        self.pools[i * self.pools.len() / self.nodes.max(1)]
+    }
+}
+
+/// Where each pod went, in the order the pods were created (`None`: never bound to a node),
+/// and every node with its pool size in GiB.
+#[derive(Debug, Default)]
+pub(super) struct Placed {
+    pub nodes: Vec<(String, u64)>,
+    pub pods: Vec<Option<String>>,
 }
 
 /// The wide burst: sized by `--quick`; no added latency.
@@ -46,10 +65,11 @@ fn wide(s: &Sizes) -> Shape {
     Shape {
         variant: "",
         nodes: s.s6_nodes,
-        pools: (POOL_SIZE, POOL_SIZE),
+        pools: &[POOL_GI],
         pods: s.s6_pods,
-        claim: "9Gi",
+        claim: 9,
         create_ms: (0, 0),
+        burst: s.s6_pods,
         pod_every_ms: 0,
         extra: &[],
     }
@@ -60,10 +80,11 @@ pub const TIGHT: &str = "tight";
 const TIGHT_SHAPE: Shape = Shape {
     variant: TIGHT,
     nodes: 6,
-    pools: ("100Gi", "50Gi"),
+    pools: &[100, 50],
     pods: 9,
-    claim: "45Gi",
+    claim: 45,
     create_ms: (2000, 4000),
+    burst: 1,
     pod_every_ms: 250,
     // Local storage: the driver may make the volume on the selected node only.
     extra: &["--strict-topology"],
@@ -73,11 +94,11 @@ pub fn setup(s: &Sizes) -> String {
     let w = wide(s);
     let t = TIGHT_SHAPE;
     format!(
-        "{} fake nodes, a {POOL_SIZE} pool per node, CSIDriver with `storageCapacity: true`, \
-         one WaitForFirstConsumer StorageClass. {} pods, each with its own {} claim, \
+        "{} fake nodes, a {POOL_GI}Gi pool per node, CSIDriver with `storageCapacity: true`, \
+         one WaitForFirstConsumer StorageClass. {} pods, each with its own {}Gi claim, \
          are created at once (room for 11 volumes per node, so all fit if placed well); the \
-         real kube-scheduler places them. Variant `{TIGHT}`: {} nodes, half with a {} pool and \
-         half with {}, {} pods of {} each created {} ms apart (every slot is needed) and the \
+         real kube-scheduler places them. Variant `{TIGHT}`: {} nodes, half with a {}Gi pool and \
+         half with {}Gi, {} pods of {}Gi each created {} ms apart (every slot is needed) and the \
          driver's CreateVolume taking {}–{} ms, both provisioners with `--strict-topology` (local \
          storage: a volume only on the selected node). Flags: upstream's defaults (QPS 5/10, capacity QPS {}/{}, poll 1m; ours \
          with its default `--capacity-reservations`). ResourceExhausted is counted in the \
@@ -88,8 +109,8 @@ pub fn setup(s: &Sizes) -> String {
         w.pods,
         w.claim,
         t.nodes,
-        t.pools.0,
-        t.pools.1,
+        t.pools[0],
+        t.pools[1],
         t.pods,
         t.claim,
         t.pod_every_ms,
@@ -132,25 +153,30 @@ pub fn plot() -> PlotSpec {
     }
 }
 
+/// One run of `shape`: every count in `rec`, and where the pods went.
 async fn measure(
     ctx: &Ctx,
     shape: &Shape,
     slot: &Slot,
     rec: &mut RunRecord,
     started: &mut (Option<Running>, Option<Driver>),
-) -> Result<()> {
+) -> Result<Placed> {
     let nodes = cluster::ensure_nodes(&ctx.client, shape.nodes, &slot.driver).await?;
     ctx.prepare(slot, true).await?;
     let class = slot.driver.trim_end_matches(".bench.csi").to_string();
     let sc = objects::storage_class(&class, &slot.driver, "WaitForFirstConsumer", "Delete");
     create_all(&Api::all(ctx.client.clone()), vec![sc]).await?;
-    let half = nodes.len().div_ceil(2);
-    let mut args = launch::node_pools(TOPOLOGY_KEY, &nodes[..half], shape.pools.0);
-    args.extend(launch::node_pools(
-        TOPOLOGY_KEY,
-        &nodes[half..],
-        shape.pools.1,
-    ));
+    let sized: Vec<(String, u64)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.clone(), shape.pool_of(i)))
+        .collect();
+    let mut args: Vec<String> = sized
+        .iter()
+        .flat_map(|(n, gi)| {
+            launch::node_pools(TOPOLOGY_KEY, std::slice::from_ref(n), &format!("{gi}Gi"))
+        })
+        .collect();
     if shape.create_ms != (0, 0) {
         let (min, max) = shape.create_ms;
         let faults = serde_json::json!({"CreateVolume": {"delay_ms": min, "delay_max_ms": max}});
@@ -177,17 +203,17 @@ async fn measure(
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &slot.namespace);
     let placed = observe::watch_pods(pods.clone(), t0);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &slot.namespace);
+    let size = format!("{}Gi", shape.claim);
     let batch =
-        (0..n).map(|i| objects::claim(&format!("d-{i}"), &class, shape.claim, &slot.driver, None));
+        (0..n).map(|i| objects::claim(&format!("d-{i}"), &class, &size, &slot.driver, None));
     create_all(&claims, batch.collect()).await?;
     let all_pods: Vec<Pod> = (0..n)
         .map(|i| objects::pod(&format!("p-{i}"), &format!("d-{i}")))
         .collect();
-    if shape.pod_every_ms == 0 {
-        create_all(&pods, all_pods).await?;
-    } else {
-        for pod in all_pods {
-            create_all(&pods, vec![pod]).await?;
+    let mut groups = all_pods.chunks(shape.burst.max(1)).peekable();
+    while let Some(group) = groups.next() {
+        create_all(&pods, group.to_vec()).await?;
+        if groups.peek().is_some() {
             tokio::time::sleep(Duration::from_millis(shape.pod_every_ms)).await;
         }
     }
@@ -229,26 +255,49 @@ async fn measure(
         observe::provisioning_failed(&ctx.client, &slot.namespace, |_| true).await?,
     );
     rec.series.insert("scheduled".into(), cumulative(times));
-    Ok(())
+    let pods = placed.with(|p| {
+        (0..n)
+            .map(|i| {
+                p.scheduled
+                    .get(&format!("p-{i}"))
+                    .map(|(_, node)| node.clone())
+            })
+            .collect()
+    });
+    Ok(Placed { nodes: sized, pods })
 }
 
 pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<String>) {
     let mut records = Vec::new();
     for shape in [wide(&ctx.sizes), TIGHT_SHAPE] {
-        for run in 1..=ctx.runs {
-            for which in Impl::order(run) {
-                let slot = ctx.slot(6, shape.variant, which, run);
-                println!("bench: scenario 6 {}, run {run}, {which}", shape.variant);
-                let mut rec = RunRecord::new(which, shape.variant, run);
-                let mut started = (None, None);
-                if let Err(e) = measure(ctx, &shape, &slot, &mut rec, &mut started).await {
-                    rec.notes.push(format!("{e:#}"));
-                }
-                ctx.teardown(&slot, started.0, started.1).await;
-                println!("  {:?} {:?}", rec.values, rec.notes);
-                records.push(rec);
-            }
-        }
+        records.extend(runs_of(ctx, 6, &shape, |_, _| {}).await);
     }
     (records, Vec::new())
+}
+
+/// Every run of `shape` for both provisioners, as scenario `n`; `then` adds what a scenario
+/// reads from where the pods went.
+pub(super) async fn runs_of(
+    ctx: &Ctx,
+    n: u8,
+    shape: &Shape,
+    then: impl Fn(&Placed, &mut RunRecord),
+) -> Vec<RunRecord> {
+    let mut records = Vec::new();
+    for run in 1..=ctx.runs {
+        for which in Impl::order(run) {
+            let slot = ctx.slot(n, shape.variant, which, run);
+            println!("bench: scenario {n} {}, run {run}, {which}", shape.variant);
+            let mut rec = RunRecord::new(which, shape.variant, run);
+            let mut started = (None, None);
+            match measure(ctx, shape, &slot, &mut rec, &mut started).await {
+                Ok(placed) => then(&placed, &mut rec),
+                Err(e) => rec.notes.push(format!("{e:#}")),
+            }
+            ctx.teardown(&slot, started.0, started.1).await;
+            println!("  {:?} {:?}", rec.values, rec.notes);
+            records.push(rec);
+        }
+    }
+    records
 }
