@@ -158,6 +158,7 @@ impl Ctx {
             runs,
             plot: None,
             notes: Vec::new(),
+            upstream: super::results::UPSTREAM.into(),
         }
     }
 

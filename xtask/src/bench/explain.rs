@@ -414,6 +414,7 @@ mod tests {
             runs: vec![a, b],
             plot: None,
             notes: vec![],
+            upstream: crate::bench::results::UPSTREAM.into(),
         }
     }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::plot::{self, Line};
-use super::results::{Impl, ScenarioResult};
+use super::results::{Impl, ScenarioResult, UPSTREAM};
 use super::stats::{self, Summary};
 
 /// A number with about three significant digits.
@@ -135,19 +135,37 @@ pub fn render(
 ) -> String {
     let mut out = String::from(header);
     let total: f64 = results.iter().map(|r| r.wall_seconds).sum();
-    let _ = writeln!(out, "| Scenario | Finished | Wall time |\n|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| Scenario | Upstream | Finished | Wall time |\n|---|---|---|---|"
+    );
     for r in results {
         let _ = writeln!(
             out,
-            "| {}. {}{} | {} | {:.0} min |",
+            "| {}. {}{} | {} | {} | {:.0} min |",
             r.scenario,
             r.title,
             if r.quick { " (quick sizes)" } else { "" },
+            r.upstream,
             r.finished_at,
             r.wall_seconds / 60.0
         );
     }
-    let _ = writeln!(out, "| **all** | | **{:.0} min** |\n", total / 60.0);
+    let _ = writeln!(out, "| **all** | | | **{:.0} min** |\n", total / 60.0);
+    let older: Vec<String> = results
+        .iter()
+        .filter(|r| r.upstream != UPSTREAM)
+        .map(|r| r.scenario.to_string())
+        .collect();
+    if !older.is_empty() {
+        let _ = writeln!(
+            out,
+            "Scenarios {} last ran against an earlier upstream release (the Upstream column) \
+             and have not been re-run since the move to {UPSTREAM}; `docs/compatibility.md` \
+             says what changed between the two.\n",
+            older.join(", ")
+        );
+    }
     for r in results {
         let _ = writeln!(out, "## {}. {}\n", r.scenario, r.title);
         let _ = writeln!(out, "{}\n", r.setup.trim());

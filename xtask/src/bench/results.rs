@@ -129,6 +129,17 @@ pub struct ScenarioResult {
     /// Scenario-level problems (setup failures, skipped runs).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The upstream release the scenario ran against.
+    #[serde(default = "before_the_field")]
+    pub upstream: String,
+}
+
+/// The upstream release every comparison builds and runs now.
+pub const UPSTREAM: &str = "v6.4.0";
+
+/// Results written before the field existed ran against v6.3.0.
+fn before_the_field() -> String {
+    "v6.3.0".into()
 }
 
 impl ScenarioResult {
@@ -295,6 +306,7 @@ mod tests {
                 .collect(),
             plot: None,
             notes: vec![note.into()],
+            upstream: UPSTREAM.into(),
         }
     }
 
@@ -367,6 +379,7 @@ mod tests {
             runs: vec![a, b, c],
             plot: None,
             notes: vec![],
+            upstream: UPSTREAM.into(),
         };
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();

@@ -42,6 +42,7 @@ fn sample() -> ScenarioResult {
             pick_by: "secs".into(),
         }),
         notes: vec!["setup took long".into()],
+        upstream: crate::bench::results::UPSTREAM.into(),
     }
 }
 
@@ -96,8 +97,8 @@ fn document_has_every_part() {
     });
     for want in [
         "# Benchmarks",
-        "| 1. Throughput | 2026-01-01T00:00:00Z | 10 min |",
-        "| **all** | | **10 min** |",
+        "| 1. Throughput | v6.4.0 | 2026-01-01T00:00:00Z | 10 min |",
+        "| **all** | | | **10 min** |",
         "## 1. Throughput",
         "1,000 claims.",
         "```sh\ncargo xtask bench --scenario 1\n```",
@@ -109,6 +110,29 @@ fn document_has_every_part() {
     ] {
         assert!(doc.contains(want), "missing {want:?} in\n{doc}");
     }
+    assert!(!doc.contains("earlier upstream release"), "{doc}");
+}
+
+#[test]
+fn scenarios_run_against_an_older_upstream_say_so() {
+    let mut old = sample();
+    old.upstream = "v6.3.0".into();
+    let mut new = sample();
+    new.scenario = 2;
+    let doc = render(HEADER, &[old, new], "bench/plots", &|_| String::new());
+    assert!(doc.contains("| 1. Throughput | v6.3.0 |"), "{doc}");
+    assert!(
+        doc.contains(
+            "Scenarios 1 last ran against an earlier upstream release (the Upstream column)"
+        ),
+        "{doc}"
+    );
+    // Files from before the field existed were all run against v6.3.0.
+    let json = serde_json::to_value(sample()).unwrap();
+    let mut fields = json.as_object().unwrap().clone();
+    fields.remove("upstream");
+    let read: ScenarioResult = serde_json::from_value(fields.into()).unwrap();
+    assert_eq!(read.upstream, "v6.3.0");
 }
 
 #[test]
