@@ -29,14 +29,21 @@ fn our_claim_writes(s: &Scenario) -> Vec<testenv::audit::Write> {
 }
 
 /// A scenario with the policy in force, an Immediate class, and the driver's CreateVolume taking
-/// `delay_ms` (long enough to act while it runs).
-async fn with_policy(prefix: &str, prov_args: &[&str], delay_ms: u64) -> (Scenario, String) {
+/// `delay_ms` (long enough to act while it runs). `None` on a server without the v1 policy
+/// API, after checking the graceful path there (see `support::install_policy`).
+async fn with_policy(
+    prefix: &str,
+    prov_args: &[&str],
+    delay_ms: u64,
+) -> Option<(Scenario, String)> {
     let s = Scenario::start(prefix, &[], prov_args).await;
-    support::install_policy(&s).await;
+    if !support::install_policy(&s).await {
+        return None;
+    }
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": delay_ms}}));
     let class = s.class("imm", "Immediate", json!({})).await;
-    (s, class)
+    Some((s, class))
 }
 
 /// The finalizer comes and goes with writes kube-controller-manager makes anyway: our provisioner
@@ -44,7 +51,9 @@ async fn with_policy(prefix: &str, prov_args: &[&str], delay_ms: u64) -> (Scenar
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim() {
-    let (s, class) = with_policy("adm-zero", &[], 1500).await;
+    let Some((s, class)) = with_policy("adm-zero", &[], 1500).await else {
+        return;
+    };
     let names = ["a", "b", "c"];
     for name in names {
         s.claim(name, &class, "1Gi", json!({})).await;
@@ -80,7 +89,9 @@ async fn the_api_server_keeps_the_finalizer_and_the_provisioner_writes_no_claim(
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn kubectl_apply_keeps_its_merge_with_the_policy() {
-    let (s, class) = with_policy("adm-apply", &[], 1500).await;
+    let Some((s, class)) = with_policy("adm-apply", &[], 1500).await else {
+        return;
+    };
     support::kubectl_apply_claim(&s, "data", &class, json!({"app": "db", "tier": "gold"}));
     s.wait_finalizer("data").await;
     let claim = support::wait_bound_and_released(&s, "data").await;
@@ -107,7 +118,9 @@ async fn kubectl_apply_keeps_its_merge_with_the_policy() {
 async fn a_policy_rendered_for_other_volume_names_releases_with_the_binding() {
     let naming = ["--volume-name-prefix=vol", "--volume-name-uuid-length=8"];
     let s = Scenario::start("adm-names", &[], &naming).await;
-    support::install_policy_with(&s, &naming).await;
+    if !support::install_policy_with(&s, &naming).await {
+        return;
+    }
     let class = s.class("imm", "Immediate", json!({})).await;
     for name in ["a", "b"] {
         let claim = s.claim(name, &class, "1Gi", json!({})).await;
@@ -136,7 +149,9 @@ async fn a_policy_rendered_for_other_volume_names_releases_with_the_binding() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn failed_attempts_write_no_claim_under_the_policy() {
     let mut s = Scenario::start("adm-fail", &[], &[]).await;
-    support::install_policy(&s).await;
+    if !support::install_policy(&s).await {
+        return;
+    }
     support::wait_policy_seen(&mut s);
     s.mock().set_faults(json!({"CreateVolume": {
         "code": "Internal", "message": "the storage system said no"}}));
@@ -176,7 +191,9 @@ async fn failed_attempts_write_no_claim_under_the_policy() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_clean_up_that_cannot_build_its_probe_says_what_to_do() {
     let s = Scenario::start("adm-stuck", &[], &[]).await;
-    support::install_policy(&s).await;
+    if !support::install_policy(&s).await {
+        return;
+    }
     let secret = json!({"parameters": {
         "csi.storage.k8s.io/provisioner-secret-name": "creds",
         "csi.storage.k8s.io/provisioner-secret-namespace": s.ns}});
@@ -207,7 +224,9 @@ async fn a_clean_up_that_cannot_build_its_probe_says_what_to_do() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_during_create_volume_leaves_no_volume_under_the_policy() {
     // At -v=5 each CSI call is logged as it is sent.
-    let (mut s, class) = with_policy("adm-race", &["-v=5"], 3000).await;
+    let Some((mut s, class)) = with_policy("adm-race", &["-v=5"], 3000).await else {
+        return;
+    };
     s.claim("data", &class, "1Gi", json!({})).await;
     s.delete_while_creating("data").await;
     no_pv_of_class(&s, &class).await;
@@ -219,7 +238,9 @@ async fn a_claim_deleted_during_create_volume_leaves_no_volume_under_the_policy(
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn other_drivers_and_unscheduled_claims_get_no_finalizer() {
     let s = Scenario::start("adm-others", &[], &[]).await;
-    support::install_policy(&s).await;
+    if !support::install_policy(&s).await {
+        return;
+    }
     let other = json!({"metadata": {"annotations": {
         "volume.kubernetes.io/storage-provisioner": "other.csi.example"}}});
     let theirs = s.claim("theirs", "no-such-class", "1Gi", other).await;
@@ -247,7 +268,9 @@ async fn other_drivers_and_unscheduled_claims_get_no_finalizer() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_before_its_first_attempt_is_released_without_a_probe() {
-    let (s, class) = with_policy("adm-early", &["--worker-threads=1"], 6000).await;
+    let Some((s, class)) = with_policy("adm-early", &["--worker-threads=1"], 6000).await else {
+        return;
+    };
     // Taken after the provisioner started, so waiting the margin from here is enough.
     let started = std::time::Instant::now();
     // Claims created within a minute of the start count as possibly seen by an earlier process
@@ -288,7 +311,9 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
         (gauge().await? == 0.0).then_some(())
     })
     .await;
-    support::install_policy(&s).await;
+    if !support::install_policy(&s).await {
+        return;
+    }
     eventually("the gauge at 1 with the policy", WAIT, || async {
         (gauge().await? == 1.0).then_some(())
     })
@@ -330,7 +355,9 @@ async fn the_provisioner_reports_whether_the_policy_is_in_force() {
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_the_policy() {
     // At -v=5 each CSI call is logged as it is sent.
-    let (mut s, class) = with_policy("adm-crash", &["-v=5"], 4000).await;
+    let Some((mut s, class)) = with_policy("adm-crash", &["-v=5"], 4000).await else {
+        return;
+    };
     let volume = s.claim_volume_name("data", &class, "1Gi").await;
     s.wait_finalizer("data").await;
     s.wait_create_volume_sent();
@@ -375,12 +402,19 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume_under_th
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn without_the_policy_api_the_provisioner_writes_the_finalizer_itself() {
     const ACTIVE: &str = "csi_provisioner_admission_policy_active";
-    let cp = testenv::ControlPlane::start(testenv::ControlPlaneOptions {
-        apiserver_args: vec![
+    // Before Kubernetes 1.36 the API is not there to turn off (nor is the flag accepted).
+    let shared = testenv::ControlPlane::shared().client().await;
+    let apiserver_args = if support::serves_policy_api(&shared).await {
+        vec![
             "--runtime-config=admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false,admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false".into(),
             // The plugin would wait for the API it reads.
             "--disable-admission-plugins=MutatingAdmissionPolicy".into(),
-        ],
+        ]
+    } else {
+        Vec::new()
+    };
+    let cp = testenv::ControlPlane::start(testenv::ControlPlaneOptions {
+        apiserver_args,
         ..Default::default()
     })
     .await

@@ -74,8 +74,26 @@ async fn every_manifest_passes_a_server_dry_run() {
     assert_eq!(shipped, tested, "every shipped manifest is checked here");
     // The manifests name (or default to) the `default` namespace, as upstream's do.
     let _ = kubectl(cp.kubeconfig(), &["create", "namespace", "default"], None);
+    let policy_api = support::serves_policy_api(&cp.client().await).await;
     for (file, objects) in MANIFESTS {
         let path = manifests_dir().join(file).display().to_string();
+        if *file == "admission-policy.yaml" && !policy_api {
+            // What an operator on Kubernetes 1.34 or 1.35 sees: kubectl names the missing kind.
+            eprintln!("{file}: this check {}", support::NEEDS_POLICY_API);
+            let refused = kubectl(
+                cp.kubeconfig(),
+                &["apply", "--dry-run=server", "-f", &path],
+                None,
+            )
+            .expect_err("a server without the v1 policy API refuses the policy");
+            assert!(
+                refused.contains(
+                    "no matches for kind \"MutatingAdmissionPolicy\" in version \"admissionregistration.k8s.io/v1\""
+                ),
+                "{refused}"
+            );
+            continue;
+        }
         let out = kubectl(
             cp.kubeconfig(),
             &["apply", "--dry-run=server", "-f", &path],

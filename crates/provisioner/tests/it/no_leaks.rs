@@ -77,8 +77,8 @@ async fn with_the_admission_policy_a_claim_bound_to_another_pv_mid_call_leaves_n
 
 async fn bound_to_another_pv_mid_call(policy: bool) {
     let s = Scenario::start("prov-static", &[], &["--timeout=2s"]).await;
-    if policy {
-        support::install_policy(&s).await;
+    if policy && !support::install_policy(&s).await {
+        return;
     }
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 5000}}));
@@ -133,8 +133,8 @@ async fn with_the_admission_policy_a_claim_bound_to_another_pv_while_down_leaves
 
 async fn bound_to_another_pv_while_down(policy: bool) {
     let mut s = Scenario::start("prov-down-static", &[], &["-v=5"]).await;
-    if policy {
-        support::install_policy(&s).await;
+    if policy && !support::install_policy(&s).await {
+        return;
     }
     let (class, volume) = killed_mid_call(&mut s).await;
     let static_pv = format!("{}-static", s.ns);

@@ -775,7 +775,9 @@ async fn with_the_admission_policy_an_unclaimed_deleted_claim_is_let_go_without_
         &["--capacity-for-immediate-binding"],
     )
     .await;
-    support::install_policy(&s).await;
+    if !support::install_policy(&s).await {
+        return;
+    }
     let class = s.class("imm", "Immediate", json!({})).await;
     published_per_instance(&s, 2).await;
     s.claim("big", &class, "50Gi", json!({})).await;
@@ -809,7 +811,9 @@ async fn with_the_admission_policy_a_deleted_claim_waiting_for_a_node_is_let_go(
     .await;
     nodes[0].mock.set_faults(json!({"CreateVolume": {
         "code": "ResourceExhausted", "message": "volume limit of this node reached"}}));
-    support::install_policy(&s).await;
+    if !support::install_policy(&s).await {
+        return;
+    }
     let immediate = s.class("imm", "Immediate", json!({})).await;
     let late = s.class("late", "WaitForFirstConsumer", json!({})).await;
     s.claim("imm", &immediate, "1Gi", json!({})).await;
