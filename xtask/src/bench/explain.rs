@@ -324,14 +324,14 @@ pub fn explain(r: &ScenarioResult) -> String {
             let m = |which, key| n(med(r, which, &first, key));
             format!(
                 "the scheduler ranks the nodes a pod fits on by the capacity it last saw. \
-                 Upstream publishes the driver's reading once a minute, so for the whole burst \
-                 the node that was emptiest at the last poll stays first: pods pile onto it \
-                 until the driver refuses (upstream {} ResourceExhausted calls, {} claims sent \
-                 back, at most {} volumes on one node). Ours lowers a node's object as soon \
-                 as a CreateVolume starts there, so the next pod sees it fuller and goes \
-                 elsewhere ({} refused, {} sent back, at most {}). Volumes off the spread of \
-                 an oracle that knew the true free space: ours {} vs upstream {} (time ratio \
-                 {}).",
+                 Upstream asks the driver for a node's capacity again only once a volume there \
+                 is made (and at each poll), so while CreateVolume runs the node keeps its \
+                 older, emptier number and pods arriving meanwhile pile onto it until the \
+                 driver refuses (upstream {} ResourceExhausted calls, {} claims sent back, at \
+                 most {} volumes on one node). Ours lowers a node's object as soon as a \
+                 CreateVolume starts there, so the next pod sees it fuller and goes elsewhere \
+                 ({} refused, {} sent back, at most {}). Volumes off the spread of an oracle \
+                 that knew the true free space: ours {} vs upstream {} (time ratio {}).",
                 m(Impl::Upstream, "exhausted_calls"),
                 m(Impl::Upstream, "sent_back"),
                 m(Impl::Upstream, "most_on_one"),
@@ -341,7 +341,7 @@ pub fn explain(r: &ScenarioResult) -> String {
                 m(Impl::Ours, "off_oracle"),
                 m(Impl::Upstream, "off_oracle"),
                 r2(ratio(r, &first, "all_bound_s")),
-            )
+            ) + &bursts_line(r)
         }
         _ => {
             let ours = med(r, Impl::Ours, &first, "exhausted_calls");
@@ -368,6 +368,27 @@ pub fn explain(r: &ScenarioResult) -> String {
             }
         }
     }
+}
+
+/// Scenario 9's `bursts` variant, when it ran.
+fn bursts_line(r: &ScenarioResult) -> String {
+    let bursts = super::scoring::BURSTS;
+    if !r.variants().iter().any(|v| v == bursts) {
+        return String::new();
+    }
+    let m = |which, key| n(med(r, which, bursts, key));
+    format!(
+        " In `{bursts}` (pods created together, so the scheduler may place a whole burst \
+         before any object changes): refused calls ours {} vs upstream {}, claims sent back {} vs {}, volumes off the \
+         oracle's spread {} vs {} (time ratio {}).",
+        m(Impl::Ours, "exhausted_calls"),
+        m(Impl::Upstream, "exhausted_calls"),
+        m(Impl::Ours, "sent_back"),
+        m(Impl::Upstream, "sent_back"),
+        m(Impl::Ours, "off_oracle"),
+        m(Impl::Upstream, "off_oracle"),
+        r2(ratio(r, bursts, "all_bound_s")),
+    )
 }
 
 /// Scenario 6's `tight` variant, when it ran: what the reservations changed.

@@ -25,7 +25,7 @@ mod restore;
 pub(crate) mod results;
 mod sampler;
 mod scale;
-mod scoring;
+pub(crate) mod scoring;
 pub(crate) mod stats;
 mod sweep;
 mod throughput;

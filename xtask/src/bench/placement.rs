@@ -287,7 +287,12 @@ pub(super) async fn runs_of(
     for run in 1..=ctx.runs {
         for which in Impl::order(run) {
             let slot = ctx.slot(n, shape.variant, which, run);
-            println!("bench: scenario {n} {}, run {run}, {which}", shape.variant);
+            let named = if shape.variant.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", shape.variant)
+            };
+            println!("bench: scenario {n}{named}, run {run}, {which}");
             let mut rec = RunRecord::new(which, shape.variant, run);
             let mut started = (None, None);
             match measure(ctx, shape, &slot, &mut rec, &mut started).await {

@@ -13,8 +13,9 @@ use super::results::{MetricDef, PlotSpec, RunRecord};
 
 /// Four nodes of 100, 80, 60 and 40 GiB, twelve 20 GiB claims (14 slots): the oracle fills
 /// the emptiest node first, which spreads the volumes; a scheduler shown stale capacity sends
-/// every pod to the node that looked emptiest at the last poll.
-const SHAPE: Shape = Shape {
+/// every pod to the node that looked emptiest at the last poll. Pods come one by one 400 ms
+/// apart.
+const STEADY: Shape = Shape {
     variant: "",
     nodes: 4,
     pools: &[100, 80, 60, 40],
@@ -27,13 +28,24 @@ const SHAPE: Shape = Shape {
     extra: &["--strict-topology"],
 };
 
-/// `--quick`: the same shape (it is small already).
-fn shape(_: &Sizes) -> Shape {
-    SHAPE
+/// The same pods in three bursts of four created together, 3 s apart: within a burst the
+/// scheduler places pods faster than any object can change, so only what happened between
+/// bursts can count.
+pub const BURSTS: &str = "bursts";
+const BURSTS_SHAPE: Shape = Shape {
+    variant: BURSTS,
+    burst: 4,
+    pod_every_ms: 3000,
+    ..STEADY
+};
+
+/// Both shapes (the same with `--quick`: they are small already).
+fn shapes(_: &Sizes) -> [Shape; 2] {
+    [STEADY, BURSTS_SHAPE]
 }
 
 pub fn setup(s: &Sizes) -> String {
-    let sh = shape(s);
+    let [sh, b] = shapes(s);
     let pools: Vec<String> = sh.pools.iter().map(|p| format!("{p}Gi")).collect();
     let oracle = oracle(&pool_list(&sh), sh.claim, sh.pods);
     format!(
@@ -42,7 +54,8 @@ pub fn setup(s: &Sizes) -> String {
          first). {} fake nodes with pools of {} (one node each), one WaitForFirstConsumer \
          StorageClass, both provisioners with `--strict-topology` (local storage: a volume \
          only on the selected node). {} pods, each with its own {}Gi claim, created one by one \
-         {} ms apart while the driver's CreateVolume takes {}–{} ms. Flags: upstream's \
+         {} ms apart while the driver's CreateVolume takes {}–{} ms; variant `{BURSTS}`: the \
+         same pods in bursts of {} created together, {} ms apart. Flags: upstream's \
          defaults (QPS 5/10, capacity QPS {}/{}, poll 1m; ours with its default \
          `--capacity-reservations`). The oracle places each pod, in the order they were \
          created, on the node with the most true free space that fits it (the default \
@@ -58,6 +71,8 @@ pub fn setup(s: &Sizes) -> String {
         sh.pod_every_ms,
         sh.create_ms.0,
         sh.create_ms.1,
+        b.burst,
+        b.pod_every_ms,
         placement::CAPACITY_QPS.0,
         placement::CAPACITY_QPS.1,
         counts(&oracle, sh.nodes),
@@ -85,7 +100,6 @@ pub fn plot() -> PlotSpec {
 }
 
 pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<String>) {
-    let sh = shape(&ctx.sizes);
     let mut notes = Vec::new();
     match ctx.client.apiserver_version().await {
         Ok(v) if v.major == "1" && v.minor.trim_end_matches('+').parse::<u32>().unwrap_or(0) >= 37 => {}
@@ -95,7 +109,11 @@ pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<String>) {
         )),
         Err(e) => notes.push(format!("the API server's version is unknown: {e}")),
     }
-    let records = placement::runs_of(ctx, 9, &sh, |placed, rec| spread(&sh, placed, rec)).await;
+    let mut records = Vec::new();
+    for sh in shapes(&ctx.sizes) {
+        records
+            .extend(placement::runs_of(ctx, 9, &sh, |placed, rec| spread(&sh, placed, rec)).await);
+    }
     (records, notes)
 }
 
@@ -204,7 +222,8 @@ mod tests {
 
     #[test]
     fn the_shape_gives_each_node_its_pool() {
-        assert_eq!(pool_list(&SHAPE), vec![100, 80, 60, 40]);
+        assert_eq!(pool_list(&STEADY), vec![100, 80, 60, 40]);
+        assert_eq!(pool_list(&BURSTS_SHAPE), vec![100, 80, 60, 40]);
         let setup = setup(&Sizes::full());
         assert!(setup.contains("100Gi, 80Gi, 60Gi, 40Gi"), "{setup}");
         assert!(setup.contains("[5, 4, 2, 1]"), "{setup}");
