@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::storage::v1::CSINode;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
@@ -74,12 +73,9 @@ async fn a_pod_on_a_real_node_writes_into_the_volume_we_made() {
     testenv::create_csi_driver(&s.client, &s.driver, false).await;
     let plugin = HostpathPlugin::start(&s.dir.join("hp"), &s.driver, NODE_NAME, &[]);
     let _registrar = node.start_registrar(&plugin.socket, &s.dir).unwrap();
-    let csinodes: Api<CSINode> = Api::all(s.client.clone());
-    let driver = s.driver.clone();
-    testenv::wait_for(&csinodes, NODE_NAME, "list the hostpath driver", |n| {
-        n.spec.drivers.iter().any(|d| d.name == driver)
-    })
-    .await;
+    testenv::node::wait_driver_registered(&s.client, &s.driver, Duration::from_secs(120))
+        .await
+        .unwrap_or_else(|e| panic!("kubelet did not register {}: {e}", s.driver));
     let _prov = Provisioner::start(
         &s.dir,
         "csi-provisioner",
