@@ -74,6 +74,7 @@ pub mod parameters;
 pub mod prepare;
 pub mod pv;
 pub mod quantity;
+pub mod record;
 pub mod request;
 pub mod retry;
 pub mod secrets;
