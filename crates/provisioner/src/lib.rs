@@ -37,6 +37,7 @@ pub mod subcommand;
 mod supervise;
 pub mod unsettled;
 pub mod volumes;
+pub mod write_ahead;
 
 /// Version reported by `--version` and in the user agent.
 pub const VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));

@@ -240,6 +240,14 @@ impl Pending {
         Some(self.adds.remove(i))
     }
 
+    /// The removals alone (the adds' waiters were answered otherwise).
+    pub fn without_adds(self) -> Pending {
+        Pending {
+            adds: Vec::new(),
+            removes: self.removes,
+        }
+    }
+
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
         self.adds.is_empty() && self.removes.is_empty()

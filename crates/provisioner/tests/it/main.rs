@@ -23,3 +23,4 @@ mod placement;
 mod provisioning;
 mod real_node;
 mod reservations;
+mod write_ahead;

@@ -1,0 +1,326 @@
+//! The write-ahead record's writer (issue 49 step 2, `docs/design/write-ahead-record.md`): one
+//! task owns the record's Lease and turns everything asked of it meanwhile into one PUT, so a
+//! burst of claims costs a few writes, not one each. The pure rules are
+//! `provisioning::record`; here is only the I/O. Not used by the claim controller yet.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use kube::api::{Api, ObjectMeta, PostParams};
+use provisioning::record::{self, Entry, Limits, Pending};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// Removals wait this long for company before they are written on their own.
+const REMOVE_AFTER: Duration = Duration::from_secs(1);
+/// After a refused write, the next one waits this long.
+const AFTER_REFUSAL: Duration = Duration::from_secs(1);
+
+/// Why an entry was not recorded: its CreateVolume must not be sent.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RecordWriteError {
+    /// The API server refused the write (RBAC, an admission policy, a network error).
+    #[error("the write-ahead record {lease} could not be written: {message}")]
+    Refused {
+        /// The record's Lease.
+        lease: String,
+        /// What the API server said.
+        message: String,
+    },
+    /// Another instance took the record over: this one must not provision.
+    #[error("the write-ahead record {lease} is held by {holder}, not by this instance")]
+    NotOwner {
+        /// The record's Lease.
+        lease: String,
+        /// Who holds it now.
+        holder: String,
+    },
+    /// The entry was let go before a write carried it.
+    #[error("the write-ahead entry of claim {uid} was let go before it was written")]
+    Withdrawn {
+        /// The claim's UID.
+        uid: String,
+    },
+    /// The writer task has ended (shutdown).
+    #[error("the write-ahead record's writer has stopped")]
+    Stopped,
+}
+
+type Reply = oneshot::Sender<Result<(), RecordWriteError>>;
+
+enum Ask {
+    Add(Entry, Reply),
+    Remove(String),
+}
+
+/// The handle workers use.
+#[derive(Clone)]
+pub struct WriteAhead {
+    tx: mpsc::UnboundedSender<Ask>,
+}
+
+impl WriteAhead {
+    /// Records `entry`; returns once a write that carries it has succeeded.
+    pub async fn record(&self, entry: Entry) -> Result<(), RecordWriteError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Ask::Add(entry, reply))
+            .map_err(|_| RecordWriteError::Stopped)?;
+        answer.await.map_err(|_| RecordWriteError::Stopped)?
+    }
+
+    /// Lets claim `uid`'s entry go; not waited for (a lost removal leaves an entry that the
+    /// start-up pass drops).
+    pub fn forget(&self, uid: &str) {
+        let _ = self.tx.send(Ask::Remove(uid.to_string()));
+    }
+}
+
+/// Starts the writer of Lease `lease` in `api`'s namespace, taking it over for `identity`;
+/// it ends with `cancel`.
+pub fn start(
+    api: Api<Lease>,
+    lease: String,
+    identity: String,
+    limits: Limits,
+    cancel: CancellationToken,
+) -> (WriteAhead, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let writer = Writer {
+        api,
+        lease,
+        identity,
+        limits,
+        pending: Pending::default(),
+        waiters: HashMap::new(),
+        current: None,
+        owned: false,
+        lost: None,
+    };
+    let task = tokio::spawn(writer.run(rx, cancel));
+    (WriteAhead { tx }, task)
+}
+
+struct Writer {
+    api: Api<Lease>,
+    lease: String,
+    identity: String,
+    limits: Limits,
+    pending: Pending,
+    /// Who waits for each pending add, by claim UID.
+    waiters: HashMap<String, Vec<Reply>>,
+    /// The Lease as last read or written (`None`: read it before the next write).
+    current: Option<Lease>,
+    /// Whether a write of this instance has succeeded (it holds the record).
+    owned: bool,
+    /// Set once another instance took the record over: every ask fails from then on.
+    lost: Option<String>,
+}
+
+/// What the loop does after a write.
+enum Next {
+    /// Write again at once (more may fit, or the Lease changed under us).
+    Again,
+    /// Wait for the next ask.
+    Wait,
+    /// Wait a while, then write again.
+    Pause(Duration),
+}
+
+impl Writer {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Ask>, cancel: CancellationToken) {
+        let mut next = Next::Wait;
+        loop {
+            let deadline = match next {
+                Next::Again => Some(Duration::ZERO),
+                Next::Pause(d) => Some(d),
+                Next::Wait if self.only_removals() => Some(REMOVE_AFTER),
+                Next::Wait => None,
+            };
+            let timer = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                ask = rx.recv() => match ask {
+                    Some(ask) => self.take(ask),
+                    None => break,
+                },
+                () = timer => {}
+            }
+            // Everything asked meanwhile rides on the same write.
+            while let Ok(ask) = rx.try_recv() {
+                self.take(ask);
+            }
+            next = self.write_once().await;
+        }
+        self.fail_all(&RecordWriteError::Stopped);
+    }
+
+    fn only_removals(&self) -> bool {
+        !self.pending.is_empty() && self.waiters.is_empty()
+    }
+
+    fn take(&mut self, ask: Ask) {
+        match ask {
+            Ask::Add(entry, reply) => {
+                if let Some(holder) = &self.lost {
+                    let _ = reply.send(Err(self.not_owner(holder)));
+                    return;
+                }
+                self.waiters
+                    .entry(entry.uid.clone())
+                    .or_default()
+                    .push(reply);
+                self.pending.add(entry);
+            }
+            Ask::Remove(uid) => {
+                if self.pending.remove(&uid).is_some() {
+                    let withdrawn = RecordWriteError::Withdrawn { uid: uid.clone() };
+                    self.answer(&uid, Err(withdrawn));
+                }
+            }
+        }
+    }
+
+    fn answer(&mut self, uid: &str, result: Result<(), RecordWriteError>) {
+        for reply in self.waiters.remove(uid).unwrap_or_default() {
+            let _ = reply.send(result.clone());
+        }
+    }
+
+    fn fail_all(&mut self, e: &RecordWriteError) {
+        for (_, replies) in self.waiters.drain() {
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+
+    fn not_owner(&self, holder: &str) -> RecordWriteError {
+        RecordWriteError::NotOwner {
+            lease: self.lease.clone(),
+            holder: holder.to_string(),
+        }
+    }
+
+    fn refused(&self, e: &kube::Error) -> RecordWriteError {
+        RecordWriteError::Refused {
+            lease: self.lease.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    /// Plans and sends one write of everything pending.
+    async fn write_once(&mut self) -> Next {
+        if self.pending.is_empty() || self.lost.is_some() {
+            return Next::Wait;
+        }
+        let lease = match self.read().await {
+            Ok(lease) => lease,
+            Err(e) => {
+                let e = self.refused(&e);
+                tracing::warn!(lease = %self.lease, err = %e, "Reading the write-ahead record failed");
+                self.fail_all(&e);
+                self.pending = std::mem::take(&mut self.pending).without_adds();
+                return Next::Pause(AFTER_REFUSAL);
+            }
+        };
+        let holder = holder_of(&lease);
+        // The first write takes the record over (a new leader reads its predecessor's
+        // entries); after that, someone else's name means this instance lost it.
+        if self.owned && holder.as_deref().is_some_and(|h| h != self.identity) {
+            let holder = holder.unwrap_or_default();
+            tracing::warn!(lease = %self.lease, %holder, "Another instance took the write-ahead record over; not provisioning");
+            let e = self.not_owner(&holder);
+            self.fail_all(&e);
+            self.pending = Pending::default();
+            self.lost = Some(holder);
+            return Next::Wait;
+        }
+        let annotations = lease.metadata.annotations.clone().unwrap_or_default();
+        let (write, left) = record::plan(&annotations, self.pending.clone(), self.limits);
+        let Some(write) = write else {
+            // Adds wait for room; removals will make it.
+            return Next::Wait;
+        };
+        let mut updated = lease.clone();
+        updated.metadata.annotations = Some(write.annotations.clone());
+        updated
+            .spec
+            .get_or_insert_with(LeaseSpec::default)
+            .holder_identity = Some(self.identity.clone());
+        match self
+            .api
+            .replace(&self.lease, &PostParams::default(), &updated)
+            .await
+        {
+            Ok(saved) => {
+                self.current = Some(saved);
+                self.owned = true;
+                self.pending = left;
+                for uid in &write.added {
+                    self.answer(uid, Ok(()));
+                }
+                tracing::debug!(lease = %self.lease, added = write.added.len(), removed = write.removed.len(), "Wrote the write-ahead record");
+                if self.pending.is_empty() {
+                    Next::Wait
+                } else {
+                    Next::Again
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                // Changed since it was read: read again and plan again.
+                self.current = None;
+                Next::Again
+            }
+            Err(e) => {
+                let e = self.refused(&e);
+                tracing::warn!(lease = %self.lease, err = %e, "Writing the write-ahead record failed; the claims it carried are not provisioned");
+                for uid in &write.added {
+                    self.answer(uid, Err(e.clone()));
+                }
+                self.pending = std::mem::take(&mut self.pending).without_adds();
+                self.current = None;
+                Next::Pause(AFTER_REFUSAL)
+            }
+        }
+    }
+
+    /// The Lease as last seen, or read (and created when missing).
+    async fn read(&mut self) -> Result<Lease, kube::Error> {
+        if let Some(lease) = &self.current {
+            return Ok(lease.clone());
+        }
+        let lease = match self.api.get_opt(&self.lease).await? {
+            Some(lease) => lease,
+            None => {
+                let new = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.lease.clone()),
+                        annotations: Some(BTreeMap::new()),
+                        ..Default::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(self.identity.clone()),
+                        ..Default::default()
+                    }),
+                };
+                match self.api.create(&PostParams::default(), &new).await {
+                    Ok(created) => created,
+                    Err(kube::Error::Api(s)) if s.code == 409 => self.api.get(&self.lease).await?,
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        Ok(lease)
+    }
+}
+
+fn holder_of(lease: &Lease) -> Option<String> {
+    lease.spec.as_ref()?.holder_identity.clone()
+}

@@ -1,0 +1,240 @@
+//! The write-ahead record's writer against the real API server (issue 49 step 2): a burst of
+//! entries costs a few Lease writes, the record stays within its limit, a refused write
+//! records nothing, and a second instance takes the record over with its predecessor's
+//! entries. Write counts come from a watch on the Lease: one event per stored change.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use csi::v1::{CapacityRange, CreateVolumeRequest};
+use csi_provisioner::write_ahead::{self, RecordWriteError, WriteAhead};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::runtime::watcher;
+use provisioning::record::{self, ClaimId, Entry, Limits};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{self, Scenario, WAIT, eventually};
+
+fn entry(i: usize) -> Entry {
+    let uid = format!("00000000-0000-4000-8000-{i:012}");
+    let request = CreateVolumeRequest {
+        name: format!("pvc-{uid}"),
+        capacity_range: Some(CapacityRange {
+            required_bytes: 1 << 30,
+            limit_bytes: 0,
+        }),
+        parameters: [("type".to_string(), "fast".to_string())].into(),
+        secrets: [("token".to_string(), "s3cr3t".to_string())].into(),
+        ..Default::default()
+    };
+    let claim = ClaimId {
+        namespace: "apps",
+        name: &format!("data-{i}"),
+        uid: &uid,
+    };
+    Entry::new(claim, "fast", None, &request, None)
+}
+
+/// A writer for `lease` in the scenario's namespace.
+fn writer(
+    s: &Scenario,
+    lease: &str,
+    identity: &str,
+    entries: usize,
+) -> (WriteAhead, CancellationToken) {
+    let cancel = CancellationToken::new();
+    let limits = Limits {
+        entries,
+        bytes: record::MAX_BYTES,
+    };
+    let api: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
+    let (handle, _task) = write_ahead::start(
+        api,
+        lease.to_string(),
+        identity.to_string(),
+        limits,
+        cancel.clone(),
+    );
+    (handle, cancel)
+}
+
+/// Counts the stored changes of Lease `name` (created or modified) from now on.
+fn count_writes(s: &Scenario, name: &str) -> Arc<AtomicUsize> {
+    let count = Arc::new(AtomicUsize::new(0));
+    let api: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let seen = count.clone();
+    tokio::spawn(async move {
+        let mut events = watcher::watcher(api, config).boxed();
+        while let Some(Ok(e)) = events.next().await {
+            if let watcher::Event::Apply(_) = e {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    count
+}
+
+async fn entries_in(s: &Scenario, lease: &str) -> Vec<Entry> {
+    let api: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
+    let l = api.get(lease).await.expect("the record's Lease");
+    let annotations: BTreeMap<String, String> = l.metadata.annotations.unwrap_or_default();
+    let (ok, bad) = record::entries(&annotations);
+    assert!(bad.is_empty(), "{bad:?}");
+    ok
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_burst_of_entries_costs_a_few_record_writes() {
+    let s = Scenario::new("wal-burst").await;
+    let lease = record::lease_name("burst.csi.test", None);
+    let writes = count_writes(&s, &lease);
+    // Let the watch start before the first write, so it sees them all.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (w, cancel) = writer(&s, &lease, "instance-a", 200);
+    let asks = (0..200).map(|i| {
+        let w = w.clone();
+        async move { w.record(entry(i)).await }
+    });
+    let results = futures::future::join_all(asks).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let recorded = entries_in(&s, &lease).await;
+    assert_eq!(recorded.len(), 200);
+    let raw = serde_json::to_string(&recorded).unwrap();
+    assert!(!raw.contains("s3cr3t"), "no secret in the record");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let adding = writes.load(Ordering::SeqCst);
+    // The create and a few PUTs, where one write per entry would be 200.
+    assert!(
+        (2..=10).contains(&adding),
+        "{adding} writes for 200 entries"
+    );
+
+    for i in 0..200 {
+        w.forget(&entry(i).uid);
+    }
+    eventually("the record emptied", WAIT, || async {
+        entries_in(&s, &lease).await.is_empty().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let removing = writes.load(Ordering::SeqCst) - adding;
+    assert!(
+        (1..=5).contains(&removing),
+        "{removing} writes to remove 200 entries"
+    );
+    cancel.cancel();
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn the_record_holds_no_more_entries_than_its_limit() {
+    let s = Scenario::new("wal-limit").await;
+    let lease = record::lease_name("limit.csi.test", None);
+    let (w, cancel) = writer(&s, &lease, "instance-a", 2);
+    w.record(entry(1)).await.unwrap();
+    w.record(entry(2)).await.unwrap();
+    let third = {
+        let w = w.clone();
+        tokio::spawn(async move { w.record(entry(3)).await })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!third.is_finished(), "the third waits for room");
+    assert_eq!(entries_in(&s, &lease).await.len(), 2);
+    w.forget(&entry(1).uid);
+    let done = tokio::time::timeout(WAIT, third).await.expect("room made");
+    done.unwrap().unwrap();
+    let uids: Vec<String> = entries_in(&s, &lease)
+        .await
+        .into_iter()
+        .map(|e| e.uid)
+        .collect();
+    assert_eq!(uids, vec![entry(2).uid, entry(3).uid]);
+    cancel.cancel();
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_refused_record_write_records_nothing_and_says_why() {
+    let s = Scenario::new("wal-refused").await;
+    let lease = record::lease_name("refused.csi.test", None);
+    let policy = format!("{}-deny-record", s.ns);
+    support::create_validating_policy(
+        &s,
+        &policy,
+        json!({
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
+                "resourceRules": [{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["leases"]}]},
+            "validations": [{"expression": "false", "message": "test: no record writes"}],
+        }),
+    )
+    .await;
+    let (w, cancel) = writer(&s, &lease, "instance-a", 10);
+    // The policy takes a moment to be in force; until then a write may pass (each try asks
+    // for a new entry, so the refused one is known).
+    let tries = AtomicUsize::new(100);
+    let (refused, uid) = eventually("a refused record write", WAIT, || async {
+        let e = entry(tries.fetch_add(1, Ordering::SeqCst));
+        match w.record(e.clone()).await {
+            Err(refused) => Some((refused, e.uid)),
+            Ok(()) => None,
+        }
+    })
+    .await;
+    assert!(
+        matches!(&refused, RecordWriteError::Refused { message, .. } if message.contains("test: no record writes")),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains(&lease),
+        "names the record: {refused}"
+    );
+    assert!(
+        !entries_in(&s, &lease).await.iter().any(|e| e.uid == uid),
+        "nothing recorded"
+    );
+    support::drop_validating_policy(&s, &policy).await;
+    cancel.cancel();
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_new_holder_keeps_its_predecessors_entries_and_the_old_one_stops() {
+    let s = Scenario::new("wal-handover").await;
+    let lease = record::lease_name("handover.csi.test", None);
+    let (old, old_cancel) = writer(&s, &lease, "instance-a", 10);
+    old.record(entry(1)).await.unwrap();
+    let (new, new_cancel) = writer(&s, &lease, "instance-b", 10);
+    new.record(entry(2)).await.unwrap();
+    let uids: Vec<String> = entries_in(&s, &lease)
+        .await
+        .into_iter()
+        .map(|e| e.uid)
+        .collect();
+    assert_eq!(uids, vec![entry(1).uid, entry(2).uid]);
+    let api: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
+    let holder = api.get(&lease).await.unwrap().spec.unwrap().holder_identity;
+    assert_eq!(holder.as_deref(), Some("instance-b"));
+    let late = old.record(entry(3)).await.unwrap_err();
+    assert!(
+        matches!(&late, RecordWriteError::NotOwner { holder, .. } if holder == "instance-b"),
+        "{late}"
+    );
+    // And it stays out: nothing more of the old instance lands.
+    assert!(matches!(
+        old.record(entry(4)).await,
+        Err(RecordWriteError::NotOwner { .. })
+    ));
+    assert_eq!(entries_in(&s, &lease).await.len(), 2);
+    old_cancel.cancel();
+    new_cancel.cancel();
+}
