@@ -117,7 +117,9 @@ pub async fn run(
             e = binding_events.next() => e.map(|e| (false, e)),
         };
         let Some((is_policy, event)) = event else {
-            // The watches never end by themselves; wait for shutdown like every task.
+            // The watches never end by themselves; wait for shutdown like every task (without
+            // the other watch: see below).
+            drop((policy_events, binding_events));
             cancel.cancelled().await;
             return;
         };
@@ -134,6 +136,10 @@ pub async fn run(
                         "Cannot read MutatingAdmissionPolicies: grant get, list and watch on mutatingadmissionpolicies and mutatingadmissionpolicybindings (deploy/kubernetes/rbac.yaml does) to see whether the creating-volume finalizer is kept by the API server. Not watching");
                 }
                 updates.set(false, &metrics);
+                // Drop both watches before waiting: the other one's request may be waiting in
+                // the client's line for a token, and a waiter never polled again would hold
+                // the head of the line, so no request of this client would ever be sent.
+                drop((policy_events, binding_events));
                 cancel.cancelled().await;
                 return;
             }
