@@ -245,7 +245,9 @@ impl Writer {
         let annotations = lease.metadata.annotations.clone().unwrap_or_default();
         let (write, left) = record::plan(&annotations, self.pending.clone(), self.limits);
         let Some(write) = write else {
-            // Adds wait for room; removals will make it.
+            // Adds wait for room, which removals will make; removals of entries not in the
+            // record are done.
+            self.pending = left;
             return Next::Wait;
         };
         let mut updated = lease.clone();
@@ -280,10 +282,10 @@ impl Writer {
             }
             Err(e) => {
                 let e = self.refused(&e);
-                tracing::warn!(lease = %self.lease, err = %e, "Writing the write-ahead record failed; the claims it carried are not provisioned");
-                for uid in &write.added {
-                    self.answer(uid, Err(e.clone()));
-                }
+                tracing::warn!(lease = %self.lease, err = %e, "Writing the write-ahead record failed; the claims waiting for it are not provisioned");
+                // Every waiting add fails, also those this write left for later: their
+                // claims retry on their own backoff. Removals stay for the next write.
+                self.fail_all(&e);
                 self.pending = std::mem::take(&mut self.pending).without_adds();
                 self.current = None;
                 Next::Pause(AFTER_REFUSAL)

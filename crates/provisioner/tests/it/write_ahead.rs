@@ -80,6 +80,23 @@ fn count_writes(s: &Scenario, name: &str) -> Arc<AtomicUsize> {
     count
 }
 
+/// A ValidatingAdmissionPolicy `name` refusing every Lease update in the scenario's namespace.
+async fn deny_record_writes(s: &Scenario, name: &str) {
+    support::create_validating_policy(
+        s,
+        name,
+        json!({
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
+                "resourceRules": [{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["leases"]}]},
+            "validations": [{"expression": "false", "message": "test: no record writes"}],
+        }),
+    )
+    .await;
+}
+
 async fn entries_in(s: &Scenario, lease: &str) -> Vec<Entry> {
     let api: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
     let l = api.get(lease).await.expect("the record's Lease");
@@ -165,19 +182,7 @@ async fn a_refused_record_write_records_nothing_and_says_why() {
     let s = Scenario::new("wal-refused").await;
     let lease = record::lease_name("refused.csi.test", None);
     let policy = format!("{}-deny-record", s.ns);
-    support::create_validating_policy(
-        &s,
-        &policy,
-        json!({
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
-                "resourceRules": [{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"],
-                    "operations": ["UPDATE"], "resources": ["leases"]}]},
-            "validations": [{"expression": "false", "message": "test: no record writes"}],
-        }),
-    )
-    .await;
+    deny_record_writes(&s, &policy).await;
     let (w, cancel) = writer(&s, &lease, "instance-a", 10);
     // The policy takes a moment to be in force; until then a write may pass (each try asks
     // for a new entry, so the refused one is known).
@@ -202,6 +207,51 @@ async fn a_refused_record_write_records_nothing_and_says_why() {
         !entries_in(&s, &lease).await.iter().any(|e| e.uid == uid),
         "nothing recorded"
     );
+    support::drop_validating_policy(&s, &policy).await;
+    cancel.cancel();
+}
+
+/// Entries waiting for room are answered when the write that was to make room is refused,
+/// also the one that write left for later: their claims retry on their own backoff instead
+/// of waiting for ever.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn a_refused_write_answers_the_entries_waiting_for_room() {
+    let s = Scenario::new("wal-refused-wait").await;
+    let lease = record::lease_name("refused-wait.csi.test", None);
+    let (w, cancel) = writer(&s, &lease, "instance-a", 1);
+    w.record(entry(1)).await.unwrap();
+    // Two wait: the write that removes the first entry can carry only one of them.
+    let waiting: Vec<_> = [2, 3]
+        .map(|i| {
+            let w = w.clone();
+            tokio::spawn(async move { w.record(entry(i)).await })
+        })
+        .into();
+    let policy = format!("{}-deny-record", s.ns);
+    deny_record_writes(&s, &policy).await;
+    let api: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
+    // In force once a dry-run update of the Lease is refused.
+    eventually("the policy in force", WAIT, || async {
+        let l = api.get(&lease).await.ok()?;
+        let dry = kube::api::PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        api.replace(&lease, &dry, &l).await.is_err().then_some(())
+    })
+    .await;
+    w.forget(&entry(1).uid);
+    for task in waiting {
+        let answer = tokio::time::timeout(WAIT, task)
+            .await
+            .expect("answered, not left waiting")
+            .unwrap();
+        assert!(
+            matches!(&answer, Err(RecordWriteError::Refused { message, .. }) if message.contains("test: no record writes")),
+            "{answer:?}"
+        );
+    }
     support::drop_validating_policy(&s, &policy).await;
     cancel.cancel();
 }
