@@ -623,19 +623,8 @@ async fn a_claim_with_the_alpha_selected_node_is_retried_after_resource_exhauste
 /// A ValidatingAdmissionPolicy `name` refusing, with `message`, every claim update in the
 /// scenario's namespace for which `allowed` (CEL) is false.
 async fn refuse_claim_updates(s: &Scenario, name: &str, allowed: &str, message: &str) {
-    support::create_validating_policy(
-        s,
-        name,
-        json!({
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
-                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                    "operations": ["UPDATE"], "resources": ["persistentvolumeclaims"]}]},
-            "validations": [{"expression": allowed, "message": message}],
-        }),
-    )
-    .await;
+    let claims = ("", "persistentvolumeclaims");
+    support::refuse_updates(s, name, claims, allowed, message).await;
 }
 
 /// A claim managed with `kubectl apply` stays kubectl's after we provision it: our two writes

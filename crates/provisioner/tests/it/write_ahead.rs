@@ -15,7 +15,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::runtime::watcher;
 use provisioning::record::{self, ClaimId, Entry, Limits};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{self, Scenario, WAIT, eventually};
@@ -82,19 +81,8 @@ fn count_writes(s: &Scenario, name: &str) -> Arc<AtomicUsize> {
 
 /// A ValidatingAdmissionPolicy `name` refusing every Lease update in the scenario's namespace.
 async fn deny_record_writes(s: &Scenario, name: &str) {
-    support::create_validating_policy(
-        s,
-        name,
-        json!({
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
-                "resourceRules": [{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"],
-                    "operations": ["UPDATE"], "resources": ["leases"]}]},
-            "validations": [{"expression": "false", "message": "test: no record writes"}],
-        }),
-    )
-    .await;
+    let leases = ("coordination.k8s.io", "leases");
+    support::refuse_updates(s, name, leases, "false", "test: no record writes").await;
 }
 
 async fn entries_in(s: &Scenario, lease: &str) -> Vec<Entry> {

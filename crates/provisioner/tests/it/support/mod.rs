@@ -660,6 +660,31 @@ pub async fn install_policy_with(s: &Scenario, extra: &[&str]) -> bool {
     true
 }
 
+/// A ValidatingAdmissionPolicy `name` refusing, with `message`, every update of `resource`
+/// (API group, plural) in the scenario's namespace for which `allowed` (CEL) is false.
+pub async fn refuse_updates(
+    s: &Scenario,
+    name: &str,
+    resource: (&str, &str),
+    allowed: &str,
+    message: &str,
+) {
+    let (group, plural) = resource;
+    create_validating_policy(
+        s,
+        name,
+        json!({
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": s.ns}},
+                "resourceRules": [{"apiGroups": [group], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": [plural]}]},
+            "validations": [{"expression": allowed, "message": message}],
+        }),
+    )
+    .await;
+}
+
 /// Creates ValidatingAdmissionPolicy `name` with `spec` and a binding that denies what it
 /// refuses (cluster-wide: the spec's expression names what it applies to).
 pub async fn create_validating_policy(s: &Scenario, name: &str, spec: serde_json::Value) {
