@@ -130,6 +130,10 @@ enum Cmd {
         /// variants' runs kept from the results already there.
         #[arg(long)]
         policy_only: bool,
+        /// Scenarios 1 and 2: run only this plain variant (for example "qps 5/10"), both
+        /// provisioners, next to the other variants' runs kept from the results already there.
+        #[arg(long, conflicts_with = "policy_only")]
+        variant: Option<String>,
     },
 }
 
@@ -325,13 +329,18 @@ fn run(cli: Cli) -> Result<()> {
             let run = |bin_dir: &Path| chaos::run(&root, bin_dir, &opts);
             run_suite(&root, &suite, run)
         }
-        Cmd::Bench { suite, policy_only } => {
+        Cmd::Bench {
+            suite,
+            policy_only,
+            variant,
+        } => {
             let opts = bench::Options {
                 scenarios: suite.scenario.clone(),
                 runs: suite.runs,
                 quick: suite.quick,
                 report_only: suite.report_only,
                 policy_only,
+                variant,
             };
             let run = |bin_dir: &Path| bench::run(&root, bin_dir, &opts);
             run_suite(&root, &suite, run)

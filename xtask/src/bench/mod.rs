@@ -53,6 +53,8 @@ pub struct Options {
     pub report_only: bool,
     /// Scenarios 1 and 2: only the admission-policy variants, merged with the kept results.
     pub policy_only: bool,
+    /// Scenarios 1 and 2: only this plain variant (both provisioners), merged likewise.
+    pub variant: Option<String>,
 }
 
 /// Where results go: the committed files for full runs, `target/bench-quick/` for `--quick`.
@@ -216,7 +218,7 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
         let (runs, quick) = (opts.runs, opts.quick);
         let command = Box::new(move |s| command_line(s, runs, quick));
         let (_cp, ctx) = start_suite(&work, bins, runs, quick, command).await?;
-        run_scenarios(&ctx, &scenarios, &outputs, opts.policy_only).await
+        run_scenarios(&ctx, &scenarios, &outputs, opts).await
     })?;
     println!(
         "bench: done in {:.1} min; results in {}, report {}",
@@ -231,18 +233,48 @@ async fn run_scenarios(
     ctx: &Ctx,
     scenarios: &[u8],
     outputs: &Outputs,
-    policy_only: bool,
+    opts: &Options,
 ) -> Result<()> {
     let mut throughput_done = false;
     for &s in scenarios {
         let began = Instant::now();
         let mut produced: Vec<(u8, Vec<RunRecord>)> = Vec::new();
         let mut notes = Vec::new();
+        // A partial re-run names both releases its columns ran against.
+        let mut upstream = None;
         match s {
             // One measured run covers both: deletion needs the claims creation made.
             1 | 2 if !throughput_done => {
                 throughput_done = true;
-                let (c, d) = if policy_only {
+                let (c, d) = if let Some(name) = &opts.variant {
+                    let (kept, _) = results::read_all(&outputs.results)?;
+                    let runs = |n: u8| {
+                        kept.iter()
+                            .find(|r| r.scenario == n)
+                            .map(|r| r.runs.clone())
+                            .unwrap_or_default()
+                    };
+                    if let Some(created) = kept.iter().find(|r| r.scenario == 1) {
+                        notes.push(format!(
+                            "only the {name} variant (both provisioners, and upstream's column of its admission-policy variant) was run at this commit, against {}; the other variants' runs are kept from {}, against {}",
+                            results::UPSTREAM,
+                            created.finished_at,
+                            created.upstream
+                        ));
+                        notes.extend(
+                            created
+                                .notes
+                                .iter()
+                                .map(|n| format!("from the kept results: {n}")),
+                        );
+                        upstream = Some(format!(
+                            "{} ({name}); {} (other variants)",
+                            results::UPSTREAM,
+                            created.upstream
+                        ));
+                    }
+                    throughput::run_variant(ctx, name, runs(1), runs(2)).await?
+                } else if opts.policy_only {
                     let (kept, _) = results::read_all(&outputs.results)?;
                     let runs = |n: u8| {
                         kept.iter()
@@ -287,7 +319,10 @@ async fn run_scenarios(
         }
         let wall = began.elapsed().as_secs_f64() / produced.len().max(1) as f64;
         for (n, runs) in produced {
-            let result = assemble(ctx, n, runs, wall, notes.clone());
+            let mut result = assemble(ctx, n, runs, wall, notes.clone());
+            if let Some(upstream) = &upstream {
+                result.upstream = upstream.clone();
+            }
             let path = outputs.results.join(format!("{n}.json"));
             results::write(&path, &result)?;
             println!("bench: wrote {}", path.display());

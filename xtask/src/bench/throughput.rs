@@ -344,6 +344,63 @@ pub async fn run_policy_only(
     Ok((creates, deletes))
 }
 
+/// `--variant NAME`: runs both provisioners in the plain variant `name` only and merges the
+/// records with the kept runs of scenarios 1 and 2. The other variants stay as they were,
+/// except that the policy variant of the same budget repeats the new upstream runs.
+pub async fn run_variant(
+    ctx: &Ctx,
+    name: &str,
+    kept_creates: Vec<RunRecord>,
+    kept_deletes: Vec<RunRecord>,
+) -> Result<(Vec<RunRecord>, Vec<RunRecord>)> {
+    let Some(variant) = VARIANTS.into_iter().find(|v| !v.policy && v.name() == name) else {
+        let plain: Vec<String> = VARIANTS
+            .iter()
+            .filter(|v| !v.policy)
+            .map(Variant::name)
+            .collect();
+        anyhow::bail!("--variant {name:?}: not a plain variant; one of {plain:?}");
+    };
+    let with_policy = Variant {
+        policy: true,
+        ..variant
+    }
+    .name();
+    let (mut creates, mut deletes) = (Vec::new(), Vec::new());
+    for run in 1..=ctx.runs {
+        for which in Impl::order(run) {
+            let slot = ctx.slot(1, name, which, run);
+            println!("bench: scenarios 1+2, {name}, run {run}, {which}");
+            let (c, d) = measure(ctx, &slot, variant).await;
+            println!("  create {:?}\n  delete {:?}", c.values, d.values);
+            creates.push(c);
+            deletes.push(d);
+        }
+        creates.extend(repeated(&creates, name, &with_policy, run));
+        deletes.extend(repeated(&deletes, name, &with_policy, run));
+    }
+    Ok((
+        merged(kept_creates, creates, name, &with_policy),
+        merged(kept_deletes, deletes, name, &with_policy),
+    ))
+}
+
+/// The kept records with variant `name`'s runs (both provisioners) and upstream's repeats
+/// under `with_policy` replaced by `new`.
+pub fn merged(
+    kept: Vec<RunRecord>,
+    new: Vec<RunRecord>,
+    name: &str,
+    with_policy: &str,
+) -> Vec<RunRecord> {
+    let replaced = |r: &RunRecord| {
+        r.variant == name || (r.variant == with_policy && r.implementation == Impl::Upstream)
+    };
+    let mut all: Vec<RunRecord> = kept.into_iter().filter(|r| !replaced(r)).collect();
+    all.extend(new);
+    all
+}
+
 const KEPT_NOTE: &str = "the plain variants' runs (both provisioners) are those finished ";
 
 /// The note saying where the kept plain runs come from. A file that was itself written by
@@ -408,6 +465,46 @@ mod tests {
                 v.name()
             );
         }
+    }
+
+    #[test]
+    fn one_variant_replaces_only_its_runs_and_its_upstream_repeats() {
+        let record = |which, variant: &str, bound| {
+            let mut r = RunRecord::new(which, variant, 1);
+            r.set("bound_s", bound);
+            r
+        };
+        let policy = "qps 5/10, admission policy";
+        let kept = vec![
+            record(Impl::Ours, "qps 5/10", 1.0),
+            record(Impl::Upstream, "qps 5/10", 2.0),
+            record(Impl::Ours, policy, 3.0),
+            record(Impl::Upstream, policy, 2.0),
+            record(Impl::Ours, "qps 100/200", 4.0),
+        ];
+        let new = vec![
+            record(Impl::Ours, "qps 5/10", 10.0),
+            record(Impl::Upstream, "qps 5/10", 20.0),
+            record(Impl::Upstream, policy, 20.0),
+        ];
+        let all = merged(kept, new, "qps 5/10", policy);
+        let mut got: Vec<(String, Impl, f64)> = all
+            .iter()
+            .map(|r| (r.variant.clone(), r.implementation, r.values["bound_s"]))
+            .collect();
+        got.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let want = [
+            ("qps 100/200", Impl::Ours, 4.0),
+            ("qps 5/10", Impl::Ours, 10.0),
+            ("qps 5/10", Impl::Upstream, 20.0),
+            (policy, Impl::Ours, 3.0),
+            (policy, Impl::Upstream, 20.0),
+        ];
+        let want: Vec<(String, Impl, f64)> = want
+            .iter()
+            .map(|(v, i, b)| (v.to_string(), *i, *b))
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]
