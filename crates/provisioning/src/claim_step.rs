@@ -55,6 +55,9 @@ pub struct RecordFacts {
     pub unsaved_pv: bool,
     /// A deleting clone source's pending clones were reported: it is not settled yet.
     pub clone_hold: bool,
+    /// Our write-ahead entry for the claim is in the record (`crate::record`): it holds the
+    /// claim as our finalizer does, so a deleted claim is cleaned up from it.
+    pub recorded: bool,
 }
 
 /// What the claim controller does next: one variant per action.
@@ -150,22 +153,19 @@ pub fn next_step(f: &ClaimFacts<'_>) -> Step {
     }
     let should = should_provision(claim, f.class, f.driver);
     let pv_exists = ours && f.pv_exists;
-    // After a restart the finalizer (without the admission policy) says a call may have been
-    // made.
+    let holding = has_finalizer(claim) || f.record.recorded;
+    // After a restart the finalizer (without the admission policy) or the record's entry says
+    // a call may have been made.
     let created = claim.metadata.creation_timestamp.as_ref();
-    let earlier = earlier_attempt_possible(
-        has_finalizer(claim),
-        created.map(|t| t.0.as_second()),
-        f.started,
-    );
+    let earlier = earlier_attempt_possible(holding, created.map(|t| t.0.as_second()), f.started);
     let state = f.record.volume.clone();
     let may_exist = ours && !may_release(&state.unwrap_or_else(|| VolumeState::initial(earlier)));
-    let decided = decide(claim, should, ours, pv_exists);
+    let decided = decide(claim, should, ours, holding, pv_exists);
     match bound_elsewhere(decided, claim, should, pv_exists, may_exist) {
-        // Bound, and no finalizer, PV to save or volume without a PV of ours is left.
+        // Bound, and no finalizer or entry, PV to save or volume without a PV of ours is left.
         lifecycle::Step::Ignore
             if bound
-                && !has_finalizer(claim)
+                && !holding
                 && !f.record.unsaved_pv
                 && !recorded_may_exist
                 && !f.record.clone_hold =>
@@ -262,6 +262,15 @@ mod tests {
             record: RecordFacts::default(),
             checked: false,
             want,
+        }
+    }
+
+    /// Held by a write-ahead entry; `state`: what this process saw of its calls.
+    fn recorded(state: Option<VolumeState>) -> RecordFacts {
+        RecordFacts {
+            volume: state,
+            recorded: true,
+            ..RecordFacts::default()
         }
     }
 
@@ -373,6 +382,40 @@ mod tests {
                     "bound to a PV made by hand, nothing made",
                     bound_to(finalizers(claim(), &[creating]), "by-hand"),
                     Release,
+                )
+            },
+            // Held by a write-ahead entry instead of the finalizer: the same steps.
+            Row {
+                record: recorded(None),
+                ..row("recorded, not yet provisioned", claim(), Provision)
+            },
+            Row {
+                record: recorded(None),
+                ..row("recorded, deleted before its PV", deleted(claim()), CleanUp)
+            },
+            Row {
+                record: recorded(Some(VolumeState::None)),
+                ..row(
+                    "recorded, deleted, nothing made (the clean-up lets it go without a call)",
+                    deleted(claim()),
+                    CleanUp,
+                )
+            },
+            Row {
+                pv: true,
+                record: recorded(None),
+                ..row(
+                    "recorded after a restart, bound to its PV",
+                    bound_to(claim(), "pv"),
+                    Release,
+                )
+            },
+            Row {
+                record: recorded(None),
+                ..row(
+                    "recorded after a restart, bound to a PV made by hand",
+                    bound_to(claim(), "by-hand"),
+                    CleanUp,
                 )
             },
             // A clone source being deleted.

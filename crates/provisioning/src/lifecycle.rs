@@ -68,8 +68,10 @@ pub fn is_bound(claim: &PersistentVolumeClaim) -> bool {
 /// The next step for a claim.
 ///
 /// `should` is [`crate::claim::should_provision`]'s answer; `ours` says whether the claim's
-/// storage-provisioner annotation names our driver; `pv_exists` says whether a PV named for this
-/// claim and bound to its UID exists (or was just created by us).
+/// storage-provisioner annotation names our driver; `holding` says whether our finalizer or our
+/// write-ahead entry (`crate::record`) holds the claim: a volume may exist that the claim's
+/// clean-up must find; `pv_exists` says whether a PV named for this claim and bound to its UID
+/// exists (or was just created by us).
 ///
 /// The finalizer's name is the same for every driver, and clusters run one provisioner per
 /// driver: a claim of another driver is never touched, whatever finalizers it carries.
@@ -77,12 +79,12 @@ pub fn decide(
     claim: &PersistentVolumeClaim,
     should: ShouldProvision,
     ours: bool,
+    holding: bool,
     pv_exists: bool,
 ) -> Step {
     if !ours {
         return Step::Ignore;
     }
-    let holding = has_finalizer(claim);
     if claim.metadata.deletion_timestamp.is_some() {
         return match (holding, pv_exists) {
             (false, _) => Step::Ignore,
@@ -173,6 +175,16 @@ pub fn finalizers_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the claim's own finalizers say: the table's claims hold no write-ahead entry.
+    fn decide(
+        claim: &PersistentVolumeClaim,
+        should: ShouldProvision,
+        ours: bool,
+        pv_exists: bool,
+    ) -> Step {
+        super::decide(claim, should, ours, has_finalizer(claim), pv_exists)
+    }
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn bound(mut c: PersistentVolumeClaim) -> PersistentVolumeClaim {

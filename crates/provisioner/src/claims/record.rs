@@ -82,6 +82,8 @@ impl ClaimRecord {
             volume: self.volume.clone(),
             unsaved_pv: self.unsaved_pv.is_some(),
             clone_hold: self.clone_hold.is_some(),
+            // Filled in by the claim controller, which holds the entries.
+            recorded: false,
         }
     }
 

@@ -30,6 +30,7 @@ struct Choice {
     clone_hold: bool,
     source_checked: bool,
     created_after_start: bool,
+    recorded: bool,
 }
 
 fn state() -> impl Strategy<Value = VolumeState> {
@@ -43,7 +44,7 @@ fn state() -> impl Strategy<Value = VolumeState> {
 }
 
 fn choice() -> impl Strategy<Value = Choice> {
-    let flags = proptest::collection::vec(any::<bool>(), 14);
+    let flags = proptest::collection::vec(any::<bool>(), 15);
     let selected = proptest::option::of(prop_oneof![Just("n1"), Just("n2")]);
     let class = proptest::option::of((any::<bool>(), any::<bool>()));
     let node = proptest::option::of(any::<bool>());
@@ -67,6 +68,7 @@ fn choice() -> impl Strategy<Value = Choice> {
             clone_hold: b[11],
             source_checked: b[12],
             created_after_start: b[13],
+            recorded: b[14],
         },
     )
 }
@@ -143,6 +145,7 @@ fn step_of(c: &Choice) -> (Step, PersistentVolumeClaim) {
             volume: c.volume.clone(),
             unsaved_pv: c.unsaved_pv,
             clone_hold: c.clone_hold,
+            recorded: c.recorded,
         },
         source_checked: c.source_checked,
     };
@@ -193,8 +196,18 @@ proptest! {
     fn only_a_settled_claim_is_forgotten(c in choice()) {
         let (step, claim) = step_of(&c);
         if step == Step::Forget {
-            prop_assert!(c.bound && !has_finalizer(&claim), "{c:?}");
+            prop_assert!(c.bound && !has_finalizer(&claim) && !c.recorded, "{c:?}");
             prop_assert!(!c.unsaved_pv && !c.clone_hold && !recorded_may_exist(&c), "{c:?}");
+        }
+    }
+
+    /// In central mode our write-ahead entry holds a claim exactly as our finalizer does.
+    #[test]
+    fn an_entry_holds_as_the_finalizer_does(c in choice()) {
+        if c.node.is_none() {
+            let by_entry = Choice { recorded: true, creating_finalizer: false, ..c.clone() };
+            let by_finalizer = Choice { recorded: false, creating_finalizer: true, ..c.clone() };
+            prop_assert_eq!(step_of(&by_entry).0, step_of(&by_finalizer).0, "{:?}", c);
         }
     }
 
