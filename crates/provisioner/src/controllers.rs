@@ -119,10 +119,12 @@ pub(crate) async fn run_controllers(
         volume_attributes_class: base.volume_attributes_class,
     };
     let (policy_updates, policy) = crate::policy_watch::channel();
+    let record = write_ahead_record(&base, &mut tasks, &cancel);
     let claims = ClaimsController::new(
         ctx.clone(),
         ClaimsConfig::from_options(opts),
         policy,
+        record.as_ref().map(|r| r.writer.clone()),
         &base.queue_metrics,
     );
     let retry = (opts.retry_interval_start, opts.retry_interval_max);
@@ -191,6 +193,15 @@ pub(crate) async fn run_controllers(
         () = cancel.cancelled() => return Ok(()),
     }
     tracing::info!(driver = %base.driver.name, "Caches synced; starting controllers");
+    if let Some(record) = &record {
+        // What an earlier instance (or leader) recorded: each claim's sync goes on from it.
+        match crate::write_ahead::read_entries(&record.api, &record.lease).await {
+            Ok(found) => claims.found_entries(found),
+            Err(e) => {
+                tracing::error!(lease = %record.lease, err = %e, "Cannot read the write-ahead record; claims recorded by an earlier instance are not checked until the next start");
+            }
+        }
+    }
     claims.enqueue_all();
     volumes.enqueue_all();
     tasks.spawn(
@@ -435,4 +446,44 @@ fn event_source(driver: &str) -> String {
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
     format!("{driver}_{host}_{}", uuid::Uuid::new_v4())
+}
+
+/// The write-ahead record's writer, when it is switched on (central mode only, for now).
+struct Record {
+    writer: crate::write_ahead::WriteAhead,
+    api: kube::Api<k8s_openapi::api::coordination::v1::Lease>,
+    lease: String,
+}
+
+/// Starts the record's writer in the namespace of the leader-election Lease, whose Role the
+/// sidecar's RBAC already has (get, create, update on Leases).
+fn write_ahead_record(
+    base: &Base,
+    tasks: &mut Tasks,
+    cancel: &CancellationToken,
+) -> Option<Record> {
+    if base.node.is_some() || !crate::write_ahead::switched_on() {
+        return None;
+    }
+    let opts = &base.opts;
+    let namespace =
+        leader_election::namespace_from_environment(opts.leader_election_namespace.as_deref());
+    let api = kube::Api::namespaced(base.client.clone(), &namespace);
+    let lease = provisioning::record::lease_name(&base.driver.name, None);
+    let limits = provisioning::record::Limits {
+        entries: opts.worker_threads.max(1),
+        bytes: provisioning::record::MAX_BYTES,
+    };
+    tracing::info!(%namespace, %lease, entries = limits.entries, "Claims are held by the write-ahead record instead of a finalizer");
+    let (writer, task) = crate::write_ahead::start(
+        api.clone(),
+        lease.clone(),
+        base.identity.clone(),
+        limits,
+        cancel.clone(),
+    );
+    tasks.spawn("write-ahead record", async move {
+        let _ = task.await;
+    });
+    Some(Record { writer, api, lease })
 }

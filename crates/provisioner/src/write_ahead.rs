@@ -1,7 +1,8 @@
 //! The write-ahead record's writer (issue 49 step 2, `docs/design/write-ahead-record.md`): one
 //! task owns the record's Lease and turns everything asked of it meanwhile into one PUT, so a
 //! burst of claims costs a few writes, not one each. The pure rules are
-//! `provisioning::record`; here is only the I/O. Not used by the claim controller yet.
+//! `provisioning::record`; here is only the I/O. The claim controller uses it in central mode
+//! when [`SWITCH`] is on (`claims/entries.rs`); otherwise claims hold our finalizer.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -11,6 +12,29 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use provisioning::record::{self, Entry, Limits, Pending};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+
+/// The environment variable that turns the record on instead of our finalizer (central mode),
+/// until the record replaces the finalizer for good (issue 49 step 5).
+pub const SWITCH: &str = "CSI_PROVISIONER_WRITE_AHEAD_RECORD";
+
+/// Whether [`SWITCH`] is `true`.
+pub fn switched_on() -> bool {
+    std::env::var(SWITCH).is_ok_and(|v| v == "true")
+}
+
+/// The entries the record holds now (none when it does not exist yet); an entry that cannot
+/// be read is logged and left where it is.
+pub async fn read_entries(api: &Api<Lease>, lease: &str) -> Result<Vec<Entry>, kube::Error> {
+    let Some(found) = api.get_opt(lease).await? else {
+        return Ok(Vec::new());
+    };
+    let annotations = found.metadata.annotations.unwrap_or_default();
+    let (entries, unreadable) = record::entries(&annotations);
+    for e in unreadable {
+        tracing::error!(lease, err = %e, "Ignoring an entry of the write-ahead record that cannot be read");
+    }
+    Ok(entries)
+}
 
 /// Removals wait this long for company before they are written on their own.
 const REMOVE_AFTER: Duration = Duration::from_secs(1);

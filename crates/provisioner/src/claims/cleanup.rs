@@ -38,8 +38,10 @@ impl ClaimsController {
         left: Option<&str>,
     ) -> Result<(), SyncError> {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        // This node's finalizer says as much as ours.
-        let holds = left.is_some() || provisioning::lifecycle::has_finalizer(claim);
+        // This node's finalizer, or our write-ahead entry, says as much as ours.
+        let holds = left.is_some()
+            || provisioning::lifecycle::has_finalizer(claim)
+            || self.entries.holds(&uid);
         let earlier = self.earlier_attempt_possible(claim, holds);
         let state = self.records.volume_state(&uid, earlier);
         let last_request = self.records.last_request(&uid);
@@ -52,7 +54,17 @@ impl ClaimsController {
             Some(node) => super::race::on_node(claim, node),
             None => claim.clone(),
         };
+        let recorded = self.entries.entry(&uid);
         let (step, secrets) = match cleanup(&state, self.name_taken(claim)) {
+            // After a restart the entry has the request the call was sent with.
+            Cleanup::ProbeLastRequest | Cleanup::ProbeRebuilt
+                if last_request.is_none()
+                    && let Some(entry) = &recorded =>
+            {
+                let request = self.recorded_request(claim, entry).await?;
+                let secrets = request.secrets.clone();
+                (self.probe(claim, request).await?, secrets)
+            }
             Cleanup::ProbeLastRequest => match last_request {
                 Some(request) => (self.probe(claim, request).await?, secrets),
                 None => self.probe_rebuilt(&rebuilt_for).await?,
@@ -80,6 +92,14 @@ impl ClaimsController {
                     );
                     return Err(self.cleanup_failed(claim, message));
                 }
+            }
+        }
+        if self.entries.holds(&uid) {
+            // No finalizer of ours to drop (a claim gone from the API server has none at all).
+            self.entries.forget(&uid);
+            if !provisioning::lifecycle::has_finalizer(claim) {
+                self.records.forget(&uid);
+                return Ok(());
             }
         }
         let node_finalizer = self.node_finalizer();
@@ -113,6 +133,57 @@ impl ClaimsController {
         // A queued sync reads the claim through this write: no finalizer, nothing to clean.
         self.records.forget(&uid);
         Ok(())
+    }
+
+    /// Cleans up after the claims under `key`'s name that our entries hold but that are gone
+    /// from the API server (`current`: the UID of the claim the cache has under that name now).
+    /// Without a finalizer nothing kept them; the entry says what was asked for them.
+    pub(super) async fn clean_up_gone(
+        &self,
+        key: &super::ClaimKey,
+        current: Option<&str>,
+    ) -> Result<(), SyncError> {
+        for entry in self.entries.gone(&key.namespace, &key.name, current) {
+            klog::v!(2, claim = %key, uid = %entry.uid, "Claim held by a write-ahead entry is gone; cleaning up from the entry");
+            self.clean_up(&gone_claim(&entry), None).await?;
+        }
+        Ok(())
+    }
+
+    /// The request a recorded entry was sent with, with its secrets read again.
+    async fn recorded_request(
+        &self,
+        claim: &PersistentVolumeClaim,
+        entry: &provisioning::record::Entry,
+    ) -> Result<CreateVolumeRequest, SyncError> {
+        let stuck = |reason: &str| {
+            let message = format!(
+                "cannot check whether a volume exists for deleted claim {}: {reason}. Fix that, or \
+                 check the storage system for a volume named {} and remove the annotation {} from \
+                 the write-ahead record (a Lease in the provisioner's namespace)",
+                claim_name(claim),
+                entry.volume,
+                entry.key()
+            );
+            self.cleanup_failed(claim, message)
+        };
+        let mut request = entry.request().map_err(|e| stuck(&e.to_string()))?;
+        if let Some(secret) = &entry.secret {
+            let secret = provisioning::secrets::SecretRef {
+                name: secret.name.clone(),
+                namespace: secret.namespace.clone(),
+            };
+            let data = crate::secrets::fetch(&self.ctx.client, &secret)
+                .await
+                .map_err(|e| {
+                    stuck(&format!(
+                        "cannot read secret {}/{}: {e}",
+                        secret.namespace, secret.name
+                    ))
+                })?;
+            request.secrets = data.into_iter().collect();
+        }
+        Ok(request)
     }
 
     /// Drops our finalizer from a claim being let go.
@@ -341,4 +412,21 @@ impl ClaimsController {
             capacity.refresh(Refresh::Class(class));
         }
     }
+}
+
+/// A claim gone from the API server as its entry describes it: enough for the clean-up
+/// (namespace, name, UID, class), deleted, holding no finalizer.
+fn gone_claim(entry: &provisioning::record::Entry) -> PersistentVolumeClaim {
+    let mut claim = PersistentVolumeClaim::default();
+    claim.metadata.namespace = Some(entry.namespace.clone());
+    claim.metadata.name = Some(entry.name.clone());
+    claim.metadata.uid = Some(entry.uid.clone());
+    claim.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    claim.spec = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+        storage_class_name: Some(entry.class.clone()),
+        ..Default::default()
+    });
+    claim
 }

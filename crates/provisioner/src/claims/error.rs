@@ -24,6 +24,14 @@ pub enum ClaimError {
         #[source]
         source: kube::Error,
     },
+    /// The claim's write-ahead entry was not written (shutdown, or let go meanwhile): its
+    /// CreateVolume is not sent.
+    #[error("cannot record claim {claim} in the write-ahead record: {source}")]
+    Record {
+        claim: String,
+        #[source]
+        source: crate::write_ahead::RecordWriteError,
+    },
     /// Reading claims from the API server failed.
     #[error("cannot {what} claim {claim}: {source}")]
     ClaimRead {
@@ -53,6 +61,7 @@ impl Failure for ClaimError {
         match self {
             ClaimError::ClassMissing { .. } => "class_missing",
             ClaimError::ClaimWrite { .. } => "claim_write",
+            ClaimError::Record { .. } => "record_write",
             ClaimError::ClaimRead { .. } => "claim_read",
             ClaimError::SavePv { .. } => "pv_save",
             ClaimError::CleanUp { .. } => "cleanup",

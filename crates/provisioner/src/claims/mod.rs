@@ -5,17 +5,20 @@
 //! 1. `sync`: read the claim (through our own writes), gather its facts once, and let
 //!    [`provisioning::claim_step::next_step`] pick the step it then carries out;
 //! 2. `prepare`: upstream's checks and the request's inputs (`facts`: topology from the caches);
-//! 3. `provision`: the finalizer, then CreateVolume (each step returns an `AttemptError`);
+//! 3. `provision`: the finalizer or the write-ahead entry, then CreateVolume (each step returns
+//!    an `AttemptError`);
 //! 4. `save`: the PV;
 //! 5. `release`: our finalizer goes once the PV owns the volume;
 //!
-//! and beside them `fail` (a failed attempt: event, claim writes, the hold on the next one),
+//! and beside them `entries` (the claims our write-ahead entries hold instead of the finalizer,
+//! when the record is on), `fail` (a failed attempt: event, claim writes, the hold on the next one),
 //! `cleanup` (a claim deleted while a volume may exist without a PV), `explain` (a waiting
 //! claim nothing can hold), `update` (every PVC write), `record` (everything remembered
 //! about each claim, one record per UID) and `error` (why a sync runs again).
 
 mod cleanup;
 mod config;
+mod entries;
 mod error;
 mod explain;
 mod facts;
@@ -47,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::policy_watch::PolicyInForce;
 pub use config::ClaimsConfig;
+use entries::Entries;
 use error::outcome;
 pub use error::{ClaimError, SyncError};
 use record::Records;
@@ -86,6 +90,8 @@ pub struct ClaimsController {
     queue: WorkQueue<ClaimKey>,
     /// Everything remembered about each claim, by UID.
     records: Arc<Records>,
+    /// The claims our write-ahead entries hold (when the record is on).
+    entries: Arc<Entries>,
     /// Distributed provisioning: one claim taken at a time (see `race.rs`).
     taking: Arc<tokio::sync::Mutex<()>>,
     /// StorageClasses whose deprecated parameters were already warned about (by UID).
@@ -102,6 +108,7 @@ impl ClaimsController {
         ctx: Context,
         config: ClaimsConfig,
         policy: PolicyInForce,
+        record: Option<crate::write_ahead::WriteAhead>,
         metrics: &WorkQueueMetrics,
     ) -> ClaimsController {
         let limiter = RateLimiter::new(config.retry_interval_start, config.retry_interval_max);
@@ -111,6 +118,7 @@ impl ClaimsController {
             config: Arc::new(config),
             policy,
             records: Arc::default(),
+            entries: Arc::new(Entries::new(record)),
             taking: Arc::default(),
             warned_classes: Arc::default(),
             snapshots: Arc::default(),
@@ -184,12 +192,39 @@ impl ClaimsController {
         tokio::join!(workers, releases.release_owed_snapshots(releases_cancel));
     }
 
-    /// A deleted claim leaves the cache: nothing about it is needed any more.
+    /// A deleted claim leaves the cache: nothing about it is needed any more, unless our
+    /// write-ahead entry holds it; then its sync cleans up from the entry.
     pub fn forget(&self, claim: &PersistentVolumeClaim) {
         if let Some(uid) = claim.metadata.uid.as_deref() {
-            self.records.forget(uid);
+            if self.entries.holds(uid) {
+                self.queue.add(ClaimKey::of(claim));
+            } else {
+                self.records.forget(uid);
+            }
         }
         self.metrics_remembered();
+    }
+
+    /// The entries a starting instance found in the record: each claim's sync goes on from
+    /// its entry (provisions it, lets it go once its PV exists, or cleans up after it).
+    pub fn found_entries(&self, found: Vec<provisioning::record::Entry>) {
+        let keys: Vec<ClaimKey> = found
+            .iter()
+            .map(|e| ClaimKey {
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+            })
+            .collect();
+        if !found.is_empty() {
+            tracing::info!(
+                entries = found.len(),
+                "Found claims in the write-ahead record; checking each"
+            );
+        }
+        self.entries.found(found);
+        for key in keys {
+            self.queue.add(key);
+        }
     }
 
     fn metrics_remembered(&self) {

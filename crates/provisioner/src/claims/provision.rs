@@ -26,6 +26,7 @@ use provisioning::retry;
 
 use super::{ClaimError, ClaimsController, SyncError, claim_name, class_name, restorers, update};
 use crate::capacity_controller::Refresh;
+use crate::write_ahead::RecordWriteError;
 
 /// Why an attempt ended without a volume to save.
 pub(super) enum AttemptError {
@@ -134,6 +135,7 @@ impl ClaimsController {
         };
         if self.name_taken(&a.claim) {
             // The driver would hand us the other claim's volume: never ask.
+            self.entries.forget(&a.uid);
             self.records
                 .set_volume_state(&a.uid, VolumeState::Collision, None);
             return Err(ProvisionError::name_collision(&plan.volume_name).into());
@@ -150,9 +152,10 @@ impl ClaimsController {
         };
         let (secret_data, mutable) = self.request_inputs(&plan).await?;
         let request = plan.create_volume_request(&a.claim, secret_data, mutable, content_source)?;
-        // Recorded before the finalizer goes on: a claim that held it already may have a
-        // volume from an earlier process (unless it was created after this one started).
-        let holds = provisioning::lifecycle::has_finalizer(&a.claim);
+        // Recorded before the finalizer or the entry goes on: a claim that held one already may
+        // have a volume from an earlier process (unless it was created after this one started).
+        let finalizer = provisioning::lifecycle::has_finalizer(&a.claim);
+        let holds = finalizer || self.entries.holds(&a.uid);
         let before = self
             .records
             .volume_state_recorded(&a.uid, self.earlier_attempt_possible(&a.claim, holds));
@@ -161,10 +164,15 @@ impl ClaimsController {
             .await?;
         let selected = provisioning::claim::selected_node(&a.claim);
         let reschedule = may_reschedule(self.supports_topology(), selected);
-        // From here a volume may exist: the claim must not disappear without us knowing.
-        match self.protect_claim(&a.claim).await? {
-            Some(claim) => a.claim = claim,
-            None => return Ok(None),
+        // From here a volume may exist: the claim must not disappear without us knowing. A
+        // claim that holds our finalizer from an earlier version keeps it until it settles.
+        if self.entries.enabled() && !finalizer {
+            self.record_entry(&a.claim, class, &plan, &request).await?;
+        } else {
+            match self.protect_claim(&a.claim).await? {
+                Some(claim) => a.claim = claim,
+                None => return Ok(None),
+            }
         }
         let client = self
             .ctx
@@ -282,8 +290,50 @@ impl ClaimsController {
             })
     }
 
+    /// Our write-ahead entry for the claim, instead of the finalizer; returns once a write of
+    /// the record carries it. Without it CreateVolume is never sent.
+    async fn record_entry(
+        &self,
+        claim: &PersistentVolumeClaim,
+        class: &StorageClass,
+        plan: &ProvisionPlan,
+        request: &CreateVolumeRequest,
+    ) -> Result<(), AttemptError> {
+        let id = provisioning::record::ClaimId {
+            namespace: claim.metadata.namespace.as_deref().unwrap_or_default(),
+            name: claim.metadata.name.as_deref().unwrap_or_default(),
+            uid: claim.metadata.uid.as_deref().unwrap_or_default(),
+        };
+        let node = self.ctx.node.as_ref().map(|n| n.name.as_str());
+        let secret = plan.secrets.provisioner.as_ref();
+        let entry = provisioning::record::Entry::new(id, &class_name(class), node, request, secret);
+        self.entries.record(entry).await.map_err(|source| match source {
+            // Said on the claim: nothing else will tell the user what stops provisioning.
+            RecordWriteError::Refused { .. } => AttemptError::Failed(ProvisionError::no_change(
+                format!(
+                    "{source}; it is written before the volume is created, so that a volume is never \
+                     lost. Let this provisioner get, create and update Leases in its namespace (its \
+                     RBAC, an admission webhook or policy)"
+                ),
+            )),
+            RecordWriteError::NotOwner { .. } => AttemptError::Failed(ProvisionError::no_change(
+                format!(
+                    "{source}: another instance of this driver's provisioner runs; only one may \
+                     provision (run the replicas with --leader-election)"
+                ),
+            )),
+            RecordWriteError::Withdrawn { .. } | RecordWriteError::Stopped => {
+                AttemptError::ClaimWrite(ClaimError::Record {
+                    claim: claim_name(claim),
+                    source,
+                })
+            }
+        })
+    }
+
     /// The one place a CreateVolume call's outcome is recorded: the volume state it leaves,
-    /// with the request a clean-up would repeat.
+    /// with the request a clean-up would repeat. Once nothing of ours can exist under the
+    /// claim's name, its write-ahead entry goes.
     fn record_call(
         &self,
         uid: &str,
@@ -292,8 +342,11 @@ impl ClaimsController {
         request: CreateVolumeRequest,
     ) {
         let kept = replaces_probe_request(before, result).then_some(request);
-        self.records
-            .set_volume_state(uid, after_call(before, result), kept);
+        let after = after_call(before, result);
+        if provisioning::record::may_leave(&after, false) {
+            self.entries.forget(uid);
+        }
+        self.records.set_volume_state(uid, after, kept);
     }
 
     /// The PV of a created volume. A volume no PV can be made for (too small, empty where data

@@ -23,6 +23,7 @@ impl ClaimsController {
             return;
         }
         let (records, claim, task_uid) = (self.records.clone(), claim.clone(), uid.clone());
+        let entries = self.entries.clone();
         let claims = self.ctx.caches.claims.clone();
         // This node's own finalizer goes too: the claim is back here and its PV holds the
         // volume this node may have made before.
@@ -37,7 +38,10 @@ impl ClaimsController {
                 .await
             {
                 // The PV owns the volume now; later syncs read the claim through our write.
-                Ok(_) => records.forget(&task_uid),
+                Ok(_) => {
+                    records.forget(&task_uid);
+                    entries.forget(&task_uid);
+                }
                 Err(e) => {
                     let delay = exponential(start, max, records.release_failed(&task_uid));
                     let key = ClaimKey::of(&claim);

@@ -71,6 +71,8 @@ impl ClaimsController {
         match saved {
             Ok(true) => {}
             Ok(false) => {
+                // The volume under the name is the other claim's: nothing of ours to clean up.
+                self.entries.forget(&uid);
                 self.records
                     .set_volume_state(&uid, VolumeState::Collision, None);
                 let err = ProvisionError::name_collision(&name);
@@ -89,6 +91,7 @@ impl ClaimsController {
         }
         // The PV owns the volume now; the PV cache shows our create until the watch does.
         self.records.forget(&uid);
+        self.entries.forget(&uid);
         let reference = provisioning::pv::claim_reference(claim);
         ctx.recorder.event(
             &reference,

@@ -14,13 +14,18 @@ use super::{ClaimError, ClaimKey, ClaimsController, SyncError, bound_uid, claim_
 impl ClaimsController {
     pub(super) async fn sync(&self, key: &ClaimKey) -> Result<(), SyncError> {
         let reference = ObjectRef::new(&key.name).within(&key.namespace);
-        let Some(claim) = self.ctx.caches.claims.get(&reference) else {
+        let cached = self.ctx.caches.claims.get(&reference);
+        // Claims under this name that are gone while our entry held them: cleaned up first.
+        let current = cached.as_ref().and_then(|c| c.metadata.uid.as_deref());
+        self.clean_up_gone(key, current).await?;
+        let Some(claim) = cached else {
             return Ok(());
         };
         let uid = claim.metadata.uid.clone().unwrap_or_default();
         let result = self.sync_claim(claim).await;
         // Deleted while we worked on it (before any finalizer held it): what the sync just
-        // remembered would never be pruned by the deletion event, which came first.
+        // remembered would never be pruned by the deletion event, which came first. Held by
+        // our entry: the next sync cleans up from it.
         if self
             .ctx
             .caches
@@ -28,7 +33,10 @@ impl ClaimsController {
             .get(&reference)
             .is_none_or(|c| c.metadata.uid.as_deref() != Some(uid.as_str()))
         {
-            self.records.forget(&uid);
+            match self.entries.holds(&uid) {
+                true => self.queue.add(key.clone()),
+                false => self.records.forget(&uid),
+            }
         }
         result
     }
@@ -78,10 +86,13 @@ impl ClaimsController {
             started: self.started,
             // Read through our own writes: a PV we just saved counts before the watch shows it.
             pv_exists: self.pv_exists(claim),
-            record: self
-                .records
-                .existing(uid, |r| r.facts())
-                .unwrap_or_default(),
+            record: provisioning::claim_step::RecordFacts {
+                recorded: self.entries.holds(uid),
+                ..self
+                    .records
+                    .existing(uid, |r| r.facts())
+                    .unwrap_or_default()
+            },
             source_checked: false,
         }
     }

@@ -22,5 +22,6 @@ mod operations;
 mod placement;
 mod provisioning;
 mod real_node;
+mod record_claims;
 mod reservations;
 mod write_ahead;
