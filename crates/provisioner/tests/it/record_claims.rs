@@ -1,8 +1,8 @@
 //! Claims held by the write-ahead record instead of our finalizer (issue 49 step 3, switched
 //! on with `CSI_PROVISIONER_WRITE_AHEAD_RECORD=true`): no finalizer of ours ever appears on a
 //! claim, a claim deleted while a volume may exist is cleaned up from the record (also after
-//! a kill -9), a refused record write means no CreateVolume, and a burst of claims costs far
-//! fewer record writes than claims.
+//! a kill -9, and by the other replica after the leader's), a refused record write means no
+//! CreateVolume, and a burst of claims costs far fewer record writes than claims.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use kube::runtime::watcher;
 use provisioning::record;
 use serde_json::json;
 
+use crate::support::ops::Ops;
 use crate::support::{self, Scenario, WAIT, eventually, holds_finalizer, wait_gone};
 
 /// The scenario's provisioner with the record switched on, in the scenario's namespace.
@@ -257,4 +258,126 @@ async fn a_burst_of_200_claims_costs_far_fewer_record_writes_than_claims() {
     assert!(writes > 0, "the record was never written");
     assert!(writes <= N / 4, "{writes} record writes for {N} claims");
     assert!(!held.load(Ordering::SeqCst), "our finalizer was on a claim");
+}
+
+/// Two replicas under leader election, the leader killed (-9) in the middle of CreateVolume
+/// and the claim deleted: the other replica takes the lead, reads its predecessor's entry,
+/// and deletes the volume that call made. The record changes hands with it.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn the_next_leader_cleans_up_from_its_predecessors_record() {
+    let ops = Ops::start("rec-failover").await;
+    ops.mock
+        .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
+    let ns_flag = format!("--leader-election-namespace={}", ops.ns);
+    let hosts: Vec<String> = ["a", "b"].map(|r| format!("{}-{r}", ops.ns)).into();
+    let mut replicas: Vec<testenv::Process> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let args = [
+                "--leader-election",
+                ns_flag.as_str(),
+                "--leader-election-lease-duration=6s",
+                "--leader-election-renew-deadline=4s",
+                "--leader-election-retry-period=1s",
+                "-v=5",
+            ];
+            let env = [(csi_provisioner::write_ahead::SWITCH, "true")];
+            ops.provisioner_on_host_with_env(&format!("csi-provisioner-{i}"), host, &args, &env)
+        })
+        .collect();
+    let claims: Api<PersistentVolumeClaim> = ops.claims();
+    let held = Arc::new(AtomicBool::new(false));
+    {
+        let (claims, flag) = (claims.clone(), held.clone());
+        tokio::spawn(async move {
+            let mut events = watcher::watcher(claims, watcher::Config::default()).boxed();
+            while let Some(Ok(e)) = events.next().await {
+                if let watcher::Event::Apply(c) | watcher::Event::InitApply(c) = &e
+                    && holds_finalizer(c)
+                {
+                    flag.store(true, Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    let leases: Api<Lease> = Api::namespaced(ops.client.clone(), &ops.ns);
+    let election = leader_election::lock_name(&ops.driver);
+    let leader = eventually("a replica to lead", WAIT, || async {
+        let holder = leases
+            .get_opt(&election)
+            .await
+            .ok()??
+            .spec?
+            .holder_identity?;
+        hosts.iter().position(|h| *h == holder)
+    })
+    .await;
+    let class = ops.class("fo", json!({})).await;
+    let claim = ops.claim("data", &class).await;
+    let volume = format!("pvc-{}", claim.metadata.uid.unwrap());
+    let record = record::lease_name(&ops.driver, None);
+    let recorded_by = eventually("the claim's entry in the record", WAIT, || async {
+        let l = leases.get_opt(&record).await.ok()??;
+        let annotations = l.metadata.annotations.clone().unwrap_or_default();
+        let (found, _) = record::entries(&annotations);
+        found.iter().any(|e| e.volume == volume).then_some(())?;
+        l.spec?.holder_identity
+    })
+    .await;
+    // The entry is written just before the call goes out; the driver takes 4 s.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    replicas[leader].kill9();
+    claims
+        .delete("data", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&claims, "data").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    ops.mock.clear_faults();
+    eventually("the driver to hold no volume", WAIT, || async {
+        crate::support::volumes_of(&ops.mock)
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let made: Vec<String> = ops
+        .mock
+        .calls_of("CreateVolume")
+        .iter()
+        .filter(|c| c["request"]["name"] == volume.as_str())
+        .filter_map(|c| {
+            c["response"]["volume"]["volume_id"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert!(
+        !made.is_empty() && made.iter().all(|id| *id == made[0]),
+        "one volume: {made:?}"
+    );
+    let deleted = ops
+        .mock
+        .calls_of("DeleteVolume")
+        .into_iter()
+        .filter(|c| c.get("error").is_none() && c["request"]["volume_id"] == made[0].as_str())
+        .count();
+    assert_eq!(deleted, 1, "deleted once");
+    let after = eventually("the record to be empty", WAIT, || async {
+        let l = leases.get_opt(&record).await.ok()??;
+        let annotations = l.metadata.annotations.clone().unwrap_or_default();
+        record::entries(&annotations).0.is_empty().then_some(l)
+    })
+    .await;
+    let holder = after.spec.and_then(|s| s.holder_identity);
+    assert!(
+        holder.is_some() && holder.as_ref() != Some(&recorded_by),
+        "the new leader holds the record: {holder:?}, was {recorded_by}"
+    );
+    assert!(!held.load(Ordering::SeqCst), "our finalizer was on a claim");
+    for r in &mut replicas {
+        r.kill9();
+    }
 }

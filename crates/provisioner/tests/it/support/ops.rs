@@ -59,6 +59,17 @@ impl Ops {
     /// machine get distinct leader-election identities (upstream's identity is the hostname,
     /// i.e. the pod name). Needs root, as tests here run.
     pub fn provisioner_on_host(&self, name: &str, hostname: &str, args: &[&str]) -> Process {
+        self.provisioner_on_host_with_env(name, hostname, args, &[])
+    }
+
+    /// [`Ops::provisioner_on_host`] with `env` added to its environment.
+    pub fn provisioner_on_host_with_env(
+        &self,
+        name: &str,
+        hostname: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Process {
         let cp = ControlPlane::shared();
         let binary = testenv::workspace_binary("csi-provisioner");
         let mut cmd = Command::new("unshare");
@@ -71,7 +82,8 @@ impl Ops {
             .arg(format!("--kubeconfig={}", cp.kubeconfig().display()))
             .arg(format!("--csi-address={}", self.mock.socket.display()))
             .args(args)
-            .env("NAMESPACE", &self.ns);
+            .env("NAMESPACE", &self.ns)
+            .envs(env.iter().copied());
         testenv::spawn(name, cmd, &self.dir)
     }
 
