@@ -187,7 +187,18 @@ impl Ctx {
 
     /// Starts (or starts again, with the same flags) the slot's provisioner.
     pub fn spawn_provisioner(&self, slot: &Slot, args: &[String]) -> Result<Running> {
-        let env = [("NAMESPACE", slot.namespace.as_str())];
+        self.spawn_provisioner_env(slot, args, &[])
+    }
+
+    /// [`Ctx::spawn_provisioner`] with `extra` added to its environment.
+    pub fn spawn_provisioner_env(
+        &self,
+        slot: &Slot,
+        args: &[String],
+        extra: &[(&str, &str)],
+    ) -> Result<Running> {
+        let mut env = vec![("NAMESPACE", slot.namespace.as_str())];
+        env.extend_from_slice(extra);
         launch::start_provisioner(&self.bins, slot.which, &slot.dir, args, &env)
     }
 

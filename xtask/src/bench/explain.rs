@@ -5,7 +5,7 @@ use super::ctx::Sizes;
 use super::report::fmt_num;
 use super::results::{Impl, ScenarioResult};
 use super::stats;
-use super::throughput::WITH_POLICY;
+use super::throughput::{WITH_POLICY, WITH_RECORD};
 
 pub fn setup_throughput(s: &Sizes, deletion: bool) -> String {
     let what = if deletion {
@@ -28,7 +28,10 @@ pub fn setup_throughput(s: &Sizes, deletion: bool) -> String {
          admission-policy` prints installed for its driver (in force before the run starts, \
          and reported active by ours after the warm-up); upstream has no creating-volume \
          finalizer for the policy to save, so its columns there repeat its runs of the same \
-         budget.",
+         budget. In the \"write-ahead record\" variant ours runs with \
+         `CSI_PROVISIONER_WRITE_AHEAD_RECORD=true` (each claim's entry recorded in a Lease in its \
+         namespace before CreateVolume, instead of the finalizer; no policy), upstream's columns \
+         again repeating its runs of the same budget.",
         s.s1_claims
     )
 }
@@ -58,10 +61,23 @@ pub fn machine() -> String {
 }
 
 /// Per-verb request counts the throughput scenarios keep for our provisioner.
-const PVC_UPDATES: &str = "requests update persistentvolumeclaims per volume";
+/// Claim writes: updates, or patches where RBAC allows them.
+const PVC_WRITES: [&str; 2] = [
+    "requests update persistentvolumeclaims per volume",
+    "requests patch persistentvolumeclaims per volume",
+];
 const EVENTS: &str = "requests create events per volume";
 
 /// Median of one metric.
+/// Ours' claim writes per volume, updates and patches together (`None`: neither recorded).
+fn pvc_writes(r: &ScenarioResult, variant: &str) -> Option<f64> {
+    let counts: Vec<f64> = PVC_WRITES
+        .iter()
+        .filter_map(|key| med(r, Impl::Ours, variant, key))
+        .collect();
+    (!counts.is_empty()).then(|| counts.iter().sum())
+}
+
 fn med(r: &ScenarioResult, which: Impl, variant: &str, key: &str) -> Option<f64> {
     let v: Vec<f64> = r
         .values(which, variant, key)
@@ -93,12 +109,40 @@ fn throughput_variants(r: &ScenarioResult) -> (String, String, String) {
     let plain: Vec<String> = r
         .variants()
         .into_iter()
-        .filter(|v| !v.ends_with(WITH_POLICY))
+        .filter(|v| !v.ends_with(WITH_POLICY) && !v.ends_with(WITH_RECORD))
         .collect();
     let low = plain.first().cloned().unwrap_or_default();
     let high = plain.last().cloned().unwrap_or_default();
     (low.clone(), format!("{low}{WITH_POLICY}"), high)
 }
+
+/// Scenarios 1 and 2: what the write-ahead record variant of budget `low` shows, if it ran.
+fn record_line(r: &ScenarioResult, low: &str, time: &str, creation: bool) -> String {
+    let variant = format!("{low}{WITH_RECORD}");
+    if !r.variants().contains(&variant) {
+        return String::new();
+    }
+    let what = if creation {
+        format!(
+            "each claim's entry goes into the record before CreateVolume and leaves it after the \
+             PV is saved, batched with the others' ({} record writes per volume)",
+            n(med(r, Impl::Ours, &variant, RECORD_WRITES).or(Some(0.0)))
+        )
+    } else {
+        "nothing of ours is left on the claims to remove".to_string()
+    };
+    format!(
+        " With the write-ahead record instead of the finalizer (`CSI_PROVISIONER_WRITE_AHEAD_RECORD=true`, \
+         no policy) ours writes no claim at all: {what}; ours {} vs upstream {} requests per \
+         volume, time ratio {}.",
+        n(med(r, Impl::Ours, &variant, "api_per_volume")),
+        n(med(r, Impl::Upstream, &variant, "api_per_volume")),
+        r2(ratio(r, &variant, time)),
+    )
+}
+
+/// The per-verb count of the record's writes.
+const RECORD_WRITES: &str = "requests update leases per volume";
 
 /// When a claim that failed at once and on every retry since is next tried after `wait`
 /// seconds, by a backoff that starts at 1 s and doubles up to 5 min (attempts at 0, 1, 3, 7,
@@ -134,7 +178,7 @@ pub fn explain(r: &ScenarioResult) -> String {
                  {}, where kube-controller-manager's binder at its default client QPS 20/30 \
                  sets the pace for both). At 100/200 the binder is the shared limit (time ratio \
                  {} without, {} with the policy).",
-                n(med(r, Impl::Ours, &low, PVC_UPDATES)),
+                n(pvc_writes(r, &low)),
                 n(med(r, Impl::Ours, &low, "api_per_volume")),
                 n(med(r, Impl::Upstream, &low, "api_per_volume")),
                 r2(ratio(r, &low, "bound_s")),
@@ -145,12 +189,12 @@ pub fn explain(r: &ScenarioResult) -> String {
                 r2(ratio(r, &policy, "bound_s")),
                 r2(ratio(r, &high, "bound_s")),
                 r2(ratio(r, &format!("{high}{WITH_POLICY}"), "bound_s")),
-            )
+            ) + &record_line(r, &low, "bound_s", true)
         }
         2 => {
             let (low, policy, high) = throughput_variants(r);
             // Per-verb counts are only recorded when they rose, so a missing one means zero.
-            let late = match med(r, Impl::Ours, &high, PVC_UPDATES) {
+            let late = match pvc_writes(r, &high) {
                 None | Some(0.0) => "every release was done before the deletion".to_string(),
                 Some(x) => format!("{} claim updates per volume", fmt_num(x)),
             };
@@ -165,7 +209,7 @@ pub fn explain(r: &ScenarioResult) -> String {
                  finalizer left with the binding, so ours spends {} requests per volume (time \
                  ratio {}). At 100/200 without the policy {late} (time ratio {} without, {} with \
                  the policy).",
-                n(med(r, Impl::Ours, &low, PVC_UPDATES)),
+                n(pvc_writes(r, &low)),
                 n(med(r, Impl::Ours, &low, "api_per_volume")),
                 n(med(r, Impl::Upstream, &low, "api_per_volume")),
                 r2(ratio(r, &low, "pvs_gone_s")),
@@ -173,7 +217,7 @@ pub fn explain(r: &ScenarioResult) -> String {
                 r2(ratio(r, &policy, "pvs_gone_s")),
                 r2(ratio(r, &high, "pvs_gone_s")),
                 r2(ratio(r, &format!("{high}{WITH_POLICY}"), "pvs_gone_s")),
-            )
+            ) + &record_line(r, &low, "pvs_gone_s", false)
         }
         3 => format!(
             "both cache the same Nodes, CSINodes, PVs and PVCs; the RSS ratio ({}) is the cost \

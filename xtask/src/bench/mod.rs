@@ -255,23 +255,32 @@ async fn run_scenarios(
                             .unwrap_or_default()
                     };
                     if let Some(created) = kept.iter().find(|r| r.scenario == 1) {
+                        let (ran, up) = if throughput::is_ours_only(name) {
+                            (
+                                format!(
+                                    "only ours in the {name} variant (its upstream columns repeat upstream's runs of the same budget)"
+                                ),
+                                created.upstream.clone(),
+                            )
+                        } else {
+                            (
+                                format!(
+                                    "only the {name} variant (both provisioners, and upstream's columns of the variants that repeat them), against {}",
+                                    results::UPSTREAM
+                                ),
+                                format!(
+                                    "{} ({name}); {} (other variants)",
+                                    results::UPSTREAM,
+                                    created.upstream
+                                ),
+                            )
+                        };
                         notes.push(format!(
-                            "only the {name} variant (both provisioners, and upstream's column of its admission-policy variant) was run at this commit, against {}; the other variants' runs are kept from {}, against {}",
-                            results::UPSTREAM,
-                            created.finished_at,
-                            created.upstream
+                            "{ran} was run at this commit; the other variants' runs are kept from the results finished {}, and the notes after this one are theirs",
+                            created.finished_at
                         ));
-                        notes.extend(
-                            created
-                                .notes
-                                .iter()
-                                .map(|n| format!("from the kept results: {n}")),
-                        );
-                        upstream = Some(format!(
-                            "{} ({name}); {} (other variants)",
-                            results::UPSTREAM,
-                            created.upstream
-                        ));
+                        notes.extend(created.notes.iter().cloned());
+                        upstream = Some(up);
                     }
                     throughput::run_variant(ctx, name, runs(1), runs(2)).await?
                 } else if opts.policy_only {

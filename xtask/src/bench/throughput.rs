@@ -18,41 +18,63 @@ use super::results::{Impl, MetricDef, PlotSpec, RunRecord};
 use super::sampler::{self, Sampler};
 
 /// One variant of scenarios 1 and 2: the API budget of both provisioners, and whether ours
-/// runs with the admission policy that keeps its finalizer on the API server's side.
+/// runs with the admission policy that keeps its finalizer on the API server's side, or with
+/// the write-ahead record instead of the finalizer (`CSI_PROVISIONER_WRITE_AHEAD_RECORD`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Variant {
     pub qps: u32,
     pub burst: u32,
     pub policy: bool,
+    pub record: bool,
 }
 
-/// Upstream's defaults and a raised budget, each without and with the policy.
-pub const VARIANTS: [Variant; 4] = [
-    Variant::new(5, 10, false),
-    Variant::new(5, 10, true),
-    Variant::new(100, 200, false),
-    Variant::new(100, 200, true),
+/// Upstream's defaults and a raised budget, each without and with the policy; the defaults
+/// with the record too.
+pub const VARIANTS: [Variant; 5] = [
+    Variant::new(5, 10, false, false),
+    Variant::new(5, 10, true, false),
+    Variant::new(5, 10, false, true),
+    Variant::new(100, 200, false, false),
+    Variant::new(100, 200, true, false),
 ];
 
 /// The suffix of a variant's name when ours runs with the admission policy.
 pub const WITH_POLICY: &str = ", admission policy";
+/// The suffix of a variant's name when ours runs with the write-ahead record.
+pub const WITH_RECORD: &str = ", write-ahead record";
 
 impl Variant {
-    const fn new(qps: u32, burst: u32, policy: bool) -> Variant {
-        Variant { qps, burst, policy }
+    const fn new(qps: u32, burst: u32, policy: bool, record: bool) -> Variant {
+        Variant {
+            qps,
+            burst,
+            policy,
+            record,
+        }
     }
 
     pub fn name(&self) -> String {
-        let suffix = if self.policy { WITH_POLICY } else { "" };
+        let suffix = match (self.policy, self.record) {
+            (true, _) => WITH_POLICY,
+            (false, true) => WITH_RECORD,
+            (false, false) => "",
+        };
         format!("qps {}/{}{suffix}", self.qps, self.burst)
     }
 
-    /// The same budget without the policy.
+    /// The same budget without the policy or the record.
     fn plain(self) -> Variant {
         Variant {
             policy: false,
+            record: false,
             ..self
         }
+    }
+
+    /// Only ours runs: upstream has no finalizer for the policy or the record to replace,
+    /// so its columns repeat its runs of the plain variant.
+    fn ours_only(self) -> bool {
+        self != self.plain()
     }
 }
 
@@ -152,9 +174,17 @@ async fn phases(
     let driver = started.1.insert(ctx.start_driver(slot, &[])?);
     let socket = driver.socket.clone();
     let budget = Budget::defaults().with_qps(variant.qps, variant.burst);
+    let record_env = [
+        ("POD_NAMESPACE", slot.namespace.as_str()),
+        ("CSI_PROVISIONER_WRITE_AHEAD_RECORD", "true"),
+    ];
+    let env: &[(&str, &str)] = if variant.record { &record_env } else { &[] };
+    let args = ctx
+        .provisioner_args(slot, &budget, &driver.socket, &[])
+        .await?;
     let prov = started
         .0
-        .insert(ctx.start_provisioner(slot, &budget, driver).await?);
+        .insert(ctx.spawn_provisioner_env(slot, &args, env)?);
 
     // Warm-up: one volume through the whole lifecycle, so caches are synced and both paths
     // work before anything is measured.
@@ -289,7 +319,7 @@ pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<RunRecord>) {
         let name = variant.name();
         for run in 1..=ctx.runs {
             for which in Impl::order(run) {
-                if variant.policy && which == Impl::Upstream {
+                if variant.ours_only() && which == Impl::Upstream {
                     let plain = variant.plain().name();
                     creates.extend(repeated(&creates, &plain, &name, run));
                     deletes.extend(repeated(&deletes, &plain, &name, run));
@@ -344,31 +374,38 @@ pub async fn run_policy_only(
     Ok((creates, deletes))
 }
 
-/// `--variant NAME`: runs both provisioners in the plain variant `name` only and merges the
-/// records with the kept runs of scenarios 1 and 2. The other variants stay as they were,
-/// except that the policy variant of the same budget repeats the new upstream runs.
+/// Whether variant `name` runs ours only (see [`Variant::ours_only`]).
+pub fn is_ours_only(name: &str) -> bool {
+    VARIANTS.iter().any(|v| v.name() == name && v.ours_only())
+}
+
+/// `--variant NAME`: runs variant `name` only and merges the records with the kept runs of
+/// scenarios 1 and 2. A plain variant runs both provisioners, and its ours-only variants
+/// repeat the new upstream runs; an ours-only variant runs ours and repeats the kept upstream
+/// runs of its plain variant. The other variants stay as they were.
 pub async fn run_variant(
     ctx: &Ctx,
     name: &str,
     kept_creates: Vec<RunRecord>,
     kept_deletes: Vec<RunRecord>,
 ) -> Result<(Vec<RunRecord>, Vec<RunRecord>)> {
-    let Some(variant) = VARIANTS.into_iter().find(|v| !v.policy && v.name() == name) else {
-        let plain: Vec<String> = VARIANTS
-            .iter()
-            .filter(|v| !v.policy)
-            .map(Variant::name)
-            .collect();
-        anyhow::bail!("--variant {name:?}: not a plain variant; one of {plain:?}");
+    let Some(variant) = VARIANTS.into_iter().find(|v| v.name() == name) else {
+        let names: Vec<String> = VARIANTS.iter().map(Variant::name).collect();
+        anyhow::bail!("--variant {name:?}: not a variant; one of {names:?}");
     };
-    let with_policy = Variant {
-        policy: true,
-        ..variant
-    }
-    .name();
+    let plain = variant.plain().name();
+    // The ours-only variants of the same budget repeat its upstream runs.
+    let derived: Vec<String> = VARIANTS
+        .iter()
+        .filter(|v| v.ours_only() && v.plain() == variant)
+        .map(Variant::name)
+        .collect();
     let (mut creates, mut deletes) = (Vec::new(), Vec::new());
     for run in 1..=ctx.runs {
         for which in Impl::order(run) {
+            if variant.ours_only() && which == Impl::Upstream {
+                continue;
+            }
             let slot = ctx.slot(1, name, which, run);
             println!("bench: scenarios 1+2, {name}, run {run}, {which}");
             let (c, d) = measure(ctx, &slot, variant).await;
@@ -376,25 +413,31 @@ pub async fn run_variant(
             creates.push(c);
             deletes.push(d);
         }
-        creates.extend(repeated(&creates, name, &with_policy, run));
-        deletes.extend(repeated(&deletes, name, &with_policy, run));
+        if variant.ours_only() {
+            creates.extend(repeated(&kept_creates, &plain, name, run));
+            deletes.extend(repeated(&kept_deletes, &plain, name, run));
+        }
+        for to in &derived {
+            creates.extend(repeated(&creates, name, to, run));
+            deletes.extend(repeated(&deletes, name, to, run));
+        }
     }
     Ok((
-        merged(kept_creates, creates, name, &with_policy),
-        merged(kept_deletes, deletes, name, &with_policy),
+        merged(kept_creates, creates, name, &derived),
+        merged(kept_deletes, deletes, name, &derived),
     ))
 }
 
 /// The kept records with variant `name`'s runs (both provisioners) and upstream's repeats
-/// under `with_policy` replaced by `new`.
+/// under the `derived` variants replaced by `new`.
 pub fn merged(
     kept: Vec<RunRecord>,
     new: Vec<RunRecord>,
     name: &str,
-    with_policy: &str,
+    derived: &[String],
 ) -> Vec<RunRecord> {
     let replaced = |r: &RunRecord| {
-        r.variant == name || (r.variant == with_policy && r.implementation == Impl::Upstream)
+        r.variant == name || (derived.contains(&r.variant) && r.implementation == Impl::Upstream)
     };
     let mut all: Vec<RunRecord> = kept.into_iter().filter(|r| !replaced(r)).collect();
     all.extend(new);
@@ -454,11 +497,12 @@ mod tests {
             [
                 "qps 5/10",
                 "qps 5/10, admission policy",
+                "qps 5/10, write-ahead record",
                 "qps 100/200",
                 "qps 100/200, admission policy"
             ]
         );
-        for (i, v) in VARIANTS.iter().enumerate().filter(|(_, v)| v.policy) {
+        for (i, v) in VARIANTS.iter().enumerate().filter(|(_, v)| v.ours_only()) {
             assert!(
                 VARIANTS[..i].contains(&v.plain()),
                 "{} runs before the plain variant whose upstream runs it repeats",
@@ -487,7 +531,7 @@ mod tests {
             record(Impl::Upstream, "qps 5/10", 20.0),
             record(Impl::Upstream, policy, 20.0),
         ];
-        let all = merged(kept, new, "qps 5/10", policy);
+        let all = merged(kept, new, "qps 5/10", &[policy.to_string()]);
         let mut got: Vec<(String, Impl, f64)> = all
             .iter()
             .map(|r| (r.variant.clone(), r.implementation, r.values["bound_s"]))
