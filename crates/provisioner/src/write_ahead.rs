@@ -255,9 +255,7 @@ impl Writer {
             }
         };
         let holder = holder_of(&lease);
-        // The first write takes the record over (a new leader reads its predecessor's
-        // entries); after that, someone else's name means this instance lost it.
-        if self.owned && holder.as_deref().is_some_and(|h| h != self.identity) {
+        if record::taken_over(self.owned, holder.as_deref(), &self.identity) {
             let holder = holder.unwrap_or_default();
             tracing::warn!(lease = %self.lease, %holder, "Another instance took the write-ahead record over; not provisioning");
             let e = self.not_owner(&holder);

@@ -1,6 +1,7 @@
 //! The write-ahead record's pure parts (issue 49; `docs/design/write-ahead-record.md`): what
 //! one entry holds, what one write of the record carries, what a starting instance does with
-//! each entry it finds, and when an entry may leave. Not wired into the claim controller yet.
+//! each entry it finds, who holds the record, and when an entry may leave. The claim
+//! controller uses it when the record is switched on (`claims/entries.rs` in the provisioner).
 //!
 //! The record is a Lease's annotations, one per claim whose CreateVolume may run or may have
 //! run without a PV: enough to clean up after the claim is gone, never a secret.
@@ -317,6 +318,14 @@ pub fn plan(
         removed,
     });
     (write, left)
+}
+
+/// Whether another instance took the record over from this one (`identity`): this instance
+/// has written it (`owned`) and the Lease now names someone else (`holder`). Before its first
+/// write an instance takes the record over itself: a new leader goes on from its
+/// predecessor's entries.
+pub fn taken_over(owned: bool, holder: Option<&str>, identity: &str) -> bool {
+    owned && holder.is_some_and(|h| h != identity)
 }
 
 /// What a starting instance (or a new leader) does with an entry it finds.

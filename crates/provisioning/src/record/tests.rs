@@ -264,3 +264,13 @@ fn lease_names_fit_and_stay_apart() {
         "{a}"
     );
 }
+
+#[rstest]
+#[case::before_the_first_write_a_predecessor_is_taken_over(false, Some("old"), false)]
+#[case::a_new_record(false, None, false)]
+#[case::still_ours(true, Some("me"), false)]
+#[case::someone_else_wrote_it(true, Some("new"), true)]
+#[case::no_holder_named(true, None, false)]
+fn who_holds_the_record(#[case] owned: bool, #[case] holder: Option<&str>, #[case] want: bool) {
+    assert_eq!(taken_over(owned, holder, "me"), want);
+}
