@@ -77,6 +77,10 @@ impl Entries {
             .collect()
     }
 
+    pub fn len(&self) -> usize {
+        self.held.lock().len()
+    }
+
     /// Lets claim `uid`'s entry go (written with the next batch, not waited for).
     pub fn forget(&self, uid: &str) {
         if self.held.lock().remove(uid).is_some()

@@ -229,6 +229,7 @@ impl ClaimsController {
 
     fn metrics_remembered(&self) {
         self.ctx.metrics.set_remembered_claims(self.records.len());
+        self.ctx.metrics.set_record_entries(self.entries.len());
     }
 
     /// Whether a process before this one may have called CreateVolume for the claim, which

@@ -23,6 +23,8 @@ const DELETE_FAILED_HELP: &str =
     "Total number of persistent volume delete failed attempts. Broken down by storage class name";
 /// Ours: how many claims the claim controller keeps per-claim memory for.
 const REMEMBERED_HELP: &str = "Claims the claim controller keeps memory for (in-flight, failed or waiting claims; bounded by live claims)";
+/// Ours: the write-ahead record's size.
+const RECORD_HELP: &str = "Claims held by this instance's write-ahead record (CreateVolume in flight or a volume that may exist without a PV); it never holds more than --worker-threads";
 /// Ours: whether the admission policy keeps the creating-volume finalizer for our driver.
 const ADMISSION_POLICY_HELP: &str = "1 while the MutatingAdmissionPolicy that keeps the creating-volume finalizer (csi-provisioner admission-policy) is in force for this driver, else 0";
 const DELETE_DURATION_HELP: &str = "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name";
@@ -56,6 +58,7 @@ pub struct ControllerMetrics {
     delete_failed: Family<VolumeLabels, Counter>,
     delete_duration: Histograms<VolumeLabels>,
     remembered_claims: Gauge,
+    record_entries: Gauge,
     admission_policy_active: Gauge,
 }
 
@@ -76,12 +79,14 @@ impl ControllerMetrics {
             delete_failed: Family::default(),
             delete_duration: Family::new_with_constructor(duration_histogram),
             remembered_claims: Gauge::default(),
+            record_entries: Gauge::default(),
             admission_policy_active: Gauge::default(),
         }
     }
 
     /// Registers upstream's six families under its names (counters without `_total`, which
-    /// the encoder appends), and our `csi_provisioner_claims_remembered` gauge.
+    /// the encoder appends), and our `csi_provisioner_claims_remembered` and
+    /// `csi_provisioner_record_entries` gauges.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "controller_persistentvolumeclaim_provision",
@@ -119,6 +124,11 @@ impl ControllerMetrics {
             self.remembered_claims.clone(),
         );
         registry.register(
+            "csi_provisioner_record_entries",
+            RECORD_HELP,
+            self.record_entries.clone(),
+        );
+        registry.register(
             "csi_provisioner_admission_policy_active",
             ADMISSION_POLICY_HELP,
             self.admission_policy_active.clone(),
@@ -133,6 +143,12 @@ impl ControllerMetrics {
     /// How many claims the claim controller remembers now.
     pub fn set_remembered_claims(&self, n: usize) {
         self.remembered_claims
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// How many claims the write-ahead record holds now.
+    pub fn set_record_entries(&self, n: usize) {
+        self.record_entries
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 

@@ -95,6 +95,15 @@ async fn record_empties(s: &Scenario) {
     .await;
 }
 
+/// Waits until `csi_provisioner_record_entries` shows `want`.
+async fn record_gauge(port: u16, want: f64) {
+    eventually("csi_provisioner_record_entries", WAIT, || async {
+        let text = support::scrape(port).await?;
+        (support::sample(&text, "csi_provisioner_record_entries", &[])? == want).then_some(())
+    })
+    .await;
+}
+
 async fn driver_empties(s: &Scenario) {
     eventually("the driver to hold no volume", WAIT, || async {
         s.driver_volumes().await.is_empty().then_some(())
@@ -108,7 +117,9 @@ async fn driver_empties(s: &Scenario) {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_after_a_timed_out_call_is_cleaned_up_from_the_record() {
-    let mut s = start("rec-timeout", &[], &["-v=5", "--timeout=1s"]).await;
+    let port = support::free_port();
+    let http = format!("--http-endpoint=127.0.0.1:{port}");
+    let mut s = start("rec-timeout", &[], &["-v=5", "--timeout=1s", &http]).await;
     let held = watch_for_our_finalizer(&s);
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
@@ -123,6 +134,7 @@ async fn a_claim_deleted_after_a_timed_out_call_is_cleaned_up_from_the_record() 
             .then_some(())
     })
     .await;
+    record_gauge(port, 1.0).await;
     // The first call times out after 1 s; the claim goes while its volume may exist.
     s.wait_event("data", "ProvisioningFailed", "DeadlineExceeded")
         .await;
@@ -134,6 +146,7 @@ async fn a_claim_deleted_after_a_timed_out_call_is_cleaned_up_from_the_record() 
     driver_empties(&s).await;
     s.assert_one_volume_made_and_deleted(&volume);
     record_empties(&s).await;
+    record_gauge(port, 0.0).await;
     let pvs = s.volumes().list(&Default::default()).await.unwrap();
     assert!(
         pvs.items
