@@ -11,6 +11,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
 use provisioning::record::{self, Entry, Limits, Pending};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// The environment variable that turns the record on instead of our finalizer (central mode),
@@ -150,28 +151,46 @@ enum Next {
     Wait,
     /// Wait a while, then write again.
     Pause(Duration),
+    /// [`Next::Pause`] as the instant it ends.
+    Until(Instant),
 }
 
 impl Writer {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Ask>, cancel: CancellationToken) {
         let mut next = Next::Wait;
+        // Removals alone wait for an add to ride on, or until then.
+        let mut removals_due: Option<Instant> = None;
         loop {
-            let deadline = match next {
-                Next::Again => Some(Duration::ZERO),
-                Next::Pause(d) => Some(d),
-                Next::Wait if self.only_removals() => Some(REMOVE_AFTER),
+            let due = match next {
+                Next::Again => Some(Instant::now()),
+                Next::Until(t) => Some(t),
+                Next::Wait if self.only_removals() => {
+                    Some(*removals_due.get_or_insert_with(|| Instant::now() + REMOVE_AFTER))
+                }
                 Next::Wait => None,
+                // Only returned by `write_once`, and turned into `Until` below.
+                Next::Pause(_) => None,
             };
             let timer = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep(d).await,
+                match due {
+                    Some(t) => tokio::time::sleep_until(t).await,
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
                 () = cancel.cancelled() => break,
                 ask = rx.recv() => match ask {
-                    Some(ask) => self.take(ask),
+                    Some(ask) => {
+                        self.take(ask);
+                        while let Ok(ask) = rx.try_recv() {
+                            self.take(ask);
+                        }
+                        // Only an add is written at once: removals wait for company, and a
+                        // refused write's pause holds.
+                        if self.waiters.is_empty() || matches!(next, Next::Until(_)) {
+                            continue;
+                        }
+                    }
                     None => break,
                 },
                 () = timer => {}
@@ -180,7 +199,11 @@ impl Writer {
             while let Ok(ask) = rx.try_recv() {
                 self.take(ask);
             }
-            next = self.write_once().await;
+            removals_due = None;
+            next = match self.write_once().await {
+                Next::Pause(d) => Next::Until(Instant::now() + d),
+                other => other,
+            };
         }
         self.fail_all(&RecordWriteError::Stopped);
     }

@@ -1,9 +1,12 @@
 //! No leaked volumes, beyond upstream: crashes, deletion races, bursts, and several drivers
-//! side by side (the creating-volume finalizer is shared by all of them).
+//! side by side (the creating-volume finalizer is shared by all of them). Each race runs with
+//! the claim held by our finalizer and again by the write-ahead record (`with_the_record_*`):
+//! the outcomes asserted are the same.
 
 use crate::support;
 use crate::support::WAIT;
-use crate::support::{Scenario, holds_finalizer, no_pv_of_class, wait_gone};
+use crate::support::assert_no_finalizer_with_the_record;
+use crate::support::{Holder, Scenario, holds_finalizer, no_pv_of_class, wait_gone};
 use crate::support::{free_port, sample, scrape};
 use serde_json::json;
 
@@ -12,20 +15,42 @@ use serde_json::json;
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
+    deleted_while_down(Holder::Finalizer).await;
+}
+
+/// The same with the record: the claim goes at once, its entry keeps what the clean-up needs.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_record_a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
+    deleted_while_down(Holder::Record).await;
+}
+
+async fn deleted_while_down(holder: Holder) {
     // At -v=5 each CSI call is logged as it is sent.
-    let mut s = Scenario::start("prov-crash", &[], &["-v=5"]).await;
+    let mut s = Scenario::start_held("prov-crash", &[], &["-v=5"], holder).await;
+    let finalizers = s.watch_for_our_finalizer();
     let (class, volume) = killed_mid_call(&mut s).await;
+    let claim = s.claims().get("data").await.unwrap();
     s.delete_claim("data").await;
-    let held = s.claims().get("data").await.unwrap();
-    assert!(
-        held.metadata.deletion_timestamp.is_some() && holds_finalizer(&held),
-        "the finalizer keeps the deleted claim"
-    );
+    match holder {
+        Holder::Finalizer => {
+            let held = s.claims().get("data").await.unwrap();
+            assert!(
+                held.metadata.deletion_timestamp.is_some() && holds_finalizer(&held),
+                "the finalizer keeps the deleted claim"
+            );
+        }
+        Holder::Record => {
+            wait_gone(&s.claims(), "data").await;
+            assert!(s.held(holder, &claim).await, "the entry outlives the claim");
+        }
+    }
     // Let the interrupted call finish in the driver if it is going to.
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     s.mock().clear_faults();
     s.provisioner().restart();
     wait_gone(&s.claims(), "data").await;
+    s.wait_let_go(holder, &claim).await;
     assert!(
         s.driver_volumes().await.is_empty(),
         "no volume left behind: {:?}",
@@ -40,6 +65,7 @@ async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
             .and_then(|s| s.storage_class_name.as_deref())
             != Some(class.as_str())
     }));
+    assert_no_finalizer_with_the_record(holder, &finalizers);
 }
 
 /// Claim "data" of a new Immediate class, with the provisioner killed (-9) while the driver
@@ -64,7 +90,13 @@ async fn killed_mid_call(s: &mut Scenario) -> (String, String) {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_bound_to_another_pv_mid_call_leaves_no_volume() {
-    bound_to_another_pv_mid_call(false).await;
+    bound_to_another_pv_mid_call(false, Holder::Finalizer).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_record_a_claim_bound_to_another_pv_mid_call_leaves_no_volume() {
+    bound_to_another_pv_mid_call(false, Holder::Record).await;
 }
 
 /// The same with the admission policy, which drops the finalizer with the binding: what this
@@ -72,11 +104,11 @@ async fn a_claim_bound_to_another_pv_mid_call_leaves_no_volume() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn with_the_admission_policy_a_claim_bound_to_another_pv_mid_call_leaves_no_volume() {
-    bound_to_another_pv_mid_call(true).await;
+    bound_to_another_pv_mid_call(true, Holder::Finalizer).await;
 }
 
-async fn bound_to_another_pv_mid_call(policy: bool) {
-    let s = Scenario::start("prov-static", &[], &["--timeout=2s"]).await;
+async fn bound_to_another_pv_mid_call(policy: bool, holder: Holder) {
+    let s = Scenario::start_held("prov-static", &[], &["--timeout=2s"], holder).await;
     if policy && !support::install_policy(&s).await {
         return;
     }
@@ -104,11 +136,7 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
     )
     .await;
     s.assert_one_volume_made_and_deleted(&ours);
-    support::eventually("the claim to be let go", WAIT, || async {
-        let c = s.claims().get("data").await.ok()?;
-        (!holds_finalizer(&c)).then_some(())
-    })
-    .await;
+    s.wait_let_go(holder, &claim).await;
     assert!(s.volumes().get_opt(&ours).await.unwrap().is_none());
     assert!(s.volumes().get_opt(&static_pv).await.unwrap().is_some());
 }
@@ -120,7 +148,13 @@ async fn bound_to_another_pv_mid_call(policy: bool) {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_bound_to_another_pv_while_the_provisioner_is_down_leaves_no_volume() {
-    bound_to_another_pv_while_down(false).await;
+    bound_to_another_pv_while_down(false, Holder::Finalizer).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_record_a_claim_bound_to_another_pv_while_down_leaves_no_volume() {
+    bound_to_another_pv_while_down(false, Holder::Record).await;
 }
 
 /// The same with the admission policy: it keeps the finalizer when the claim is bound to a PV
@@ -128,11 +162,11 @@ async fn a_claim_bound_to_another_pv_while_the_provisioner_is_down_leaves_no_vol
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn with_the_admission_policy_a_claim_bound_to_another_pv_while_down_leaves_no_volume() {
-    bound_to_another_pv_while_down(true).await;
+    bound_to_another_pv_while_down(true, Holder::Finalizer).await;
 }
 
-async fn bound_to_another_pv_while_down(policy: bool) {
-    let mut s = Scenario::start("prov-down-static", &[], &["-v=5"]).await;
+async fn bound_to_another_pv_while_down(policy: bool, holder: Holder) {
+    let mut s = Scenario::start_held("prov-down-static", &[], &["-v=5"], holder).await;
     if policy && !support::install_policy(&s).await {
         return;
     }
@@ -140,8 +174,8 @@ async fn bound_to_another_pv_while_down(policy: bool) {
     let static_pv = format!("{}-static", s.ns);
     let claim = bind_static_pv(&s, &static_pv, &class, "made-by-hand", json!(null)).await;
     assert!(
-        holds_finalizer(&claim),
-        "the finalizer stays on while we are down"
+        s.held(holder, &claim).await,
+        "the finalizer (or entry) stays on while we are down"
     );
     // Let the interrupted call finish in the driver.
     support::eventually("the driver to make the volume", WAIT, || async {
@@ -150,11 +184,7 @@ async fn bound_to_another_pv_while_down(policy: bool) {
     .await;
     s.mock().clear_faults();
     s.provisioner().restart();
-    support::eventually("the claim to be let go", WAIT, || async {
-        let c = s.claims().get("data").await.ok()?;
-        (!holds_finalizer(&c)).then_some(())
-    })
-    .await;
+    s.wait_let_go(holder, &claim).await;
     assert!(
         s.driver_volumes().await.is_empty(),
         "no volume left behind: {:?}",
@@ -174,7 +204,17 @@ async fn bound_to_another_pv_while_down(policy: bool) {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
-    let s = Scenario::start("prov-adopt", &[], &["--timeout=2s"]).await;
+    bound_to_its_own_volume_mid_call(Holder::Finalizer).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_record_a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
+    bound_to_its_own_volume_mid_call(Holder::Record).await;
+}
+
+async fn bound_to_its_own_volume_mid_call(holder: Holder) {
+    let s = Scenario::start_held("prov-adopt", &[], &["--timeout=2s"], holder).await;
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 5000}}));
     let class = s.class("imm", "Immediate", json!({})).await;
@@ -191,11 +231,7 @@ async fn a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
     bind_static_pv(&s, &static_pv, &class, &volume, claim_ref).await;
     s.mock().clear_faults();
     // Letting the claim go takes a probe that answered: the call's state is "may exist".
-    support::eventually("the claim to be let go", WAIT, || async {
-        let c = s.claims().get("data").await.ok()?;
-        (!holds_finalizer(&c)).then_some(())
-    })
-    .await;
+    s.wait_let_go(holder, &claim).await;
     let made = made();
     assert!(
         made.len() >= 2 && made.iter().all(|id| *id == volume),
@@ -245,14 +281,26 @@ async fn bind_static_pv(
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_deleted_during_create_volume_leaves_no_volume() {
+    deleted_during_create_volume(Holder::Finalizer).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_record_a_claim_deleted_during_create_volume_leaves_no_volume() {
+    deleted_during_create_volume(Holder::Record).await;
+}
+
+async fn deleted_during_create_volume(holder: Holder) {
     // At -v=5 each CSI call is logged as it is sent.
-    let mut s = Scenario::start("prov-race", &[], &["-v=5"]).await;
+    let mut s = Scenario::start_held("prov-race", &[], &["-v=5"], holder).await;
+    let finalizers = s.watch_for_our_finalizer();
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
     let class = s.class("imm", "Immediate", json!({})).await;
     s.claim("data", &class, "1Gi", json!({})).await;
-    s.delete_while_creating("data").await;
+    s.delete_while_creating_held("data", holder).await;
     no_pv_of_class(&s, &class).await;
+    assert_no_finalizer_with_the_record(holder, &finalizers);
 }
 
 /// A deleted claim whose CreateVolume ended without an answer is probed with the same request.
@@ -262,11 +310,23 @@ async fn a_claim_deleted_during_create_volume_leaves_no_volume() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn an_unclear_probe_answer_keeps_the_claim_until_the_driver_answers() {
-    let s = Scenario::start("prov-probe", &[], &[]).await;
+    unclear_probe_answer(Holder::Finalizer).await;
+}
+
+/// The same with the record: the claim is gone, its entry stays until the driver answers.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_record_an_unclear_probe_answer_keeps_the_entry_until_the_driver_answers() {
+    unclear_probe_answer(Holder::Record).await;
+}
+
+async fn unclear_probe_answer(holder: Holder) {
+    let s = Scenario::start_held("prov-probe", &[], &[], holder).await;
     s.mock()
         .set_faults(json!({"CreateVolume": {"code": "DeadlineExceeded"}}));
     let class = s.class("imm", "Immediate", json!({})).await;
     let volume = s.claim_volume_name("data", &class, "1Gi").await;
+    let claim = s.claims().get("data").await.unwrap();
     s.wait_event("data", "ProvisioningFailed", "DeadlineExceeded")
         .await;
     s.mock()
@@ -280,13 +340,14 @@ async fn an_unclear_probe_answer_keeps_the_claim_until_the_driver_answers() {
         message.contains(&volume) && message.contains("does not say whether the volume exists"),
         "{message}"
     );
-    let held = s.claims().get("data").await.unwrap();
-    assert!(
-        holds_finalizer(&held),
-        "the claim went on an unclear answer"
-    );
+    let held = match holder {
+        Holder::Finalizer => s.held(holder, &s.claims().get("data").await.unwrap()).await,
+        Holder::Record => s.held(holder, &claim).await,
+    };
+    assert!(held, "the claim was let go on an unclear answer");
     s.mock().clear_faults();
     wait_gone(&s.claims(), "data").await;
+    s.wait_let_go(holder, &claim).await;
     s.assert_one_volume_made_and_deleted(&volume);
     assert!(
         s.driver_volumes().await.is_empty(),
@@ -301,6 +362,17 @@ async fn an_unclear_probe_answer_keeps_the_claim_until_the_driver_answers() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
+    burst_of_200(Holder::Finalizer).await;
+}
+
+/// The same with the record: the test sees each claim's entry instead of its finalizer.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_record_creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
+    burst_of_200(Holder::Record).await;
+}
+
+async fn burst_of_200(holder: Holder) {
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -323,32 +395,65 @@ async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
     // 2000 ms call: every one of the 100 should overlap. 80 leaves room for scheduling stalls
     // under load without letting the race go untested.
     const MIN_OVERLAPS: usize = 80;
-    let s = Scenario::start(
+    let s = Scenario::start_held(
         "prov-burst",
         &[],
         &["--kube-api-qps=50", "--kube-api-burst=100"],
+        holder,
     )
     .await;
+    let finalizers = s.watch_for_our_finalizer();
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": CREATE_MS}}));
     let class = s.class("imm", "Immediate", json!({})).await;
 
-    // Names of the claims seen holding the creating-volume finalizer.
+    // Names of the claims seen holding the creating-volume finalizer (or in the record).
     let (seen_tx, seen) = tokio::sync::watch::channel(BTreeSet::<String>::new());
-    let mut events = watcher(s.claims(), watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .boxed();
-    let watch = tokio::spawn(async move {
-        while let Some(event) = events.next().await {
-            if let Ok(pvc) = event
-                && holds_finalizer(&pvc)
-            {
-                let name = pvc.metadata.name.unwrap_or_default();
-                seen_tx.send_if_modified(|seen| seen.insert(name));
-            }
+    // With the record: how often it was written (one applied event per stored change).
+    let writes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let written = writes.clone();
+    let watch = match holder {
+        Holder::Finalizer => {
+            let mut events = watcher(s.claims(), watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            tokio::spawn(async move {
+                while let Some(event) = events.next().await {
+                    if let Ok(pvc) = event
+                        && holds_finalizer(&pvc)
+                    {
+                        let name = pvc.metadata.name.unwrap_or_default();
+                        seen_tx.send_if_modified(|seen| seen.insert(name));
+                    }
+                }
+            })
         }
-    });
+        Holder::Record => {
+            let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+                kube::Api::namespaced(s.client.clone(), &s.ns);
+            let name = provisioning::record::lease_name(&s.driver, None);
+            let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+            let mut events = watcher(leases, config)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            tokio::spawn(async move {
+                while let Some(event) = events.next().await {
+                    if let Ok(lease) = event {
+                        written.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let annotations = lease.metadata.annotations.unwrap_or_default();
+                        let (entries, _) = provisioning::record::entries(&annotations);
+                        seen_tx.send_if_modified(|seen| {
+                            let before = seen.len();
+                            seen.extend(entries.into_iter().map(|e| e.name));
+                            seen.len() != before
+                        });
+                    }
+                }
+            })
+        }
+    };
 
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..CLAIMS {
@@ -453,6 +558,21 @@ async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
         overlaps >= MIN_OVERLAPS,
         "only {overlaps} deletions overlapped a running CreateVolume"
     );
+    if holder == Holder::Record {
+        assert!(s.record_entries().await.is_empty(), "entries left behind");
+        // Removals ride on the adds' writes (or wait a second for company): fewer writes than
+        // claims. (At this budget the claims become ours one by one, at kube-controller-manager's
+        // pace, so most adds get a write of their own; `record_claims.rs` shows the batching at
+        // the default budget.) Each removal written alone made it 273.
+        let writes = writes.load(std::sync::atomic::Ordering::SeqCst);
+        eprintln!("burst: {writes} record writes for {CLAIMS} claims");
+        assert!(writes > 0, "the record was never written");
+        assert!(
+            writes < CLAIMS,
+            "{writes} record writes for {CLAIMS} claims"
+        );
+    }
+    assert_no_finalizer_with_the_record(holder, &finalizers);
 }
 
 /// Clusters run one provisioner per driver and the finalizer's name is shared: a provisioner
@@ -567,12 +687,22 @@ async fn a_panicking_worker_ends_the_process() {
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn sigterm_lets_the_running_create_volume_finish() {
-    let mut s = Scenario::start("prov-term", &[], &[]).await;
+    sigterm_mid_call(Holder::Finalizer).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_record_sigterm_lets_the_running_create_volume_finish() {
+    sigterm_mid_call(Holder::Record).await;
+}
+
+async fn sigterm_mid_call(holder: Holder) {
+    let mut s = Scenario::start_held("prov-term", &[], &[], holder).await;
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
     let class = s.class("imm", "Immediate", json!({})).await;
     let claim = s.claim("data", &class, "1Gi", json!({})).await;
-    s.wait_finalizer("data").await;
+    s.wait_held(holder, "data").await;
     let pid = s.provisioner().process().pid().to_string();
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -623,10 +753,20 @@ async fn wait_exit(s: &mut Scenario, seconds: u64, when: &str) -> std::process::
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn claims_synced_around_their_pv_save_get_one_create_volume_each() {
+    synced_around_pv_save(Holder::Finalizer).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_record_claims_synced_around_their_pv_save_get_one_create_volume_each() {
+    synced_around_pv_save(Holder::Record).await;
+}
+
+async fn synced_around_pv_save(holder: Holder) {
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     use kube::api::{Patch, PatchParams};
     const CLAIMS: usize = 40;
-    let s = Scenario::start("nl-resync", &[], &[]).await;
+    let s = Scenario::start_held("nl-resync", &[], &[], holder).await;
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 300}}));
     let class = s.class("imm", "Immediate", json!({})).await;
@@ -643,9 +783,26 @@ async fn claims_synced_around_their_pv_save_get_one_create_volume_each() {
         if claims.iter().all(bound) {
             break;
         }
-        // Only claims past the finalizer write: relabelling earlier would only make that
-        // guarded write conflict.
-        let provisioning = claims.iter().filter(|c| !bound(c) && holds_finalizer(c));
+        // Only claims past the finalizer (or record) write: relabelling earlier would only make
+        // that guarded write conflict.
+        let recorded: std::collections::BTreeSet<String> = match holder {
+            Holder::Finalizer => Default::default(),
+            Holder::Record => s
+                .record_entries()
+                .await
+                .into_iter()
+                .map(|e| e.uid)
+                .collect(),
+        };
+        let held = |c: &PersistentVolumeClaim| match holder {
+            Holder::Finalizer => holds_finalizer(c),
+            Holder::Record => c
+                .metadata
+                .uid
+                .as_ref()
+                .is_some_and(|u| recorded.contains(u)),
+        };
+        let provisioning = claims.iter().filter(|c| !bound(c) && held(c));
         for c in provisioning {
             let touch = json!({"metadata": {"labels": {"touch": round.to_string()}}});
             let name = c.metadata.name.as_deref().unwrap_or_default();

@@ -1,10 +1,10 @@
 //! Claims held by the write-ahead record instead of our finalizer (issue 49 step 3, switched
 //! on with `CSI_PROVISIONER_WRITE_AHEAD_RECORD=true`): no finalizer of ours ever appears on a
-//! claim, a claim deleted while a volume may exist is cleaned up from the record (also after
-//! a kill -9, and by the other replica after the leader's), a refused record write means no
-//! CreateVolume, and a burst of claims costs far fewer record writes than claims.
+//! claim, a claim deleted while a volume may exist is cleaned up from the record (also by the
+//! other replica after the leader's kill -9), a refused record write means no CreateVolume,
+//! and a burst of claims costs far fewer record writes than claims. The races of `no_leaks.rs`
+//! run with the record too.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -18,46 +18,14 @@ use provisioning::record;
 use serde_json::json;
 
 use crate::support::ops::Ops;
-use crate::support::{self, Scenario, WAIT, eventually, holds_finalizer, wait_gone};
+use crate::support::{self, Holder, Scenario, WAIT, eventually, holds_finalizer, wait_gone};
 
-/// The scenario's provisioner with the record switched on, in the scenario's namespace.
 async fn start(prefix: &str, mock_args: &[&str], prov_args: &[&str]) -> Scenario {
-    let mut s = Scenario::new(prefix).await;
-    s.start_driver(mock_args);
-    let ns = s.ns.clone();
-    s.start_provisioner_with_env(
-        prov_args,
-        &[
-            (csi_provisioner::write_ahead::SWITCH, "true"),
-            ("POD_NAMESPACE", ns.as_str()),
-        ],
-    );
-    s
+    Scenario::start_held(prefix, mock_args, prov_args, Holder::Record).await
 }
 
 fn lease(s: &Scenario) -> String {
     record::lease_name(&s.driver, None)
-}
-
-/// Set once any version of any claim in the namespace carries our creating-volume finalizer
-/// (a watch started before the claims sees every stored change).
-fn watch_for_our_finalizer(s: &Scenario) -> Arc<AtomicBool> {
-    let seen = Arc::new(AtomicBool::new(false));
-    let api: Api<PersistentVolumeClaim> = s.claims();
-    let flag = seen.clone();
-    tokio::spawn(async move {
-        let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
-        while let Some(Ok(e)) = events.next().await {
-            let held = match &e {
-                watcher::Event::Apply(c) | watcher::Event::InitApply(c) => holds_finalizer(c),
-                _ => false,
-            };
-            if held {
-                flag.store(true, Ordering::SeqCst);
-            }
-        }
-    });
-    seen
 }
 
 /// Counts the stored changes of the record's Lease from now on.
@@ -78,14 +46,7 @@ fn count_record_writes(s: &Scenario) -> Arc<AtomicUsize> {
 }
 
 async fn entries(s: &Scenario) -> Vec<record::Entry> {
-    let api: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
-    let Some(l) = api.get_opt(&lease(s)).await.unwrap() else {
-        return Vec::new();
-    };
-    let annotations: BTreeMap<String, String> = l.metadata.annotations.unwrap_or_default();
-    let (ok, bad) = record::entries(&annotations);
-    assert!(bad.is_empty(), "{bad:?}");
-    ok
+    s.record_entries().await
 }
 
 async fn record_empties(s: &Scenario) {
@@ -120,7 +81,7 @@ async fn a_claim_deleted_after_a_timed_out_call_is_cleaned_up_from_the_record() 
     let port = support::free_port();
     let http = format!("--http-endpoint=127.0.0.1:{port}");
     let mut s = start("rec-timeout", &[], &["-v=5", "--timeout=1s", &http]).await;
-    let held = watch_for_our_finalizer(&s);
+    let held = s.watch_for_our_finalizer();
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 3000}}));
     let class = s.class("imm", "Immediate", json!({})).await;
@@ -154,35 +115,6 @@ async fn a_claim_deleted_after_a_timed_out_call_is_cleaned_up_from_the_record() 
             .all(|pv| pv.metadata.name.as_deref() != Some(volume.as_str())),
         "no PV for the deleted claim"
     );
-    assert!(!held.load(Ordering::SeqCst), "our finalizer was on a claim");
-}
-
-/// kill -9 in the middle of CreateVolume, the claim deleted while the provisioner is down (it
-/// goes at once: nothing holds it), restart: the new process finds the entry, sends the
-/// recorded request again to learn the volume's id, and deletes the volume (upstream leaks
-/// here, #486).
-#[tokio::test]
-#[ignore = "needs the control plane: cargo xtask test"]
-async fn a_claim_deleted_while_the_provisioner_is_down_is_cleaned_up_from_the_record() {
-    let mut s = start("rec-crash", &[], &["-v=5"]).await;
-    let held = watch_for_our_finalizer(&s);
-    s.mock()
-        .set_faults(json!({"CreateVolume": {"delay_ms": 4000}}));
-    let class = s.class("imm", "Immediate", json!({})).await;
-    let volume = s.claim_volume_name("data", &class, "1Gi").await;
-    s.wait_create_volume_sent();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    s.provisioner().kill9();
-    assert_eq!(entries(&s).await.len(), 1, "the call's entry is recorded");
-    s.delete_claim("data").await;
-    wait_gone(&s.claims(), "data").await;
-    // Let the interrupted call finish in the driver if it is going to.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    s.mock().clear_faults();
-    s.provisioner().restart();
-    driver_empties(&s).await;
-    s.assert_one_volume_made_and_deleted(&volume);
-    record_empties(&s).await;
     assert!(!held.load(Ordering::SeqCst), "our finalizer was on a claim");
 }
 
@@ -240,7 +172,7 @@ async fn policy_in_force(s: &Scenario) {
 async fn a_burst_of_200_claims_costs_far_fewer_record_writes_than_claims() {
     const N: usize = 200;
     let s = start("rec-burst", &[], &[]).await;
-    let held = watch_for_our_finalizer(&s);
+    let held = s.watch_for_our_finalizer();
     let writes = count_record_writes(&s);
     let class = s.class("imm", "Immediate", json!({})).await;
     let claims: Vec<_> = (0..N)

@@ -13,10 +13,12 @@ use serde_json::json;
 use testenv::{ControlPlane, MockDriver, Provisioner};
 
 pub mod deploy;
+mod holder;
 mod metrics;
 pub mod ops;
 pub mod world;
 
+pub use holder::{Holder, assert_no_finalizer_with_the_record};
 pub use metrics::{free_port, http_get, sample, scrape};
 
 pub struct Scenario {
@@ -344,21 +346,30 @@ impl Scenario {
 
     /// Deletes claim `name` while its CreateVolume is under way (sent, not answered: the scenario
     /// runs at `-v=5` and the driver is slow). The finalizer must hold the claim until that call
-    /// has answered: the answer is saved as a PV, which the claim's deletion releases, and its
-    /// reclaim policy deletes the volume. In the end the driver made that one volume and deleted
-    /// it, once. (The mock makes a volume only at the end of its delay, so "the driver is empty"
-    /// alone would also hold for a provisioner that let the claim go at once and left the volume
-    /// to appear later.)
+    /// has answered (the record's entry holds it past the claim, which goes at once): the answer
+    /// is saved as a PV, which the claim's deletion releases, and its reclaim policy deletes the
+    /// volume. In the end the driver made that one volume and deleted it, once. (The mock makes
+    /// a volume only at the end of its delay, so "the driver is empty" alone would also hold for
+    /// a provisioner that let the claim go at once and left the volume to appear later.)
     pub async fn delete_while_creating(&mut self, name: &str) {
-        let claim = self.wait_finalizer(name).await;
-        let volume = format!("pvc-{}", claim.metadata.uid.unwrap());
+        self.delete_while_creating_held(name, Holder::Finalizer)
+            .await;
+    }
+
+    /// [`Scenario::delete_while_creating`] with claims held by `holder`.
+    pub async fn delete_while_creating_held(&mut self, name: &str, holder: Holder) {
+        let claim = self.wait_held(holder, name).await;
+        let volume = format!("pvc-{}", claim.metadata.uid.clone().unwrap());
         self.wait_create_volume_sent();
         assert!(
             self.volume_ids_made(&volume).is_empty(),
             "CreateVolume answered before the deletion: the test needs a slower driver"
         );
         self.delete_claim(name).await;
-        wait_gone(&self.claims(), name).await;
+        match holder {
+            Holder::Finalizer => wait_gone(&self.claims(), name).await,
+            Holder::Record => self.wait_let_go(holder, &claim).await,
+        }
         assert!(
             !self.volume_ids_made(&volume).is_empty(),
             "the claim went before its CreateVolume answered"
