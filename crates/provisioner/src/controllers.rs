@@ -448,7 +448,8 @@ fn event_source(driver: &str) -> String {
     format!("{driver}_{host}_{}", uuid::Uuid::new_v4())
 }
 
-/// The write-ahead record's writer, when it is switched on (central mode only, for now).
+/// The write-ahead record's writer, when it is switched on: one record per driver, or per node
+/// with `--node-deployment`.
 struct Record {
     writer: crate::write_ahead::WriteAhead,
     api: kube::Api<k8s_openapi::api::coordination::v1::Lease>,
@@ -462,14 +463,15 @@ fn write_ahead_record(
     tasks: &mut Tasks,
     cancel: &CancellationToken,
 ) -> Option<Record> {
-    if base.node.is_some() || !crate::write_ahead::switched_on() {
+    if !crate::write_ahead::switched_on() {
         return None;
     }
     let opts = &base.opts;
     let namespace =
         leader_election::namespace_from_environment(opts.leader_election_namespace.as_deref());
     let api = kube::Api::namespaced(base.client.clone(), &namespace);
-    let lease = provisioning::record::lease_name(&base.driver.name, None);
+    let node = base.node.as_ref().map(|n| n.name.as_str());
+    let lease = provisioning::record::lease_name(&base.driver.name, node);
     let limits = provisioning::record::Limits {
         entries: opts.worker_threads.max(1),
         bytes: provisioning::record::MAX_BYTES,

@@ -120,15 +120,12 @@ pub fn next_step(f: &ClaimFacts<'_>) -> Step {
     }
     if ours && let Some(node) = &f.node {
         let here = annotation(claim, ANN_SELECTED_NODE) == Some(node.name);
-        let held = holds(&claim.metadata, &node_finalizer(node.name));
-        match leftover(
-            held,
-            here,
-            has_finalizer(claim),
-            deleting,
-            bound,
-            f.pv_exists,
-        ) {
+        // This node's entry in its own record holds the claim both ways: as the creating-volume
+        // finalizer while the claim is this node's, and as this node's finalizer once it was
+        // given back.
+        let held = holds(&claim.metadata, &node_finalizer(node.name)) || f.record.recorded;
+        let creating = has_finalizer(claim) || f.record.recorded;
+        match leftover(held, here, creating, deleting, bound, f.pv_exists) {
             Leftover::CleanUp => return Step::CleanUpLeft,
             Leftover::Drop => return Step::DropNodeFinalizer,
             Leftover::AsUsual | Leftover::Hold => {}

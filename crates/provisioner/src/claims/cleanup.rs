@@ -143,9 +143,11 @@ impl ClaimsController {
         key: &super::ClaimKey,
         current: Option<&str>,
     ) -> Result<(), SyncError> {
+        // A node cleans up its own volume: a PV of the claim elsewhere holds another node's.
+        let node = self.ctx.node.as_ref().map(|n| n.name.clone());
         for entry in self.entries.gone(&key.namespace, &key.name, current) {
             klog::v!(2, claim = %key, uid = %entry.uid, "Claim held by a write-ahead entry is gone; cleaning up from the entry");
-            self.clean_up(&gone_claim(&entry), None).await?;
+            self.clean_up(&gone_claim(&entry), node.as_deref()).await?;
         }
         Ok(())
     }

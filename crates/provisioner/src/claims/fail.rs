@@ -101,7 +101,8 @@ impl ClaimsController {
         // instead of calling the driver again on the next change that queues it.
         self.records.set_hold(&uid, Some(hold));
         if writes.reschedule || writes.release || writes.hold_here {
-            let node_finalizer = self.node_finalizer();
+            // With the record, this node's entry holds a claim it gives back: no finalizer.
+            let node_finalizer = self.node_finalizer().filter(|_| !self.entries.enabled());
             update::after_failure(
                 &ctx.client,
                 &ctx.caches.claims,

@@ -201,14 +201,25 @@ proptest! {
         }
     }
 
-    /// In central mode our write-ahead entry holds a claim exactly as our finalizer does.
+    /// Our write-ahead entry holds a claim exactly as our finalizers do: in central mode as the
+    /// creating-volume finalizer; with `--node-deployment` (this instance on n1) as that one
+    /// while the claim is this node's, and with this node's own finalizer too once it is not.
     #[test]
-    fn an_entry_holds_as_the_finalizer_does(c in choice()) {
-        if c.node.is_none() {
-            let by_entry = Choice { recorded: true, creating_finalizer: false, ..c.clone() };
-            let by_finalizer = Choice { recorded: false, creating_finalizer: true, ..c.clone() };
-            prop_assert_eq!(step_of(&by_entry).0, step_of(&by_finalizer).0, "{:?}", c);
-        }
+    fn an_entry_holds_as_the_finalizers_do(c in choice()) {
+        let here = c.selected == Some("n1");
+        let by_entry = Choice {
+            recorded: true,
+            creating_finalizer: false,
+            node_finalizer: false,
+            ..c.clone()
+        };
+        let by_finalizers = Choice {
+            recorded: false,
+            creating_finalizer: true,
+            node_finalizer: c.node.is_some() && !here,
+            ..c.clone()
+        };
+        prop_assert_eq!(step_of(&by_entry).0, step_of(&by_finalizers).0, "{:?}", c);
     }
 
     /// No volume is created for a claim whose PV exists, nor for a claim of another driver.

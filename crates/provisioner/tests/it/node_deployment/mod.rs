@@ -13,7 +13,7 @@ use crate::support::WAIT;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::support::{NODE_KEY, Scenario, create_pod, eventually, pod_node};
+use crate::support::{Holder, NODE_KEY, Scenario, create_pod, eventually, pod_node};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{DeleteParams, ListParams};
@@ -84,8 +84,19 @@ async fn nodes_with(
     pools: &[(&str, &str)],
     prov_args: &[&str],
 ) -> (Scenario, Vec<Instance>) {
+    nodes_held(prefix, pools, prov_args, Holder::Finalizer).await
+}
+
+/// [`nodes_with`] with claims held by `holder` (each node's record in the scenario's
+/// namespace).
+async fn nodes_held(
+    prefix: &str,
+    pools: &[(&str, &str)],
+    prov_args: &[&str],
+    holder: Holder,
+) -> (Scenario, Vec<Instance>) {
     let s = Scenario::new(prefix).await;
-    let instances = start_nodes(&s, pools, prov_args, &[]).await;
+    let instances = start_nodes_held(&s, pools, prov_args, &[], holder).await;
     (s, instances)
 }
 
@@ -94,6 +105,16 @@ async fn start_nodes(
     pools: &[(&str, &str)],
     prov_args: &[&str],
     driver_args: &[&str],
+) -> Vec<Instance> {
+    start_nodes_held(s, pools, prov_args, driver_args, Holder::Finalizer).await
+}
+
+async fn start_nodes_held(
+    s: &Scenario,
+    pools: &[(&str, &str)],
+    prov_args: &[&str],
+    driver_args: &[&str],
+    holder: Holder,
 ) -> Vec<Instance> {
     testenv::try_create_csi_driver(&s.client, &s.driver, true)
         .await
@@ -108,7 +129,7 @@ async fn start_nodes(
             format!("--node-topology={NODE_KEY}={node}"),
         ];
         mock_args.extend(driver_args.iter().map(|a| a.to_string()));
-        instances.push(start_instance(s, node, &mock_args, prov_args));
+        instances.push(start_instance_held(s, node, &mock_args, prov_args, holder));
     }
     instances
 }
@@ -116,6 +137,16 @@ async fn start_nodes(
 /// A mock driver (its name and `--node-id` set here, then `mock_args`) and a
 /// `--node-deployment` provisioner (plus `prov_args`) for `node`.
 fn start_instance(s: &Scenario, node: &str, mock_args: &[String], prov_args: &[&str]) -> Instance {
+    start_instance_held(s, node, mock_args, prov_args, Holder::Finalizer)
+}
+
+fn start_instance_held(
+    s: &Scenario,
+    node: &str,
+    mock_args: &[String],
+    prov_args: &[&str],
+    holder: Holder,
+) -> Instance {
     let dir = s.dir.join(node.rsplit('-').next().unwrap());
     std::fs::create_dir_all(&dir).unwrap();
     let mut all = vec![
@@ -126,13 +157,18 @@ fn start_instance(s: &Scenario, node: &str, mock_args: &[String], prov_args: &[&
     let mock = MockDriver::start(&dir, &all.iter().map(String::as_str).collect::<Vec<_>>());
     let mut args = vec!["--node-deployment", "-v=5"];
     args.extend_from_slice(prov_args);
+    let mut env = vec![("NAMESPACE", s.ns.as_str()), ("NODE_NAME", node)];
+    if holder == Holder::Record {
+        env.push((csi_provisioner::write_ahead::SWITCH, "true"));
+        env.push(("POD_NAMESPACE", s.ns.as_str()));
+    }
     let prov = Provisioner::start(
         &dir,
         "csi-provisioner",
         ControlPlane::shared().kubeconfig(),
         &mock.socket,
         &args,
-        &[("NAMESPACE", s.ns.as_str()), ("NODE_NAME", node)],
+        &env,
     );
     Instance {
         node: node.to_string(),
