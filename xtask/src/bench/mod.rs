@@ -248,12 +248,7 @@ async fn run_scenarios(
                 throughput_done = true;
                 let (c, d) = if let Some(name) = &opts.variant {
                     let (kept, _) = results::read_all(&outputs.results)?;
-                    let runs = |n: u8| {
-                        kept.iter()
-                            .find(|r| r.scenario == n)
-                            .map(|r| r.runs.clone())
-                            .unwrap_or_default()
-                    };
+                    let runs = |n: u8| kept_runs(&kept, n);
                     if let Some(created) = kept.iter().find(|r| r.scenario == 1) {
                         let (ran, up) = if throughput::is_ours_only(name) {
                             (
@@ -285,12 +280,7 @@ async fn run_scenarios(
                     throughput::run_variant(ctx, name, runs(1), runs(2)).await?
                 } else if opts.policy_only {
                     let (kept, _) = results::read_all(&outputs.results)?;
-                    let runs = |n: u8| {
-                        kept.iter()
-                            .find(|r| r.scenario == n)
-                            .map(|r| r.runs.clone())
-                            .unwrap_or_default()
-                    };
+                    let runs = |n: u8| kept_runs(&kept, n);
                     // Scenario 1's note and time say when the kept plain runs were made.
                     if let Some(created) = kept.iter().find(|r| r.scenario == 1) {
                         notes.push(throughput::kept_note(&created.notes, &created.finished_at));
@@ -339,6 +329,14 @@ async fn run_scenarios(
         outputs.render()?;
     }
     Ok(())
+}
+
+/// The runs of scenario `n` among the results kept from an earlier invocation.
+fn kept_runs(kept: &[ScenarioResult], n: u8) -> Vec<RunRecord> {
+    kept.iter()
+        .find(|r| r.scenario == n)
+        .map(|r| r.runs.clone())
+        .unwrap_or_default()
 }
 
 /// The result of scenario `n` with its fixed description.

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::ops::Ops;
+use crate::support::ops::{FAST_ELECTION, Ops};
 use crate::support::{eventually, free_port, http_get, sample, scrape};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -295,15 +295,8 @@ async fn only_the_leader_provisions_and_a_standby_takes_over() {
                 "--metrics-address"
             };
             let endpoint = format!("{flag}=127.0.0.1:{port}");
-            let args = [
-                "--leader-election",
-                ns_flag.as_str(),
-                "--leader-election-lease-duration=6s",
-                "--leader-election-renew-deadline=4s",
-                "--leader-election-retry-period=1s",
-                endpoint.as_str(),
-                "-v=3",
-            ];
+            let mut args = FAST_ELECTION.to_vec();
+            args.extend([ns_flag.as_str(), endpoint.as_str(), "-v=3"]);
             let process =
                 ops.provisioner_on_host(&format!("csi-provisioner-{suffix}"), &host, &args);
             Replica {

@@ -5,20 +5,17 @@
 //! and a burst of claims costs far fewer record writes than claims. The races of `no_leaks.rs`
 //! run with the record too.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
-use kube::runtime::watcher;
 use provisioning::record;
 use serde_json::json;
 
-use crate::support::ops::Ops;
-use crate::support::{self, Holder, Scenario, WAIT, eventually, holds_finalizer, wait_gone};
+use crate::support::ops::{FAST_ELECTION, Ops};
+use crate::support::{self, Holder, Scenario, WAIT, eventually, wait_gone};
 
 async fn start(prefix: &str, mock_args: &[&str], prov_args: &[&str]) -> Scenario {
     Scenario::start_held(prefix, mock_args, prov_args, Holder::Record).await
@@ -26,23 +23,6 @@ async fn start(prefix: &str, mock_args: &[&str], prov_args: &[&str]) -> Scenario
 
 fn lease(s: &Scenario) -> String {
     record::lease_name(&s.driver, None)
-}
-
-/// Counts the stored changes of the record's Lease from now on.
-fn count_record_writes(s: &Scenario) -> Arc<AtomicUsize> {
-    let count = Arc::new(AtomicUsize::new(0));
-    let api: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", lease(s)));
-    let seen = count.clone();
-    tokio::spawn(async move {
-        let mut events = watcher::watcher(api, config).boxed();
-        while let Some(Ok(e)) = events.next().await {
-            if let watcher::Event::Apply(_) = e {
-                seen.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    });
-    count
 }
 
 async fn entries(s: &Scenario) -> Vec<record::Entry> {
@@ -173,7 +153,8 @@ async fn a_burst_of_200_claims_costs_far_fewer_record_writes_than_claims() {
     const N: usize = 200;
     let s = start("rec-burst", &[], &[]).await;
     let held = s.watch_for_our_finalizer();
-    let writes = count_record_writes(&s);
+    let leases: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
+    let writes = support::count_lease_writes(leases, &lease(&s));
     let class = s.class("imm", "Immediate", json!({})).await;
     let claims: Vec<_> = (0..N)
         .map(|i| {
@@ -220,33 +201,14 @@ async fn the_next_leader_cleans_up_from_its_predecessors_record() {
         .iter()
         .enumerate()
         .map(|(i, host)| {
-            let args = [
-                "--leader-election",
-                ns_flag.as_str(),
-                "--leader-election-lease-duration=6s",
-                "--leader-election-renew-deadline=4s",
-                "--leader-election-retry-period=1s",
-                "-v=5",
-            ];
+            let mut args = FAST_ELECTION.to_vec();
+            args.extend([ns_flag.as_str(), "-v=5"]);
             let env = [(csi_provisioner::write_ahead::SWITCH, "true")];
             ops.provisioner_on_host_with_env(&format!("csi-provisioner-{i}"), host, &args, &env)
         })
         .collect();
     let claims: Api<PersistentVolumeClaim> = ops.claims();
-    let held = Arc::new(AtomicBool::new(false));
-    {
-        let (claims, flag) = (claims.clone(), held.clone());
-        tokio::spawn(async move {
-            let mut events = watcher::watcher(claims, watcher::Config::default()).boxed();
-            while let Some(Ok(e)) = events.next().await {
-                if let watcher::Event::Apply(c) | watcher::Event::InitApply(c) = &e
-                    && holds_finalizer(c)
-                {
-                    flag.store(true, Ordering::SeqCst);
-                }
-            }
-        });
-    }
+    let held = support::watch_for_our_finalizer(claims.clone());
     let leases: Api<Lease> = Api::namespaced(ops.client.clone(), &ops.ns);
     let election = leader_election::lock_name(&ops.driver);
     let leader = eventually("a replica to lead", WAIT, || async {

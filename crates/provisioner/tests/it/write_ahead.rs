@@ -10,10 +10,8 @@ use std::time::Duration;
 
 use csi::v1::{CapacityRange, CreateVolumeRequest};
 use csi_provisioner::write_ahead::{self, RecordWriteError, WriteAhead};
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use kube::runtime::watcher;
 use provisioning::record::{self, ClaimId, Entry, Limits};
 use tokio_util::sync::CancellationToken;
 
@@ -64,19 +62,7 @@ fn writer(
 
 /// Counts the stored changes of Lease `name` (created or modified) from now on.
 fn count_writes(s: &Scenario, name: &str) -> Arc<AtomicUsize> {
-    let count = Arc::new(AtomicUsize::new(0));
-    let api: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let seen = count.clone();
-    tokio::spawn(async move {
-        let mut events = watcher::watcher(api, config).boxed();
-        while let Some(Ok(e)) = events.next().await {
-            if let watcher::Event::Apply(_) = e {
-                seen.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    });
-    count
+    support::count_lease_writes(Api::namespaced(s.client.clone(), &s.ns), name)
 }
 
 /// A ValidatingAdmissionPolicy `name` refusing every Lease update in the scenario's namespace.

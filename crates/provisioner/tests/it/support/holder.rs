@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -111,21 +111,42 @@ impl Scenario {
     /// finalizer (a watch started before the claims sees every stored change): with the
     /// record, none ever should.
     pub fn watch_for_our_finalizer(&self) -> Arc<AtomicBool> {
-        let seen = Arc::new(AtomicBool::new(false));
-        let api: Api<PersistentVolumeClaim> = self.claims();
-        let flag = seen.clone();
-        tokio::spawn(async move {
-            let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
-            while let Some(Ok(e)) = events.next().await {
-                if let watcher::Event::Apply(c) | watcher::Event::InitApply(c) = &e
-                    && holds_finalizer(c)
-                {
-                    flag.store(true, Ordering::SeqCst);
-                }
-            }
-        });
-        seen
+        watch_for_our_finalizer(self.claims())
     }
+}
+
+/// [`Scenario::watch_for_our_finalizer`] over the claims of `api`.
+pub fn watch_for_our_finalizer(api: Api<PersistentVolumeClaim>) -> Arc<AtomicBool> {
+    let seen = Arc::new(AtomicBool::new(false));
+    let flag = seen.clone();
+    tokio::spawn(async move {
+        let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
+        while let Some(Ok(e)) = events.next().await {
+            if let watcher::Event::Apply(c) | watcher::Event::InitApply(c) = &e
+                && holds_finalizer(c)
+            {
+                flag.store(true, Ordering::SeqCst);
+            }
+        }
+    });
+    seen
+}
+
+/// Counts the stored changes (created or modified) of Lease `name` in `api` from now on: one
+/// watch event each.
+pub fn count_lease_writes(api: Api<Lease>, name: &str) -> Arc<AtomicUsize> {
+    let count = Arc::new(AtomicUsize::new(0));
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let seen = count.clone();
+    tokio::spawn(async move {
+        let mut events = watcher::watcher(api, config).boxed();
+        while let Some(Ok(e)) = events.next().await {
+            if let watcher::Event::Apply(_) = e {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    count
 }
 
 /// With the record, no claim ever held our finalizer (`seen`: [`Scenario::watch_for_our_finalizer`]).

@@ -18,7 +18,9 @@ mod metrics;
 pub mod ops;
 pub mod world;
 
-pub use holder::{Holder, assert_no_finalizer_with_the_record};
+pub use holder::{
+    Holder, assert_no_finalizer_with_the_record, count_lease_writes, watch_for_our_finalizer,
+};
 pub use metrics::{free_port, http_get, sample, scrape};
 
 pub struct Scenario {

@@ -22,6 +22,15 @@ pub struct Ops {
     pub mock: MockDriver,
 }
 
+/// Leader election with a short Lease (6 s), renew deadline (4 s) and retry period (1 s), so a
+/// standby takes over within seconds (the namespace flag is the caller's).
+pub const FAST_ELECTION: [&str; 4] = [
+    "--leader-election",
+    "--leader-election-lease-duration=6s",
+    "--leader-election-renew-deadline=4s",
+    "--leader-election-retry-period=1s",
+];
+
 impl Ops {
     pub async fn start(prefix: &str) -> Ops {
         let cp = ControlPlane::shared();
