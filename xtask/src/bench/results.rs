@@ -274,7 +274,12 @@ pub fn read_all(dir: &Path) -> Result<(Vec<ScenarioResult>, Vec<String>)> {
             .map_err(|e| e.to_string())
             .and_then(|t| serde_json::from_str::<ScenarioResult>(&t).map_err(|e| e.to_string()));
         match parsed {
-            Ok(r) => results.push(r),
+            Ok(mut r) => {
+                // Scenarios 1 and 2 in their variants' order, however a partial re-run merged
+                // them (other runs keep theirs: the sort is stable).
+                super::throughput::order_runs(&mut r.runs);
+                results.push(r)
+            }
             Err(e) => problems.push(format!("{}: {e}", path.display())),
         }
     }

@@ -428,6 +428,18 @@ pub async fn run_variant(
     ))
 }
 
+/// Runs in the order of [`VARIANTS`] (a partial re-run appends its variant's runs last);
+/// runs of other variants, or of no variant, keep their place after them.
+pub fn order_runs(runs: &mut [RunRecord]) {
+    let index = |r: &RunRecord| {
+        VARIANTS
+            .iter()
+            .position(|v| v.name() == r.variant)
+            .unwrap_or(usize::MAX)
+    };
+    runs.sort_by_key(index);
+}
+
 /// The kept records with variant `name`'s runs (both provisioners) and upstream's repeats
 /// under the `derived` variants replaced by `new`.
 pub fn merged(
@@ -441,6 +453,7 @@ pub fn merged(
     };
     let mut all: Vec<RunRecord> = kept.into_iter().filter(|r| !replaced(r)).collect();
     all.extend(new);
+    order_runs(&mut all);
     all
 }
 
@@ -536,6 +549,12 @@ mod tests {
             .iter()
             .map(|r| (r.variant.clone(), r.implementation, r.values["bound_s"]))
             .collect();
+        let order: Vec<&str> = got.iter().map(|(v, _, _)| v.as_str()).collect();
+        assert_eq!(
+            order,
+            ["qps 5/10", "qps 5/10", policy, policy, "qps 100/200"],
+            "in the variants' order"
+        );
         got.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let want = [
             ("qps 100/200", Impl::Ours, 4.0),
