@@ -354,6 +354,8 @@ fn run_suite(root: &Path, suite: &SuiteArgs, run: impl Fn(&Path) -> Result<()>) 
     if suite.report_only {
         return run(root);
     }
+    // The commit the results will name: the one built now, not the one checked out at the end.
+    bench::explain::commit();
     let bin_dir = gobuild::build(root, true, None)?;
     if !suite.no_build {
         build_our_binaries(true)?;

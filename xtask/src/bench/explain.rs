@@ -37,6 +37,24 @@ pub fn setup_throughput(s: &Sizes, deletion: bool) -> String {
 }
 
 /// Cores, memory, load and commit, for the reader of numbers from a shared machine.
+/// The commit the binaries were built from: read once, on the first call (`bench::run` and
+/// `chaos::run` call it before they build anything), so a commit made while a long run goes
+/// on is not named for it.
+pub fn commit() -> String {
+    static COMMIT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    COMMIT
+        .get_or_init(|| {
+            std::process::Command::new("git")
+                .args(["rev-parse", "--short", "HEAD"])
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_else(|| "?".into())
+        })
+        .clone()
+}
+
 pub fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let mem_gib = std::fs::read_to_string("/proc/meminfo")
@@ -47,13 +65,7 @@ pub fn machine() -> String {
         .ok()
         .and_then(|t| t.split_whitespace().next().map(str::to_string))
         .unwrap_or_else(|| "?".into());
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "?".into());
+    let commit = commit();
     format!(
         "Machine: {cores} cores, {mem_gib:.0} GiB, 1-minute load average {load} when the \
          scenario ended; commit {commit}."
