@@ -54,23 +54,23 @@ impl ClaimsController {
             Some(node) => super::race::on_node(claim, node),
             None => claim.clone(),
         };
-        let recorded = self.entries.entry(&uid);
-        let (step, secrets) = match cleanup(&state, self.name_taken(claim)) {
-            // After a restart the entry has the request the call was sent with.
-            Cleanup::ProbeLastRequest | Cleanup::ProbeRebuilt
-                if last_request.is_none()
-                    && let Some(entry) = &recorded =>
-            {
-                let request = self.recorded_request(claim, entry).await?;
+        // After a restart the entry has the request the call was sent with.
+        let recorded = match last_request {
+            None => self.entries.entry(&uid),
+            Some(_) => None,
+        };
+        let (step, secrets) = match (cleanup(&state, self.name_taken(claim)), recorded) {
+            (Cleanup::ProbeLastRequest | Cleanup::ProbeRebuilt, Some(entry)) => {
+                let request = self.recorded_request(claim, &entry).await?;
                 let secrets = request.secrets.clone();
                 (self.probe(claim, request).await?, secrets)
             }
-            Cleanup::ProbeLastRequest => match last_request {
+            (Cleanup::ProbeLastRequest, _) => match last_request {
                 Some(request) => (self.probe(claim, request).await?, secrets),
                 None => self.probe_rebuilt(&rebuilt_for).await?,
             },
-            Cleanup::ProbeRebuilt => self.probe_rebuilt(&rebuilt_for).await?,
-            other => (other, secrets),
+            (Cleanup::ProbeRebuilt, _) => self.probe_rebuilt(&rebuilt_for).await?,
+            (other, _) => (other, secrets),
         };
         // The cache may not show a PV saved a moment ago (a claim deleted while its PV was
         // being written): the API server decides before a volume is deleted.
