@@ -1,8 +1,8 @@
 //! The write-ahead record's writer (issue 49 step 2, `docs/design/write-ahead-record.md`): one
 //! task owns the record's Lease and turns everything asked of it meanwhile into one PUT, so a
 //! burst of claims costs a few writes, not one each. The pure rules are
-//! `provisioning::record`; here is only the I/O. The claim controller uses it in central mode
-//! when [`SWITCH`] is on (`claims/entries.rs`); otherwise claims hold our finalizer.
+//! `provisioning::record`; here is only the I/O. The claim controller uses it when
+//! [`SWITCH`] is on (`claims/entries.rs`); otherwise claims hold our finalizer.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -14,9 +14,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// The environment variable that turns the record on instead of our finalizer (central mode),
-/// until the record replaces the finalizer for good (issue 49 step 5).
-pub const SWITCH: &str = "CSI_PROVISIONER_WRITE_AHEAD_RECORD";
+/// The environment variable that turns the record on instead of our finalizer.
+pub use provisioning::record::SWITCH;
 
 /// Whether [`SWITCH`] is `true`.
 pub fn switched_on() -> bool {
@@ -149,9 +148,7 @@ enum Next {
     Again,
     /// Wait for the next ask.
     Wait,
-    /// Wait a while, then write again.
-    Pause(Duration),
-    /// [`Next::Pause`] as the instant it ends.
+    /// Wait until then (after a refused write), then write again.
     Until(Instant),
 }
 
@@ -168,8 +165,6 @@ impl Writer {
                     Some(*removals_due.get_or_insert_with(|| Instant::now() + REMOVE_AFTER))
                 }
                 Next::Wait => None,
-                // Only returned by `write_once`, and turned into `Until` below.
-                Next::Pause(_) => None,
             };
             let timer = async {
                 match due {
@@ -200,10 +195,7 @@ impl Writer {
                 self.take(ask);
             }
             removals_due = None;
-            next = match self.write_once().await {
-                Next::Pause(d) => Next::Until(Instant::now() + d),
-                other => other,
-            };
+            next = self.write_once().await;
         }
         self.fail_all(&RecordWriteError::Stopped);
     }
@@ -274,7 +266,7 @@ impl Writer {
                 tracing::warn!(lease = %self.lease, err = %e, "Reading the write-ahead record failed");
                 self.fail_all(&e);
                 self.pending = std::mem::take(&mut self.pending).without_adds();
-                return Next::Pause(AFTER_REFUSAL);
+                return Next::Until(Instant::now() + AFTER_REFUSAL);
             }
         };
         let holder = holder_of(&lease);
@@ -333,7 +325,7 @@ impl Writer {
                 self.fail_all(&e);
                 self.pending = std::mem::take(&mut self.pending).without_adds();
                 self.current = None;
-                Next::Pause(AFTER_REFUSAL)
+                Next::Until(Instant::now() + AFTER_REFUSAL)
             }
         }
     }

@@ -19,6 +19,10 @@ use crate::secrets::SecretRef;
 #[cfg(test)]
 mod tests;
 
+/// The environment variable that turns the record on instead of our finalizer (`true`), until
+/// the record replaces the finalizer for good (issue 49 step 5).
+pub const SWITCH: &str = "CSI_PROVISIONER_WRITE_AHEAD_RECORD";
+
 /// The prefix of an entry's annotation key; the claim UID follows.
 pub const KEY_PREFIX: &str = "record.csi-provisioner/";
 
@@ -121,6 +125,15 @@ impl From<&SecretRef> for SecretName {
         SecretName {
             namespace: r.namespace.clone(),
             name: r.name.clone(),
+        }
+    }
+}
+
+impl From<&SecretName> for SecretRef {
+    fn from(n: &SecretName) -> Self {
+        SecretRef {
+            name: n.name.clone(),
+            namespace: n.namespace.clone(),
         }
     }
 }

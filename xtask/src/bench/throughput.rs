@@ -176,7 +176,7 @@ async fn phases(
     let budget = Budget::defaults().with_qps(variant.qps, variant.burst);
     let record_env = [
         ("POD_NAMESPACE", slot.namespace.as_str()),
-        ("CSI_PROVISIONER_WRITE_AHEAD_RECORD", "true"),
+        (provisioning::record::SWITCH, "true"),
     ];
     let env: &[(&str, &str)] = if variant.record { &record_env } else { &[] };
     let args = ctx
@@ -310,6 +310,24 @@ async fn wait_gone(
     .await
 }
 
+/// One measured run of `variant` by `which`, said on the terminal, its records added to
+/// `into` (creation, deletion).
+async fn measure_into(
+    ctx: &Ctx,
+    variant: Variant,
+    run: u32,
+    which: Impl,
+    into: (&mut Vec<RunRecord>, &mut Vec<RunRecord>),
+) {
+    let name = variant.name();
+    let slot = ctx.slot(1, &name, which, run);
+    println!("bench: scenarios 1+2, {name}, run {run}, {which}");
+    let (c, d) = measure(ctx, &slot, variant).await;
+    println!("  create {:?}\n  delete {:?}", c.values, d.values);
+    into.0.push(c);
+    into.1.push(d);
+}
+
 /// Runs every variant and run; returns the records of both scenarios. In a policy variant only
 /// ours runs (upstream has no finalizer for the policy to save): its upstream records are
 /// upstream's runs of the same budget, repeated under the variant's name.
@@ -325,12 +343,7 @@ pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<RunRecord>) {
                     deletes.extend(repeated(&deletes, &plain, &name, run));
                     continue;
                 }
-                let slot = ctx.slot(1, &name, which, run);
-                println!("bench: scenarios 1+2, {name}, run {run}, {which}");
-                let (c, d) = measure(ctx, &slot, variant).await;
-                println!("  create {:?}\n  delete {:?}", c.values, d.values);
-                creates.push(c);
-                deletes.push(d);
+                measure_into(ctx, variant, run, which, (&mut creates, &mut deletes)).await;
             }
         }
     }
@@ -361,12 +374,7 @@ pub async fn run_policy_only(
         let name = variant.name();
         let from = variant.plain().name();
         for run in 1..=ctx.runs {
-            let slot = ctx.slot(1, &name, Impl::Ours, run);
-            println!("bench: scenarios 1+2, {name}, run {run}, ours");
-            let (c, d) = measure(ctx, &slot, variant).await;
-            println!("  create {:?}\n  delete {:?}", c.values, d.values);
-            creates.push(c);
-            deletes.push(d);
+            measure_into(ctx, variant, run, Impl::Ours, (&mut creates, &mut deletes)).await;
             creates.extend(repeated(&creates, &from, &name, run));
             deletes.extend(repeated(&deletes, &from, &name, run));
         }
@@ -406,12 +414,7 @@ pub async fn run_variant(
             if variant.ours_only() && which == Impl::Upstream {
                 continue;
             }
-            let slot = ctx.slot(1, name, which, run);
-            println!("bench: scenarios 1+2, {name}, run {run}, {which}");
-            let (c, d) = measure(ctx, &slot, variant).await;
-            println!("  create {:?}\n  delete {:?}", c.values, d.values);
-            creates.push(c);
-            deletes.push(d);
+            measure_into(ctx, variant, run, which, (&mut creates, &mut deletes)).await;
         }
         if variant.ours_only() {
             creates.extend(repeated(&kept_creates, &plain, name, run));

@@ -171,10 +171,7 @@ impl ClaimsController {
         };
         let mut request = entry.request().map_err(|e| stuck(&e.to_string()))?;
         if let Some(secret) = &entry.secret {
-            let secret = provisioning::secrets::SecretRef {
-                name: secret.name.clone(),
-                namespace: secret.namespace.clone(),
-            };
+            let secret = provisioning::secrets::SecretRef::from(secret);
             let data = crate::secrets::fetch(&self.ctx.client, &secret)
                 .await
                 .map_err(|e| {
