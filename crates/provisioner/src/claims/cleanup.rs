@@ -161,11 +161,10 @@ impl ClaimsController {
         let stuck = |reason: &str| {
             let message = format!(
                 "cannot check whether a volume exists for deleted claim {}: {reason}. Fix that, or \
-                 check the storage system for a volume named {} and remove the annotation {} from \
-                 the write-ahead record (a Lease in the provisioner's namespace)",
+                 check the storage system for a volume named {} and {}",
                 claim_name(claim),
                 entry.volume,
-                entry.key()
+                self.let_go_by_hand(claim)
             );
             self.cleanup_failed(claim, message)
         };
@@ -268,9 +267,9 @@ impl ClaimsController {
                 claim,
                 format!(
                     "the driver has a volume named {name} but refuses to name it: {}; delete it in the storage \
-                     system, then remove the finalizer {}",
+                     system, then {}",
                     csi::status::go_error_string(&status),
-                    provisioning::names::CREATING_VOLUME_FINALIZER
+                    self.let_go_by_hand(claim)
                 ),
             )),
             Err(status) => match after_probe_error(status.code()) {
@@ -288,9 +287,9 @@ impl ClaimsController {
                     format!(
                         "asked again for volume {name}, the driver answered {}, which does not say \
                          whether the volume exists; this is tried again. If it persists, delete that \
-                         volume in the storage system if it exists, then remove the finalizer {}",
+                         volume in the storage system if it exists, then {}",
                         csi::status::go_error_string(&status),
-                        provisioning::names::CREATING_VOLUME_FINALIZER
+                        self.let_go_by_hand(claim)
                     ),
                 )),
             },
@@ -372,13 +371,30 @@ impl ClaimsController {
         let message = format!(
             "cannot check whether a volume exists for deleted claim {}: {reason}; this provisioner \
              has no record of what was asked for it before it started. Fix that, or check the storage \
-             system for a volume named {} and remove the finalizer {} by hand",
+             system for a volume named {} and {} by hand",
             claim_name(claim),
             self.volume_name(claim.metadata.uid.as_deref().unwrap_or_default())
                 .unwrap_or_default(),
-            provisioning::names::CREATING_VOLUME_FINALIZER
+            self.let_go_by_hand(claim)
         );
         self.cleanup_failed(claim, message)
+    }
+
+    /// What lets a claim go by hand once its volume is settled in the storage system: our
+    /// write-ahead entry's removal from the record, or our finalizer's from the claim.
+    fn let_go_by_hand(&self, claim: &PersistentVolumeClaim) -> String {
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        match self.entries.holds(uid) {
+            true => format!(
+                "remove the annotation {} from the write-ahead record (a Lease in the \
+                 provisioner's namespace)",
+                provisioning::record::key_of(uid)
+            ),
+            false => format!(
+                "remove the finalizer {}",
+                provisioning::names::CREATING_VOLUME_FINALIZER
+            ),
+        }
     }
 
     fn cleanup_failed(&self, claim: &PersistentVolumeClaim, message: String) -> SyncError {

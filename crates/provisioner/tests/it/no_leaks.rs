@@ -340,6 +340,12 @@ async fn unclear_probe_answer(holder: Holder) {
         message.contains(&volume) && message.contains("does not say whether the volume exists"),
         "{message}"
     );
+    // What to remove by hand is what holds the claim.
+    let remove = match holder {
+        Holder::Finalizer => provisioning::names::CREATING_VOLUME_FINALIZER.to_string(),
+        Holder::Record => provisioning::record::key_of(claim.metadata.uid.as_deref().unwrap()),
+    };
+    assert!(message.contains(&remove), "{message}");
     let held = match holder {
         Holder::Finalizer => s.held(holder, &s.claims().get("data").await.unwrap()).await,
         Holder::Record => s.held(holder, &claim).await,
