@@ -118,12 +118,10 @@ pub(crate) async fn run_controllers(
         capacity: capacity.as_ref().map(|(_, handle)| handle.clone()),
         volume_attributes_class: base.volume_attributes_class,
     };
-    let (policy_updates, policy) = crate::policy_watch::channel();
     let record = write_ahead_record(&base, &mut tasks, &cancel);
     let claims = ClaimsController::new(
         ctx.clone(),
         ClaimsConfig::from_options(opts),
-        policy,
         record.as_ref().map(|r| r.writer.clone()),
         &base.queue_metrics,
     );
@@ -249,16 +247,6 @@ pub(crate) async fn run_controllers(
             crate::snapshot_sweep::run(base.client.clone(), cache, every, cancel.clone()),
         );
     }
-    tasks.spawn(
-        "admission policy watch",
-        crate::policy_watch::run(
-            base.client.clone(),
-            base.driver.name.clone(),
-            policy_updates,
-            base.controller_metrics.clone(),
-            cancel.clone(),
-        ),
-    );
     tasks.spawn("claims", claims.run(opts.worker_threads, cancel.clone()));
     tasks.spawn("volumes", volumes.run(opts.worker_threads, cancel.clone()));
     let result = tasks.until_cancelled(&cancel).await;

@@ -9,7 +9,6 @@
 // Shipped code reports failures instead of panicking; tests are free to unwrap.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod admission_policy;
 mod api_error;
 pub mod app;
 mod base;
@@ -26,7 +25,6 @@ pub mod kubeconfig;
 pub mod metrics;
 pub mod node;
 pub mod orphans;
-pub mod policy_watch;
 pub mod release_node;
 pub mod secrets;
 pub mod snapshot_caches;

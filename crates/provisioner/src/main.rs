@@ -75,15 +75,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs a subcommand: `admission-policy` prints the policy, `release-node` releases a lost
+/// Runs a subcommand: `release-node` releases a lost
 /// node's volumes (dry run by default), `capacity` prints the capacity view.
 fn subcommand(command: Subcommand) -> ExitCode {
-    use csi_provisioner::{admission_policy, capacity_view, release_node};
+    use csi_provisioner::{capacity_view, release_node};
     match command {
-        Subcommand::AdmissionPolicy(args) => {
-            print!("{}", admission_policy::render(&args));
-            ExitCode::SUCCESS
-        }
         Subcommand::ReleaseNode(args) => {
             one_shot(release_node::SUBCOMMAND, release_node::run(&args), |_| {})
         }

@@ -128,7 +128,7 @@ impl Watch {
                 Some(Err(e)) if unavailable(&e) => {
                     on(Seen::Listed(None));
                     tracing::info!(err = %e, "Not watching {kind} (no such resource, or no list/watch permission): {instead}");
-                    // Nothing of the watch may wait on (see policy_watch::run).
+                    // Nothing may wait on the watch's stream: drop it before idling.
                     drop(events);
                     cancel.cancelled().await;
                     return;

@@ -1,19 +1,15 @@
-//! The subcommands (`admission-policy`, `release-node`, `capacity`): which one the command line
+//! The subcommands (`release-node`, `capacity`): which one the command line
 //! asks for, and its arguments, parsed by clap. Only a command line whose first argument names
 //! a subcommand is parsed here; every other one is the provisioner's, whose pflag grammar the
 //! `cli` crate keeps exactly as upstream's.
 
 use clap::Parser;
 
-use crate::{admission_policy, capacity_view, release_node};
+use crate::{capacity_view, release_node};
 
 /// A subcommand with its arguments.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
 pub enum Subcommand {
-    /// Print the MutatingAdmissionPolicy and its binding that keep the creating-volume
-    /// finalizer on the API server's side, for `kubectl apply -f -`.
-    #[command(name = admission_policy::SUBCOMMAND, args_override_self = true)]
-    AdmissionPolicy(admission_policy::Args),
     /// Release the volumes of a node that is gone for good (lists what would be done unless
     /// --dry-run=false).
     #[command(name = release_node::SUBCOMMAND, args_override_self = true)]
@@ -41,11 +37,7 @@ struct Line {
 /// with its [`clap::Error::exit_code`] (2 for refused arguments, 0 for help).
 pub fn parse(args: &[String]) -> Option<Result<Subcommand, clap::Error>> {
     let first = args.get(1)?.as_str();
-    let names = [
-        admission_policy::SUBCOMMAND,
-        release_node::SUBCOMMAND,
-        capacity_view::SUBCOMMAND,
-    ];
+    let names = [release_node::SUBCOMMAND, capacity_view::SUBCOMMAND];
     names
         .contains(&first)
         .then(|| Line::try_parse_from(args).map(|line| line.command))
@@ -99,24 +91,16 @@ pub(crate) mod tests {
             parse_words(&["release-node", "n1"]),
             Some(Ok(Subcommand::ReleaseNode(_)))
         ));
-        assert!(matches!(
-            parse_words(&["admission-policy", "--driver-name=d"]),
-            Some(Ok(Subcommand::AdmissionPolicy(_)))
-        ));
     }
 
     #[test]
     fn refusals_exit_2_and_help_exits_0() {
-        for words in [
-            &["capacity"][..],
-            &["release-node", "n1", "--forced"],
-            &["admission-policy", "--driver-name=x", "--output=xml"],
-        ] {
+        for words in [&["capacity"][..], &["release-node", "n1", "--forced"]] {
             let err = parse_words(words).and_then(Result::err).expect("refused");
             assert_eq!(err.exit_code(), 2, "{words:?}: {err}");
             assert!(err.to_string().contains("try '--help'"), "{err}");
         }
-        for name in ["capacity", "release-node", "admission-policy"] {
+        for name in ["capacity", "release-node"] {
             let help = parse_words(&[name, "--help"])
                 .and_then(Result::err)
                 .expect("help");

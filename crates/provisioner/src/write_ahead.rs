@@ -1,8 +1,8 @@
 //! The write-ahead record's writer (issue 49 step 2, `docs/design/write-ahead-record.md`): one
 //! task owns the record's Lease and turns everything asked of it meanwhile into one PUT, so a
 //! burst of claims costs a few writes, not one each. The pure rules are
-//! `provisioning::record`; here is only the I/O. The claim controller uses it when
-//! [`SWITCH`] is on (`claims/entries.rs`); otherwise claims hold our finalizer.
+//! `provisioning::record`; here is only the I/O. The claim controller uses it
+//! (`claims/entries.rs`) unless [`SWITCH`] is `false`; then claims hold our finalizer.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -14,12 +14,13 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// The environment variable that turns the record on instead of our finalizer.
+/// The environment variable that turns the record off (`false`): claims then hold our
+/// finalizer instead, as before the record.
 pub use provisioning::record::SWITCH;
 
-/// Whether [`SWITCH`] is `true`.
+/// Whether the record holds claims: unless [`SWITCH`] is `false`.
 pub fn switched_on() -> bool {
-    std::env::var(SWITCH).is_ok_and(|v| v == "true")
+    std::env::var(SWITCH).map_or(true, |v| v != "false")
 }
 
 /// The entries the record holds now (none when it does not exist yet); an entry that cannot

@@ -44,11 +44,12 @@ impl VolumeState {
 pub const CREATED_SINCE_START_MARGIN_SECS: i64 = 60;
 
 /// Whether a process before this one may have sent a CreateVolume for a claim this process has
-/// no record of: the claim holds the creating-volume finalizer (added by us or by the admission
-/// policy) and was not created clearly after this process began provisioning (`started`, Unix
-/// seconds, plus [`CREATED_SINCE_START_MARGIN_SECS`]). A claim created later was only ever seen
-/// by this process, which records every call it sends; with the admission policy such a claim
-/// holds the finalizer before any call, and probing it would create a volume only to delete it.
+/// no record of: the claim is held (the creating-volume finalizer, or its entry in the
+/// write-ahead record) and was not created clearly after this process began provisioning
+/// (`started`, Unix seconds, plus [`CREATED_SINCE_START_MARGIN_SECS`]). A claim created later
+/// was only ever seen by this process, which records every call it sends; one that already held
+/// the finalizer when it was created (the retired admission policy put it there before any
+/// call) would otherwise be probed, creating a volume only to delete it.
 ///
 /// A claim without a creation time is treated as old.
 pub fn earlier_attempt_possible(holds_finalizer: bool, created: Option<i64>, started: i64) -> bool {
@@ -131,24 +132,19 @@ pub struct FailureWrites {
 /// volume `state` after it, whether it holds our finalizer and whether it has a selected node.
 /// A `Reschedule` without a selected node cannot reschedule (upstream treats it as `Finished`).
 ///
-/// `policy`: the admission policy is in force. It puts the finalizer back on every write to an
-/// unbound claim, so removing it would only cost a write; it goes with the binding or, for a
-/// deleted claim, with the clean-up.
-///
 /// `distributed`: `--node-deployment`, where a rescheduled claim leaves this node's hands.
 pub fn after_failure(
     failed: crate::ProvisioningState,
     state: &VolumeState,
     holds_finalizer: bool,
     has_selected_node: bool,
-    policy: bool,
     distributed: bool,
 ) -> FailureWrites {
     let reschedule = crate::errors::effective_state(failed, has_selected_node)
         == crate::ProvisioningState::Reschedule;
     FailureWrites {
         reschedule,
-        release: holds_finalizer && may_release(state) && !policy,
+        release: holds_finalizer && may_release(state),
         hold_here: distributed && reschedule && !may_release(state),
     }
 }
@@ -347,40 +343,21 @@ mod tests {
             release,
             hold_here: false,
         };
-        // (failed, state, holds finalizer, has selected node, policy in force) → writes
+        // (failed, state, holds finalizer, has selected node) → writes
         let cases = [
-            ((P::Reschedule, S::None, true, true, false), w(true, true)),
-            ((P::Reschedule, S::None, true, false, false), w(false, true)),
-            (
-                (P::Reschedule, S::MayExist, true, true, false),
-                w(true, false),
-            ),
-            ((P::Finished, S::None, false, true, false), w(false, false)),
-            (
-                (P::Finished, S::Collision, true, false, false),
-                w(false, true),
-            ),
-            (
-                (P::Background, S::MayExist, true, true, false),
-                w(false, false),
-            ),
-            (
-                (P::Finished, S::Unknown, true, false, false),
-                w(false, false),
-            ),
-            // The policy would put it back in the same write.
-            ((P::Finished, S::None, true, false, true), w(false, false)),
-            (
-                (P::Finished, S::Collision, true, false, true),
-                w(false, false),
-            ),
-            ((P::Reschedule, S::None, true, true, true), w(true, false)),
+            ((P::Reschedule, S::None, true, true), w(true, true)),
+            ((P::Reschedule, S::None, true, false), w(false, true)),
+            ((P::Reschedule, S::MayExist, true, true), w(true, false)),
+            ((P::Finished, S::None, false, true), w(false, false)),
+            ((P::Finished, S::Collision, true, false), w(false, true)),
+            ((P::Background, S::MayExist, true, true), w(false, false)),
+            ((P::Finished, S::Unknown, true, false), w(false, false)),
         ];
-        for ((failed, state, holds, selected, policy), want) in cases {
+        for ((failed, state, holds, selected), want) in cases {
             assert_eq!(
-                after_failure(failed, &state, holds, selected, policy, false),
+                after_failure(failed, &state, holds, selected, false),
                 want,
-                "{failed:?} {state:?} {holds} {selected} {policy}"
+                "{failed:?} {state:?} {holds} {selected}"
             );
         }
     }
@@ -388,25 +365,24 @@ mod tests {
     #[test]
     fn a_node_giving_a_claim_back_holds_it_while_its_volume_may_exist() {
         use crate::ProvisioningState as P;
-        // (failed, state, has selected node, policy) → this node holds the claim
+        // (failed, state, has selected node) → this node holds the claim
         let cases = [
             // Timed out, then ResourceExhausted: the first call's volume may exist.
-            ((P::Reschedule, S::MayExist, true, false), true),
-            ((P::Reschedule, S::MayExist, true, true), true),
-            ((P::Reschedule, S::Created("v".into()), true, false), true),
-            ((P::Reschedule, S::Unknown, true, false), true),
-            ((P::Reschedule, S::None, true, false), false),
-            ((P::Reschedule, S::Collision, true, false), false),
+            ((P::Reschedule, S::MayExist, true), true),
+            ((P::Reschedule, S::Created("v".into()), true), true),
+            ((P::Reschedule, S::Unknown, true), true),
+            ((P::Reschedule, S::None, true), false),
+            ((P::Reschedule, S::Collision, true), false),
             // Not given back: it stays this node's claim.
-            ((P::Reschedule, S::MayExist, false, false), false),
-            ((P::Finished, S::MayExist, true, false), false),
-            ((P::Background, S::MayExist, true, false), false),
+            ((P::Reschedule, S::MayExist, false), false),
+            ((P::Finished, S::MayExist, true), false),
+            ((P::Background, S::MayExist, true), false),
         ];
-        for ((failed, state, selected, policy), want) in cases {
-            let writes = after_failure(failed, &state, true, selected, policy, true);
+        for ((failed, state, selected), want) in cases {
+            let writes = after_failure(failed, &state, true, selected, true);
             assert_eq!(writes.hold_here, want, "{failed:?} {state:?} {selected}");
             // Central mode never holds a claim per node.
-            let central = after_failure(failed, &state, true, selected, policy, false);
+            let central = after_failure(failed, &state, true, selected, false);
             assert!(!central.hold_here);
         }
     }

@@ -72,7 +72,7 @@ pub enum Step {
     CleanUpLeft,
     /// Distributed: the claim is bound to its own PV here; drop this node's finalizer.
     DropNodeFinalizer,
-    /// Distributed: a deleted claim no node holds; drop the admission policy's finalizer.
+    /// Distributed: a deleted claim no node holds; drop a finalizer an earlier version left.
     LetGo,
     /// A claim waits for a node: say so if nothing published can hold it.
     ExplainWait,
@@ -151,7 +151,7 @@ pub fn next_step(f: &ClaimFacts<'_>) -> Step {
     let should = should_provision(claim, f.class, f.driver);
     let pv_exists = ours && f.pv_exists;
     let holding = has_finalizer(claim) || f.record.recorded;
-    // After a restart the finalizer (without the admission policy) or the record's entry says
+    // After a restart the record's entry or the finalizer says
     // a call may have been made.
     let created = claim.metadata.creation_timestamp.as_ref();
     let earlier = earlier_attempt_possible(holding, created.map(|t| t.0.as_second()), f.started);

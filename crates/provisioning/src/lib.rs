@@ -30,7 +30,6 @@
 //! | Is this class / PV an in-tree one, and what is its CSI / in-tree form? | [`migration::class_to_csi`], [`migration::csi_pv_to_in_tree`], [`migration::in_tree_pv_to_csi`] |
 //! | Which secret does DeleteVolume use? | [`volume::decide::deletion_secret`] |
 //! | Which deletion steps of a released PV remain? | [`volume::steps::remaining`] |
-//! | Which MutatingAdmissionPolicy keeps our finalizer at no API cost? | [`admission::policy`], [`admission::binding`] |
 //! | Which annotation, finalizer, event reason? | [`names`] |
 //!
 //! # Typical flow for the claim controller
@@ -57,7 +56,6 @@
 // A decision crate: every public item says what it decides (denied in CI by clippy -D warnings).
 #![warn(missing_docs)]
 
-pub mod admission;
 pub mod attempt;
 pub mod capabilities;
 pub mod claim;

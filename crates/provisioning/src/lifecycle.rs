@@ -2,12 +2,15 @@
 //!
 //! Upstream remembers an in-flight CreateVolume only in memory, so a restart or a claim deleted
 //! mid-call can leave a volume nobody will ever delete (upstream issues #486 and #1469). We keep
-//! that fact on the claim itself: the finalizer [`CREATING_VOLUME_FINALIZER`] is added before the
-//! first CreateVolume and removed once a PV for the claim exists (from then on the PV's reclaim
-//! policy owns the volume) and the binder has bound the claim, or once the volume is known not
-//! to exist. While the finalizer is
-//! there, a deleted claim stays readable, so the provisioner can always find and delete its
-//! volume — after a crash, a restart, or a deletion racing the call.
+//! that fact durably: by default in the write-ahead record (`crate::record`: the claim's entry,
+//! written before the first CreateVolume, batched with others', in a Lease of ours), or with
+//! `CSI_PROVISIONER_WRITE_AHEAD_RECORD=false` (and for claims an earlier version left holding
+//! it) in the finalizer [`CREATING_VOLUME_FINALIZER`] on the claim. The hold goes once a PV for
+//! the claim exists (from then on the PV's reclaim policy owns the volume) and the binder has
+//! bound the claim, or once the volume is known not to exist. While it is there the
+//! provisioner can always find and delete the volume — after a crash, a restart, or a deletion
+//! racing the call (a deleted claim stays readable while the finalizer holds it; with the
+//! record, its entry has what the clean-up needs).
 //!
 //! [`decide`] is the whole state machine; the claim controller only carries out its answer.
 
@@ -118,8 +121,9 @@ pub fn decide(
 /// while a volume of ours may exist without a PV (`may_exist`: a call that ended without an
 /// answer, a volume made but not saved, or an earlier process's call, see
 /// [`crate::attempt::may_release`]): nothing will ever own it, so it is cleaned up as for a
-/// deleted claim. The admission policy drops the finalizer with the binding, so this process's
-/// memory says more than the finalizer here. Waits for phase Bound, as the release does.
+/// deleted claim. The hold (finalizer or entry) may already be gone with the binding (the
+/// retired admission policy dropped the finalizer then), so this process's memory says more
+/// than the hold here. Waits for phase Bound, as the release does.
 pub fn bound_elsewhere(
     step: Step,
     claim: &PersistentVolumeClaim,
@@ -225,7 +229,7 @@ mod tests {
         // (claim, should, our PV exists, a volume may exist) → step, from decide's Ignore
         let cases = [
             (&held_bound, S::AlreadyBound, false, true, Step::CleanUp),
-            // The admission policy dropped the finalizer with the binding: memory decides.
+            // The hold went with the binding (as the retired admission policy did): memory decides.
             (&policy_bound, S::AlreadyBound, false, true, Step::CleanUp),
             (&deleted, S::AlreadyBound, false, true, Step::CleanUp),
             // Our own PV owns the volume.

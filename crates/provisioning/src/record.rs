@@ -19,8 +19,9 @@ use crate::secrets::SecretRef;
 #[cfg(test)]
 mod tests;
 
-/// The environment variable that turns the record on instead of our finalizer (`true`), until
-/// the record replaces the finalizer for good (issue 49 step 5).
+/// The environment variable that turns the record off (`false`, the only value it reads): claims
+/// then hold our creating-volume finalizer instead, two claim writes per volume as before the
+/// record. A way back for a cluster that refuses the record's Lease writes.
 pub const SWITCH: &str = "CSI_PROVISIONER_WRITE_AHEAD_RECORD";
 
 /// The prefix of an entry's annotation key; the claim UID follows.

@@ -85,7 +85,6 @@ impl ClaimsController {
             // Only the GA annotation can be removed to reschedule (the library's rule): with
             // the alpha one alone the failure is final and retried, not sent back.
             provisioning::claim::annotation(claim, names::ANN_SELECTED_NODE).is_some(),
-            self.policy.get(),
             ctx.node.is_some(),
         );
         let now = Instant::now();

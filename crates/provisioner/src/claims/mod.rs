@@ -48,7 +48,6 @@ use provisioning::prepare::ProvisionerConfig;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
-use crate::policy_watch::PolicyInForce;
 pub use config::ClaimsConfig;
 use entries::Entries;
 use error::outcome;
@@ -85,8 +84,6 @@ pub const QUEUE_NAME: &str = "claims";
 pub struct ClaimsController {
     ctx: Context,
     config: Arc<ClaimsConfig>,
-    /// Whether the admission policy keeps our creating-volume finalizer (`policy_watch`).
-    policy: PolicyInForce,
     queue: WorkQueue<ClaimKey>,
     /// Everything remembered about each claim, by UID.
     records: Arc<Records>,
@@ -107,7 +104,6 @@ impl ClaimsController {
     pub fn new(
         ctx: Context,
         config: ClaimsConfig,
-        policy: PolicyInForce,
         record: Option<crate::write_ahead::WriteAhead>,
         metrics: &WorkQueueMetrics,
     ) -> ClaimsController {
@@ -116,7 +112,6 @@ impl ClaimsController {
             queue: WorkQueue::new(QUEUE_NAME, limiter, Some(metrics)),
             ctx,
             config: Arc::new(config),
-            policy,
             records: Arc::default(),
             entries: Arc::new(Entries::new(record)),
             taking: Arc::default(),

@@ -155,8 +155,8 @@ impl ClaimsController {
 
     /// A deleted claim that no node holds. Either no node ever took it, or the last one gave it
     /// up on the driver's final answer (`provisioning::attempt::after_failure`), which CSI makes
-    /// the existing volume's id if there was one: no volume can exist, and a finalizer (the
-    /// admission policy's) only has to go. (A node that gave it up while a volume of it may
+    /// the existing volume's id if there was one: no volume can exist, and a finalizer (one an
+    /// earlier version or its retired admission policy left) only has to go. (A node that gave it up while a volume of it may
     /// exist holds it with its own finalizer, and one that still remembers such a call cleans
     /// up first: [`provisioning::claim_step::Step::CleanUpLeft`].)
     pub(super) async fn let_go(&self, claim: &PersistentVolumeClaim) -> Result<(), SyncError> {

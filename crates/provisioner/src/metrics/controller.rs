@@ -25,8 +25,6 @@ const DELETE_FAILED_HELP: &str =
 const REMEMBERED_HELP: &str = "Claims the claim controller keeps memory for (in-flight, failed or waiting claims; bounded by live claims)";
 /// Ours: the write-ahead record's size.
 const RECORD_HELP: &str = "Claims held by this instance's write-ahead record (CreateVolume in flight or a volume that may exist without a PV); it never holds more than --worker-threads";
-/// Ours: whether the admission policy keeps the creating-volume finalizer for our driver.
-const ADMISSION_POLICY_HELP: &str = "1 while the MutatingAdmissionPolicy that keeps the creating-volume finalizer (csi-provisioner admission-policy) is in force for this driver, else 0";
 const DELETE_DURATION_HELP: &str = "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name";
 
 // Fields in alphabetical order, the order client_golang prints labels in.
@@ -59,7 +57,6 @@ pub struct ControllerMetrics {
     delete_duration: Histograms<VolumeLabels>,
     remembered_claims: Gauge,
     record_entries: Gauge,
-    admission_policy_active: Gauge,
 }
 
 impl Default for ControllerMetrics {
@@ -80,7 +77,6 @@ impl ControllerMetrics {
             delete_duration: Family::new_with_constructor(duration_histogram),
             remembered_claims: Gauge::default(),
             record_entries: Gauge::default(),
-            admission_policy_active: Gauge::default(),
         }
     }
 
@@ -128,16 +124,6 @@ impl ControllerMetrics {
             RECORD_HELP,
             self.record_entries.clone(),
         );
-        registry.register(
-            "csi_provisioner_admission_policy_active",
-            ADMISSION_POLICY_HELP,
-            self.admission_policy_active.clone(),
-        );
-    }
-
-    /// Whether the admission policy is in force for our driver.
-    pub fn set_admission_policy_active(&self, active: bool) {
-        self.admission_policy_active.set(i64::from(active));
     }
 
     /// How many claims the claim controller remembers now.

@@ -5,7 +5,9 @@ use crate::support;
 use crate::support::WAIT;
 use std::time::Duration;
 
-use crate::support::{NODE_KEY, Scenario, create_secret, eventually, holds_finalizer, wait_gone};
+use crate::support::{
+    Holder, NODE_KEY, Scenario, create_secret, eventually, holds_finalizer, wait_gone,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -488,14 +490,17 @@ async fn deprecated_parameters_are_warned_once_per_class() {
     assert_eq!(n, 2, "one warning for each class:\n{log}");
 }
 
-/// A finalizer release the API server refuses is tried again on a backoff of its own. Once
+/// With the finalizer (`CSI_PROVISIONER_WRITE_AHEAD_RECORD=false`, or a claim an earlier
+/// version left holding it): a finalizer release the API server refuses is tried again on a
+/// backoff of its own. Once
 /// kube-controller-manager has dropped pvc-protection nothing else writes a deleted claim, so
 /// a release tried only once would hold `kubectl delete pvc` until the 15-minute resync.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_refused_finalizer_release_is_tried_again() {
     const KEEP: &str = "test.example/keep";
-    let mut s = Scenario::start("prov-release", &[], &["--retry-interval-max=4s"]).await;
+    let args = ["--retry-interval-max=4s"];
+    let mut s = Scenario::start_held("prov-release", &[], &args, Holder::Finalizer).await;
     // Refuses any claim update in the namespace that drops our finalizer (or the test's own,
     // which shows when the policy is in force).
     let policy = format!("{}-keep-finalizers", s.ns);
@@ -547,13 +552,16 @@ async fn a_refused_finalizer_release_is_tried_again() {
         .unwrap();
 }
 
-/// The API server refuses to let the provisioner put its creating-volume finalizer on a claim
-/// (here a ValidatingAdmissionPolicy; a webhook or missing RBAC alike): no CreateVolume is sent,
-/// the claim says why and what to allow, and provisioning goes on once the refusal is lifted.
+/// With the finalizer (`CSI_PROVISIONER_WRITE_AHEAD_RECORD=false`): the API server refuses to
+/// let the provisioner put its creating-volume finalizer on a claim (here a
+/// ValidatingAdmissionPolicy; a webhook or missing RBAC alike): no CreateVolume is sent, the
+/// claim says why and what to allow, and provisioning goes on once the refusal is lifted. (The
+/// record's counterpart is `record_claims::a_refused_record_write_means_no_create_volume`.)
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_refused_finalizer_is_explained_on_the_claim() {
-    let s = Scenario::start("prov-nofin", &[], &["--retry-interval-max=4s"]).await;
+    let args = ["--retry-interval-max=4s"];
+    let s = Scenario::start_held("prov-nofin", &[], &args, Holder::Finalizer).await;
     let policy = format!("{}-no-finalizer", s.ns);
     let has = |o: &str| {
         format!(
@@ -593,17 +601,12 @@ async fn a_refused_finalizer_is_explained_on_the_claim() {
 
 /// A claim with only the alpha `volume.alpha.kubernetes.io/selected-node` annotation that the
 /// driver refuses with ResourceExhausted is retried, not "sent back to the scheduler": only the
-/// GA annotation can be removed for that (the library's rule). With the admission policy in
-/// force the failure writes nothing to the claim, so only the retry brings it back.
+/// GA annotation can be removed for that (the library's rule). With the write-ahead record the
+/// failure writes nothing to the claim, so only the retry brings it back.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_with_the_alpha_selected_node_is_retried_after_resource_exhausted() {
-    let (mut s, names) = Scenario::with_nodes("prov-alpha", &["a"], "100Gi", &[]).await;
-    // Before Kubernetes 1.36 there is no policy: the provisioner's own finalizer writes, and
-    // the retry, are checked instead.
-    if support::install_policy(&s).await {
-        support::wait_policy_seen(&mut s);
-    }
+    let (s, names) = Scenario::with_nodes("prov-alpha", &["a"], "100Gi", &[]).await;
     s.mock().set_faults(json!({"CreateVolume": {
         "code": "ResourceExhausted", "message": "test: full for now", "times": 1}}));
     let class = s.class("imm", "Immediate", json!({})).await;
@@ -627,31 +630,60 @@ async fn refuse_claim_updates(s: &Scenario, name: &str, allowed: &str, message: 
     support::refuse_updates(s, name, claims, allowed, message).await;
 }
 
-/// A claim managed with `kubectl apply` stays kubectl's after we provision it: our two writes
-/// (the creating-volume finalizer added before CreateVolume, released after binding) are
-/// patches of the finalizer list alone, so the last-applied annotation (which our cache does
-/// not keep) and kubectl's field manager entry survive, and a second apply that drops a label
-/// drops it. A PUT of our cached copy removed the annotation, and kubectl then kept the label.
+/// A claim managed with `kubectl apply` stays kubectl's after we provision it. With the record
+/// (the default) we never write the claim; with the finalizer our two writes (added before
+/// CreateVolume, released after binding) are patches of the finalizer list alone. Either way
+/// the last-applied annotation (which our cache does not keep) and kubectl's field manager
+/// entry survive, and a second apply that drops a label drops it. A PUT of our cached copy
+/// removed the annotation, and kubectl then kept the label.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn kubectl_apply_keeps_its_merge_on_a_claim_we_provisioned() {
-    let s = Scenario::start("prov-apply", &[], &[]).await;
+    kubectl_apply_keeps_its_merge(Holder::Record).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_finalizer_kubectl_apply_keeps_its_merge_on_a_claim_we_provisioned() {
+    kubectl_apply_keeps_its_merge(Holder::Finalizer).await;
+}
+
+async fn kubectl_apply_keeps_its_merge(holder: Holder) {
+    let s = Scenario::start_held("prov-apply", &[], &[], holder).await;
     let class = s.class("imm", "Immediate", json!({})).await;
     support::kubectl_apply_claim(&s, "data", &class, json!({"app": "db", "tier": "gold"}));
     let claim = support::wait_bound_and_released(&s, "data").await;
     support::assert_still_kubectls(&claim);
     let log = testenv::ControlPlane::shared().audit_log();
-    let ours: Vec<String> = eventually("our two claim writes in the audit log", WAIT, || async {
-        let verbs: Vec<String> = testenv::audit::claim_writes(&log, &s.ns)
-            .unwrap()
-            .into_iter()
-            .filter(|w| w.user_agent.starts_with("csi-provisioner/"))
-            .map(|w| w.verb)
-            .collect();
-        (verbs.len() >= 2).then_some(verbs)
-    })
+    // The binder's write of the claim comes after ours would have: once the log has it, it
+    // has ours too.
+    let ours: Vec<String> = eventually(
+        "the binder's claim write in the audit log",
+        WAIT,
+        || async {
+            let writes = testenv::audit::claim_writes(&log, &s.ns).unwrap();
+            let binder = writes
+                .iter()
+                .any(|w| w.user_agent.starts_with("kube-controller-manager/"));
+            let ours: Vec<String> = writes
+                .into_iter()
+                .filter(|w| w.user_agent.starts_with("csi-provisioner/"))
+                .map(|w| w.verb)
+                .collect();
+            let complete = match holder {
+                Holder::Record => binder,
+                Holder::Finalizer => binder && ours.len() >= 2,
+            };
+            complete.then_some(ours)
+        },
+    )
     .await;
-    assert_eq!(ours, ["patch", "patch"], "the finalizer's add and release");
+    match holder {
+        Holder::Record => assert!(ours.is_empty(), "no claim write of ours: {ours:?}"),
+        Holder::Finalizer => {
+            assert_eq!(ours, ["patch", "patch"], "the finalizer's add and release")
+        }
+    }
     assert_eq!(
         s.create_calls(&claim.spec.unwrap().volume_name.unwrap())
             .len(),

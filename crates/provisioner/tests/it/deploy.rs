@@ -52,13 +52,6 @@ const MANIFESTS: &[(&str, &[&str])] = &[
         ],
     ),
     ("daemonset.yaml", &["daemonset.apps/csi-provisioner-node"]),
-    (
-        "admission-policy.yaml",
-        &[
-            "mutatingadmissionpolicy.admissionregistration.k8s.io/csi-provisioner-creating-volume.hostpath.csi.k8s.io",
-            "mutatingadmissionpolicybinding.admissionregistration.k8s.io/csi-provisioner-creating-volume.hostpath.csi.k8s.io",
-        ],
-    ),
 ];
 
 #[tokio::test]
@@ -74,26 +67,8 @@ async fn every_manifest_passes_a_server_dry_run() {
     assert_eq!(shipped, tested, "every shipped manifest is checked here");
     // The manifests name (or default to) the `default` namespace, as upstream's do.
     let _ = kubectl(cp.kubeconfig(), &["create", "namespace", "default"], None);
-    let policy_api = support::serves_policy_api(&cp.client().await).await;
     for (file, objects) in MANIFESTS {
         let path = manifests_dir().join(file).display().to_string();
-        if *file == "admission-policy.yaml" && !policy_api {
-            // What an operator on Kubernetes 1.34 or 1.35 sees: kubectl names the missing kind.
-            eprintln!("{file}: this check {}", support::NEEDS_POLICY_API);
-            let refused = kubectl(
-                cp.kubeconfig(),
-                &["apply", "--dry-run=server", "-f", &path],
-                None,
-            )
-            .expect_err("a server without the v1 policy API refuses the policy");
-            assert!(
-                refused.contains(
-                    "no matches for kind \"MutatingAdmissionPolicy\" in version \"admissionregistration.k8s.io/v1\""
-                ),
-                "{refused}"
-            );
-            continue;
-        }
         let out = kubectl(
             cp.kubeconfig(),
             &["apply", "--dry-run=server", "-f", &path],
@@ -241,15 +216,15 @@ async fn shipped_rbac_is_enough_for_provisioning_and_capacity() {
     w.prov.stop();
 }
 
-/// The same run with `update` and `patch` on claims removed: the provisioner cannot add its
-/// finalizer, so no volume is created, and both signals the test above relies on show the
-/// refusal.
+/// The same run with `create` on Leases removed: the write-ahead record (a Lease in the
+/// provisioner's namespace) cannot be written, so no volume is created, and both signals the
+/// test above relies on show the refusal. (Without leader election, whose Lease would be
+/// refused the same way.)
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_missing_verb_shows_up_as_forbidden() {
-    let mut w = RbacWorld::start("rbac-cut", |objects| {
-        assert_eq!(drop_verb(objects, "persistentvolumeclaims", "update"), 1);
-        assert_eq!(drop_verb(objects, "persistentvolumeclaims", "patch"), 1);
+    let mut w = RbacWorld::start_without_election("rbac-cut", |objects| {
+        assert_eq!(drop_verb(objects, "leases", "create"), 1);
     })
     .await;
     let s = &w.s;
@@ -262,18 +237,18 @@ async fn a_missing_verb_shows_up_as_forbidden() {
     })
     .await;
     assert!(
-        requests_with(&metrics, &[FORBIDDEN, "method=\"PUT\""]) > 0.0,
-        "the refused calls are the claim updates:\n{}",
+        requests_with(&metrics, &[FORBIDDEN, "method=\"POST\""]) > 0.0,
+        "the refused calls are the record's creates:\n{}",
         forbidden_in(&metrics)
     );
     w.prov.wait_for_log("forbidden", Duration::from_secs(30));
     let log = w.prov.log();
     let lines = forbidden_lines(&log);
     assert!(
-        lines.iter().any(
-            |l| l.contains("cannot update resource \\\"persistentvolumeclaims\\\"")
-                || l.contains("cannot update resource \"persistentvolumeclaims\"")
-        ),
+        lines
+            .iter()
+            .any(|l| l.contains("cannot create resource \\\"leases\\\"")
+                || l.contains("cannot create resource \"leases\"")),
         "the refusal names the verb and resource: {lines:#?}"
     );
     let claim: PersistentVolumeClaim = s.claims().get("stuck").await.unwrap();
@@ -283,47 +258,7 @@ async fn a_missing_verb_shows_up_as_forbidden() {
     );
     assert!(
         s.mock().calls_of("CreateVolume").is_empty(),
-        "no volume without the finalizer"
-    );
-    w.prov.stop();
-}
-
-/// Upstream's RBAC cannot read MutatingAdmissionPolicies: the provisioner says so once, stops
-/// watching them (no stream of Forbidden lists), and provisions as before.
-#[tokio::test]
-#[ignore = "needs the control plane: cargo xtask test"]
-async fn without_rbac_for_the_admission_policy_one_warning_and_provisioning_goes_on() {
-    let mut w = RbacWorld::start("rbac-nomap", |objects| {
-        for verb in ["get", "list", "watch"] {
-            assert_eq!(drop_verb(objects, "mutatingadmissionpolicies", verb), 1);
-        }
-    })
-    .await;
-    let s = &w.s;
-    let imm = s.class("imm", "Immediate", json!({})).await;
-    s.claim("fine", &imm, "1Gi", json!({})).await;
-    s.wait_bound("fine").await;
-    w.prov.wait_for_log(
-        "Cannot read MutatingAdmissionPolicies",
-        Duration::from_secs(30),
-    );
-    let port = w.port;
-    let refused = || async move {
-        let m = scrape(port).await.unwrap_or_default();
-        requests_with(&m, &[FORBIDDEN])
-    };
-    let first = refused().await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let later = refused().await;
-    assert!(
-        (1.0..=2.0).contains(&first) && later == first,
-        "Forbidden requests: {first} then {later} (one list per watch at most, then none)"
-    );
-    let log = w.prov.log();
-    assert_eq!(
-        log.matches("Cannot read MutatingAdmissionPolicies").count(),
-        1,
-        "one warning"
+        "no volume without its entry in the record"
     );
     w.prov.stop();
 }
@@ -406,7 +341,11 @@ async fn node_deployment_needs_only_the_shipped_rbac() {
             "--enable-capacity",
             "--capacity-for-immediate-binding",
         ],
-        &[("NODE_NAME", node.as_str())],
+        // In a pod the service account's namespace file names the record's namespace.
+        &[
+            ("NODE_NAME", node.as_str()),
+            ("POD_NAMESPACE", s.ns.as_str()),
+        ],
     );
 
     let imm = s.class("imm", "Immediate", json!({})).await;
@@ -463,14 +402,15 @@ async fn node_deployment_needs_only_the_shipped_rbac() {
     prov.stop();
 }
 
-/// Upstream's RBAC (`update` on claims, no `patch`): a claim write reads the claim and PUTs it
-/// whole with our change applied, so a claim managed with `kubectl apply` keeps its
-/// last-applied annotation and field managers all the same. One refused patch, then updates
-/// only (the provisioner remembers the refusal).
+/// Upstream's RBAC (`update` on claims, no `patch`), with the finalizer
+/// (`CSI_PROVISIONER_WRITE_AHEAD_RECORD=false`; the record writes no claim): a claim write
+/// reads the claim and PUTs it whole with our change applied, so a claim managed with `kubectl
+/// apply` keeps its last-applied annotation and field managers all the same. One refused
+/// patch, then updates only (the provisioner remembers the refusal).
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn without_patch_on_claims_writes_keep_what_kubectl_applied() {
-    let mut w = RbacWorld::start("rbac-nopatch", |objects| {
+    let mut w = RbacWorld::start_with_the_finalizer("rbac-nopatch", |objects| {
         assert_eq!(drop_verb(objects, "persistentvolumeclaims", "patch"), 1);
     })
     .await;

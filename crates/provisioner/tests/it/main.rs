@@ -6,7 +6,6 @@
 
 mod support;
 
-mod admission_policy;
 mod bad_input;
 mod capacity;
 mod claim_lifecycle;

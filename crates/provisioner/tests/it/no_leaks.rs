@@ -1,7 +1,7 @@
 //! No leaked volumes, beyond upstream: crashes, deletion races, bursts, and several drivers
-//! side by side (the creating-volume finalizer is shared by all of them). Each race runs with
-//! the claim held by our finalizer and again by the write-ahead record (`with_the_record_*`):
-//! the outcomes asserted are the same.
+//! side by side. Each race runs with the claim held by the write-ahead record (the default)
+//! and again by our creating-volume finalizer (`with_the_finalizer_*`: the opt-out, and every
+//! claim an earlier version left holding it): the outcomes asserted are the same.
 
 use crate::support;
 use crate::support::WAIT;
@@ -14,14 +14,14 @@ use serde_json::json;
 /// restart it: the claim goes away and the driver holds no volume (upstream leaks here, #486).
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
+async fn with_the_finalizer_a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
     deleted_while_down(Holder::Finalizer).await;
 }
 
 /// The same with the record: the claim goes at once, its entry keeps what the clean-up needs.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_record_a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
+async fn a_claim_deleted_while_the_provisioner_is_down_leaves_no_volume() {
     deleted_while_down(Holder::Record).await;
 }
 
@@ -68,6 +68,40 @@ async fn deleted_while_down(holder: Holder) {
     assert_no_finalizer_with_the_record(holder, &finalizers);
 }
 
+/// The upgrade: an earlier version (the finalizer) is killed mid-call, the claim is deleted
+/// while it is down, and this version (the record) starts in its place. The finalizer the
+/// earlier version left holds the claim: the new version probes with the same request, deletes
+/// the volume once and releases the finalizer; it records nothing for a claim it never called
+/// for.
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
+async fn after_an_upgrade_a_claim_left_holding_our_finalizer_leaves_no_volume() {
+    let args = ["-v=5"];
+    let mut s = Scenario::start_held("prov-upgrade", &[], &args, Holder::Finalizer).await;
+    let (class, volume) = killed_mid_call(&mut s).await;
+    s.delete_claim("data").await;
+    let held = s.claims().get("data").await.unwrap();
+    assert!(
+        held.metadata.deletion_timestamp.is_some() && holds_finalizer(&held),
+        "the earlier version's finalizer keeps the deleted claim"
+    );
+    // Let the interrupted call finish in the driver.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    s.mock().clear_faults();
+    s.start_provisioner_held(&args, Holder::Record);
+    wait_gone(&s.claims(), "data").await;
+    assert!(
+        s.driver_volumes().await.is_empty(),
+        "no volume left behind: {:?}",
+        s.driver_volumes().await
+    );
+    // The interrupted call and the new version's probe answer one volume, deleted once.
+    s.assert_one_volume_made_and_deleted(&volume);
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 2);
+    assert!(s.record_entries().await.is_empty());
+    no_pv_of_class(&s, &class).await;
+}
+
 /// Claim "data" of a new Immediate class, with the provisioner killed (-9) while the driver
 /// works on its CreateVolume (4 s; the scenario must run at `-v=5`, where each call is logged
 /// as it is sent). Returns the class and the claim's volume name.
@@ -89,29 +123,18 @@ async fn killed_mid_call(s: &mut Scenario) -> (String, String) {
 /// PV, so it is found with the same request and deleted (upstream leaves it; so did we).
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
+async fn with_the_finalizer_a_claim_bound_to_another_pv_mid_call_leaves_no_volume() {
+    bound_to_another_pv_mid_call(Holder::Finalizer).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the control plane: cargo xtask test"]
 async fn a_claim_bound_to_another_pv_mid_call_leaves_no_volume() {
-    bound_to_another_pv_mid_call(false, Holder::Finalizer).await;
+    bound_to_another_pv_mid_call(Holder::Record).await;
 }
 
-#[tokio::test]
-#[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_record_a_claim_bound_to_another_pv_mid_call_leaves_no_volume() {
-    bound_to_another_pv_mid_call(false, Holder::Record).await;
-}
-
-/// The same with the admission policy, which drops the finalizer with the binding: what this
-/// process remembers of the call still leads to the volume.
-#[tokio::test]
-#[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_admission_policy_a_claim_bound_to_another_pv_mid_call_leaves_no_volume() {
-    bound_to_another_pv_mid_call(true, Holder::Finalizer).await;
-}
-
-async fn bound_to_another_pv_mid_call(policy: bool, holder: Holder) {
+async fn bound_to_another_pv_mid_call(holder: Holder) {
     let s = Scenario::start_held("prov-static", &[], &["--timeout=2s"], holder).await;
-    if policy && !support::install_policy(&s).await {
-        return;
-    }
     s.mock()
         .set_faults(json!({"CreateVolume": {"delay_ms": 5000}}));
     let class = s.class("imm", "Immediate", json!({})).await;
@@ -147,29 +170,19 @@ async fn bound_to_another_pv_mid_call(policy: bool, holder: Holder) {
 /// deletes it. Before, the finalizer was dropped without a probe and the volume leaked.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn a_claim_bound_to_another_pv_while_the_provisioner_is_down_leaves_no_volume() {
-    bound_to_another_pv_while_down(false, Holder::Finalizer).await;
+async fn with_the_finalizer_a_claim_bound_to_another_pv_while_the_provisioner_is_down_leaves_no_volume()
+ {
+    bound_to_another_pv_while_down(Holder::Finalizer).await;
 }
 
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_record_a_claim_bound_to_another_pv_while_down_leaves_no_volume() {
-    bound_to_another_pv_while_down(false, Holder::Record).await;
+async fn a_claim_bound_to_another_pv_while_down_leaves_no_volume() {
+    bound_to_another_pv_while_down(Holder::Record).await;
 }
 
-/// The same with the admission policy: it keeps the finalizer when the claim is bound to a PV
-/// other than its own. It used to drop it with any binding, and the volume leaked.
-#[tokio::test]
-#[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_admission_policy_a_claim_bound_to_another_pv_while_down_leaves_no_volume() {
-    bound_to_another_pv_while_down(true, Holder::Finalizer).await;
-}
-
-async fn bound_to_another_pv_while_down(policy: bool, holder: Holder) {
+async fn bound_to_another_pv_while_down(holder: Holder) {
     let mut s = Scenario::start_held("prov-down-static", &[], &["-v=5"], holder).await;
-    if policy && !support::install_policy(&s).await {
-        return;
-    }
     let (class, volume) = killed_mid_call(&mut s).await;
     let static_pv = format!("{}-static", s.ns);
     let claim = bind_static_pv(&s, &static_pv, &class, "made-by-hand", json!(null)).await;
@@ -203,13 +216,13 @@ async fn bound_to_another_pv_while_down(policy: bool, holder: Holder) {
 /// holds its data. A clean-up that spared only other claims' PVs deleted it.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
+async fn with_the_finalizer_a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
     bound_to_its_own_volume_mid_call(Holder::Finalizer).await;
 }
 
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_record_a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
+async fn a_claim_bound_mid_call_to_a_pv_of_the_same_volume_keeps_it() {
     bound_to_its_own_volume_mid_call(Holder::Record).await;
 }
 
@@ -280,13 +293,13 @@ async fn bind_static_pv(
 /// A claim deleted while its CreateVolume is in flight (the provisioner stays up).
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn a_claim_deleted_during_create_volume_leaves_no_volume() {
+async fn with_the_finalizer_a_claim_deleted_during_create_volume_leaves_no_volume() {
     deleted_during_create_volume(Holder::Finalizer).await;
 }
 
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_record_a_claim_deleted_during_create_volume_leaves_no_volume() {
+async fn a_claim_deleted_during_create_volume_leaves_no_volume() {
     deleted_during_create_volume(Holder::Record).await;
 }
 
@@ -309,14 +322,14 @@ async fn deleted_during_create_volume(holder: Holder) {
 /// deleted and the claim goes.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn an_unclear_probe_answer_keeps_the_claim_until_the_driver_answers() {
+async fn with_the_finalizer_an_unclear_probe_answer_keeps_the_claim_until_the_driver_answers() {
     unclear_probe_answer(Holder::Finalizer).await;
 }
 
 /// The same with the record: the claim is gone, its entry stays until the driver answers.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_record_an_unclear_probe_answer_keeps_the_entry_until_the_driver_answers() {
+async fn an_unclear_probe_answer_keeps_the_entry_until_the_driver_answers() {
     unclear_probe_answer(Holder::Record).await;
 }
 
@@ -367,14 +380,14 @@ async fn unclear_probe_answer(holder: Holder) {
 /// exactly once, and nothing is left behind.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
+async fn with_the_finalizer_creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
     burst_of_200(Holder::Finalizer).await;
 }
 
 /// The same with the record: the test sees each claim's entry instead of its finalizer.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_record_creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
+async fn creating_and_deleting_200_claims_in_a_burst_leaves_nothing_behind() {
     burst_of_200(Holder::Record).await;
 }
 
@@ -692,13 +705,13 @@ async fn a_panicking_worker_ends_the_process() {
 /// PV until the claim is synced again).
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn sigterm_lets_the_running_create_volume_finish() {
+async fn with_the_finalizer_sigterm_lets_the_running_create_volume_finish() {
     sigterm_mid_call(Holder::Finalizer).await;
 }
 
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_record_sigterm_lets_the_running_create_volume_finish() {
+async fn sigterm_lets_the_running_create_volume_finish() {
     sigterm_mid_call(Holder::Record).await;
 }
 
@@ -758,13 +771,13 @@ async fn wait_exit(s: &mut Scenario, seconds: u64, when: &str) -> std::process::
 /// pending-writes lock); no claims-level memory of saved PVs backs this up any more.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn claims_synced_around_their_pv_save_get_one_create_volume_each() {
+async fn with_the_finalizer_claims_synced_around_their_pv_save_get_one_create_volume_each() {
     synced_around_pv_save(Holder::Finalizer).await;
 }
 
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_record_claims_synced_around_their_pv_save_get_one_create_volume_each() {
+async fn claims_synced_around_their_pv_save_get_one_create_volume_each() {
     synced_around_pv_save(Holder::Record).await;
 }
 

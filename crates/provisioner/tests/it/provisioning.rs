@@ -4,7 +4,7 @@
 use crate::support;
 use crate::support::WAIT;
 use crate::support::{
-    NODE_KEY, Scenario, create_pod, on_nodes, pod_node, pool_args, set_unschedulable,
+    Holder, NODE_KEY, Scenario, create_pod, on_nodes, pod_node, pool_args, set_unschedulable,
 };
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -971,14 +971,15 @@ async fn refuse_finalizer_removal(s: &Scenario) {
 }
 
 /// A failed attempt whose own follow-up write fails (here the release of our finalizer after a
-/// final InvalidArgument, refused by an admission policy) still waits out the failure's
+/// final InvalidArgument, refused by an admission policy; the finalizer holds claims with
+/// `CSI_PROVISIONER_WRITE_AHEAD_RECORD=false`) still waits out the failure's
 /// backoff, 5 minutes for InvalidArgument: the work queue's retries of the failed write do not
 /// call the driver again. Before, the failed write left no hold, and each retry (1, 2, 4 s …)
 /// was a new CreateVolume.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
 async fn a_failed_attempt_whose_release_is_refused_still_waits_its_backoff() {
-    let mut s = Scenario::start("prov-refused", &[], &["-v=4"]).await;
+    let mut s = Scenario::start_held("prov-refused", &[], &["-v=4"], Holder::Finalizer).await;
     refuse_finalizer_removal(&s).await;
     s.mock().set_faults(
         json!({"CreateVolume": {"code": "InvalidArgument", "message": "not this request"}}),

@@ -1,5 +1,5 @@
-//! Claims held by the write-ahead record instead of our finalizer (issue 49 step 3, switched
-//! on with `CSI_PROVISIONER_WRITE_AHEAD_RECORD=true`): no finalizer of ours ever appears on a
+//! Claims held by the write-ahead record instead of our finalizer (issue 49, the default since
+//! step 5): no finalizer of ours ever appears on a
 //! claim, a claim deleted while a volume may exist is cleaned up from the record (also by the
 //! other replica after the leader's kill -9), a refused record write means no CreateVolume,
 //! and a burst of claims costs far fewer record writes than claims. The races of `no_leaks.rs`
@@ -203,8 +203,7 @@ async fn the_next_leader_cleans_up_from_its_predecessors_record() {
         .map(|(i, host)| {
             let mut args = FAST_ELECTION.to_vec();
             args.extend([ns_flag.as_str(), "-v=5"]);
-            let env = [(csi_provisioner::write_ahead::SWITCH, "true")];
-            ops.provisioner_on_host_with_env(&format!("csi-provisioner-{i}"), host, &args, &env)
+            ops.provisioner_on_host(&format!("csi-provisioner-{i}"), host, &args)
         })
         .collect();
     let claims: Api<PersistentVolumeClaim> = ops.claims();

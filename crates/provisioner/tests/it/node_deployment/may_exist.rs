@@ -105,15 +105,15 @@ async fn given_back_with_a_volume(
 /// and deletes it before the claim goes.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn a_claim_given_back_while_its_volume_may_exist_is_cleaned_up_when_deleted() {
+async fn with_the_finalizer_a_claim_given_back_while_its_volume_may_exist_is_cleaned_up_when_deleted()
+ {
     given_back_then_deleted(Holder::Finalizer).await;
 }
 
 /// The same with the record: the claim goes at once, a cleans up from its entry.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_record_a_claim_given_back_while_its_volume_may_exist_is_cleaned_up_when_deleted()
-{
+async fn a_claim_given_back_while_its_volume_may_exist_is_cleaned_up_when_deleted() {
     given_back_then_deleted(Holder::Record).await;
 }
 
@@ -142,7 +142,8 @@ async fn given_back_then_deleted(holder: Holder) {
 /// claim is bound to b's PV.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn a_claim_given_back_and_provisioned_elsewhere_gets_the_first_nodes_volume_deleted() {
+async fn with_the_finalizer_a_claim_given_back_and_provisioned_elsewhere_gets_the_first_nodes_volume_deleted()
+ {
     given_back_then_moved(Holder::Finalizer).await;
 }
 
@@ -150,8 +151,7 @@ async fn a_claim_given_back_and_provisioned_elsewhere_gets_the_first_nodes_volum
 /// longer holds it), b's entry goes with its PV.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_record_a_claim_given_back_and_provisioned_elsewhere_gets_the_first_nodes_volume_deleted()
- {
+async fn a_claim_given_back_and_provisioned_elsewhere_gets_the_first_nodes_volume_deleted() {
     given_back_then_moved(Holder::Record).await;
 }
 

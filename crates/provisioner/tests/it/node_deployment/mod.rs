@@ -157,11 +157,16 @@ fn start_instance_held(
     let mock = MockDriver::start(&dir, &all.iter().map(String::as_str).collect::<Vec<_>>());
     let mut args = vec!["--node-deployment", "-v=5"];
     args.extend_from_slice(prov_args);
-    let mut env = vec![("NAMESPACE", s.ns.as_str()), ("NODE_NAME", node)];
-    if holder == Holder::Record {
-        env.push((csi_provisioner::write_ahead::SWITCH, "true"));
-        env.push(("POD_NAMESPACE", s.ns.as_str()));
-    }
+    let switch = match holder {
+        Holder::Finalizer => "false",
+        Holder::Record => "true",
+    };
+    let env = [
+        ("NAMESPACE", s.ns.as_str()),
+        ("POD_NAMESPACE", s.ns.as_str()),
+        ("NODE_NAME", node),
+        (csi_provisioner::write_ahead::SWITCH, switch),
+    ];
     let prov = Provisioner::start(
         &dir,
         "csi-provisioner",
@@ -801,24 +806,22 @@ async fn a_pv_pinned_by_node_name_is_deleted_by_that_node_alone() {
     assert_eq!(nodes[0].mock.calls_of("DeleteVolume").len(), 0);
 }
 
+/// After an upgrade: a claim an earlier version (or its retired admission policy) left holding
+/// our creating-volume finalizer, which no node takes (none has room), is let go once deleted,
+/// without a call.
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_admission_policy_an_unclaimed_deleted_claim_is_let_go_without_a_call() {
-    // No node has room: nobody takes the claim, but the policy puts our finalizer on it.
+async fn an_unclaimed_deleted_claim_left_holding_our_finalizer_is_let_go_without_a_call() {
     let (s, nodes) = distributed(
-        "nd-policy",
+        "nd-upgrade",
         &[("a", "1Gi"), ("b", "1Gi")],
         &["--capacity-for-immediate-binding"],
     )
     .await;
-    if !support::install_policy(&s).await {
-        return;
-    }
     let class = s.class("imm", "Immediate", json!({})).await;
     published_per_instance(&s, 2).await;
-    s.claim("big", &class, "50Gi", json!({})).await;
-    let held = s.wait_finalizer("big").await;
-    assert!(support::holds_finalizer(&held));
+    s.claim("big", &class, "50Gi", left_holding(json!({})))
+        .await;
     s.wait_event("big", "NotEnoughCapacity", "needs 50Gi").await;
     s.delete_claim("big").await;
     support::wait_gone(&s.claims(), "big").await;
@@ -828,17 +831,17 @@ async fn with_the_admission_policy_an_unclaimed_deleted_claim_is_let_go_without_
     }
 }
 
-/// With the admission policy, a claim waiting for a node holds the policy's finalizer: an
-/// Immediate claim while the nodes take none (`--node-deployment-immediate-binding=false`), and
-/// a late-binding claim its node gave back after a failure (rescheduled, no pod to pick again).
-/// Deleted, both go: no node will ever take them. The late claim's node asks once more first:
-/// the claim held the finalizer before its call and was made within a minute of the
-/// provisioner's start, so an earlier process may have called for it
-/// (`provisioning::attempt::earlier_attempt_possible`), and node a gave it back holding it
-/// with its own finalizer, as the central clean-up would probe (refused: nothing to delete).
+/// After an upgrade, claims an earlier version left holding our finalizer while they wait for
+/// a node: an Immediate claim while the nodes take none
+/// (`--node-deployment-immediate-binding=false`), and a late-binding claim its node gives back
+/// after a failure (rescheduled, no pod to pick again). Deleted, both go: no node will ever
+/// take them. The late claim's node asks once more first: the claim held the finalizer before
+/// its call and was made within a minute of the provisioner's start, so an earlier process may
+/// have called for it (`provisioning::attempt::earlier_attempt_possible`), and node a gave it
+/// back still holding it, as the central clean-up would probe (refused: nothing to delete).
 #[tokio::test]
 #[ignore = "needs the control plane: cargo xtask test"]
-async fn with_the_admission_policy_a_deleted_claim_waiting_for_a_node_is_let_go() {
+async fn deleted_claims_left_holding_our_finalizer_while_waiting_for_a_node_are_let_go() {
     let (s, nodes) = nodes_with(
         "nd-wait",
         &[("a", "100Gi"), ("b", "100Gi")],
@@ -847,15 +850,13 @@ async fn with_the_admission_policy_a_deleted_claim_waiting_for_a_node_is_let_go(
     .await;
     nodes[0].mock.set_faults(json!({"CreateVolume": {
         "code": "ResourceExhausted", "message": "volume limit of this node reached"}}));
-    if !support::install_policy(&s).await {
-        return;
-    }
     let immediate = s.class("imm", "Immediate", json!({})).await;
     let late = s.class("late", "WaitForFirstConsumer", json!({})).await;
-    s.claim("imm", &immediate, "1Gi", json!({})).await;
+    s.claim("imm", &immediate, "1Gi", left_holding(json!({})))
+        .await;
     // As the scheduler would pick node a for a pod (none here, so nothing picks again).
-    s.claim("late", &late, "1Gi", on(&nodes[0].node)).await;
-    s.wait_finalizer("imm").await;
+    s.claim("late", &late, "1Gi", left_holding(on(&nodes[0].node)))
+        .await;
     s.wait_event("late", "ProvisioningFailed", "volume limit")
         .await;
     eventually(
@@ -879,6 +880,13 @@ async fn with_the_admission_policy_a_deleted_claim_waiting_for_a_node_is_let_go(
     for i in &nodes {
         assert_eq!(i.mock.calls_of("DeleteVolume").len(), 0, "{}", i.node);
     }
+}
+
+/// `extra` (a claim's metadata) with our creating-volume finalizer, as an earlier version left
+/// it on claims it was provisioning.
+fn left_holding(mut extra: serde_json::Value) -> serde_json::Value {
+    extra["metadata"]["finalizers"] = json!([support::CREATING]);
+    extra
 }
 
 /// A class whose allowedTopologies admit one node: only that node's instance takes its claims.

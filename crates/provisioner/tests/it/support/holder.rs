@@ -1,7 +1,8 @@
-//! What holds a claim while a volume of it may exist without a PV: our creating-volume
-//! finalizer, or (with `CSI_PROVISIONER_WRITE_AHEAD_RECORD=true`) our entry in the write-ahead
-//! record. The no-leak tests run with each and assert the same outcomes; only how the hold is
-//! seen differs (on the claim, or in the record's Lease).
+//! What holds a claim while a volume of it may exist without a PV: our entry in the write-ahead
+//! record (the default), or our creating-volume finalizer (`CSI_PROVISIONER_WRITE_AHEAD_RECORD=
+//! false`, and every claim an earlier version left holding it). The no-leak tests run with each
+//! and assert the same outcomes; only how the hold is seen differs (in the record's Lease, or on
+//! the claim).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,15 +40,11 @@ impl Scenario {
 
     /// The provisioner with claims held by `holder` (the record in the scenario's namespace).
     pub fn start_provisioner_held<S: AsRef<str>>(&mut self, args: &[S], holder: Holder) {
-        let ns = self.ns.clone();
-        let env = match holder {
-            Holder::Finalizer => vec![],
-            Holder::Record => vec![
-                (csi_provisioner::write_ahead::SWITCH, "true"),
-                ("POD_NAMESPACE", ns.as_str()),
-            ],
+        let switch = match holder {
+            Holder::Finalizer => "false",
+            Holder::Record => "true",
         };
-        self.start_provisioner_with_env(args, &env);
+        self.start_provisioner_with_env(args, &[(csi_provisioner::write_ahead::SWITCH, switch)]);
     }
 
     /// The record's entries now (none before its first write).

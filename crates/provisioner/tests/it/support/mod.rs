@@ -88,7 +88,12 @@ impl Scenario {
     ) {
         let socket = self.mock().socket.clone();
         let args: Vec<&str> = args.iter().map(|s| s.as_ref()).collect();
-        let mut env = vec![("NAMESPACE", self.ns.as_str())];
+        // The write-ahead record lives in the provisioner's namespace: the scenario's, so it
+        // goes with it (a later entry of `extra_env` wins).
+        let mut env = vec![
+            ("NAMESPACE", self.ns.as_str()),
+            ("POD_NAMESPACE", self.ns.as_str()),
+        ];
         env.extend_from_slice(extra_env);
         self.provisioner = Some(Provisioner::start(
             &self.dir,
@@ -237,17 +242,6 @@ impl Scenario {
                 .is_empty()
                 .then_some(())
         })
-        .await
-    }
-
-    /// Waits until claim `name` holds the creating-volume finalizer.
-    pub async fn wait_finalizer(&self, name: &str) -> PersistentVolumeClaim {
-        testenv::wait_for(
-            &self.claims(),
-            name,
-            "hold the creating-volume finalizer",
-            holds_finalizer,
-        )
         .await
     }
 
@@ -554,14 +548,6 @@ pub async fn no_pv_of_class(s: &Scenario, class: &str) {
     .await;
 }
 
-/// Waits until the provisioner logs that the admission policy keeps its finalizer.
-pub fn wait_policy_seen(s: &mut Scenario) {
-    s.provisioner().wait_for_log(
-        "kept by the API server (MutatingAdmissionPolicy in force)",
-        Duration::from_secs(60),
-    );
-}
-
 /// Waits until a ValidatingAdmissionPolicy just created refuses replacing claim `name` with
 /// `changed` (a dry run: nothing is written).
 pub async fn wait_update_refused(s: &Scenario, changed: &PersistentVolumeClaim, what: &str) {
@@ -578,99 +564,6 @@ pub async fn wait_update_refused(s: &Scenario, changed: &PersistentVolumeClaim, 
             .then_some(())
     })
     .await;
-}
-
-/// Whether the API server serves the v1 MutatingAdmissionPolicy API (Kubernetes 1.36 and
-/// later; before, the policy cannot be installed).
-pub async fn serves_policy_api(client: &Client) -> bool {
-    let group = client
-        .list_api_group_resources("admissionregistration.k8s.io/v1")
-        .await
-        .expect("discovery of admissionregistration.k8s.io/v1");
-    group
-        .resources
-        .iter()
-        .any(|r| r.name == "mutatingadmissionpolicies")
-}
-
-/// The message a policy test prints on a server without the v1 policy API.
-pub const NEEDS_POLICY_API: &str = "needs Kubernetes 1.36 or later (the v1 MutatingAdmissionPolicy API); on this server it checks the graceful path instead";
-
-/// Installs the policy for the scenario's driver, as printed by our binary, and waits until the
-/// API server applies it (a probe claim gets the finalizer). On a server without the v1 policy
-/// API (before Kubernetes 1.36) it says so, checks what an operator there would see instead
-/// (the API server refuses the policy as an unknown resource; a running provisioner says once
-/// that it writes the finalizer itself), and returns false: the caller's test has nothing
-/// more to check there.
-#[must_use]
-pub async fn install_policy(s: &Scenario) -> bool {
-    install_policy_with(s, &[]).await
-}
-
-/// [`install_policy`], rendered with `extra` flags (the provisioner's volume naming).
-#[must_use]
-pub async fn install_policy_with(s: &Scenario, extra: &[&str]) -> bool {
-    if !serves_policy_api(&s.client).await {
-        eprintln!("{}: this test {NEEDS_POLICY_API}", s.ns);
-        refused_without_the_api(s, extra).await;
-        return false;
-    }
-    for item in policy_objects(s, extra) {
-        let binding = item["kind"] == "MutatingAdmissionPolicyBinding";
-        let kind = item["kind"].as_str().unwrap_or_default();
-        let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
-            s.client.clone(),
-            &csi_provisioner::admission_policy::api_resource(binding),
-        );
-        let obj: kube::api::DynamicObject = serde_json::from_value(item.clone()).unwrap();
-        api.create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("the API server refused the {kind}: {e}"));
-    }
-    // No class: kube-controller-manager leaves the probe alone, only the policy acts on it.
-    let probe = "policy-probe";
-    let annotated = json!({"metadata": {"annotations": {
-        "volume.kubernetes.io/storage-provisioner": s.driver}}});
-    eventually("the policy to be in force", WAIT, || async {
-        let _ = s
-            .claims()
-            .delete(probe, &kube::api::DeleteParams::default())
-            .await;
-        wait_gone(&s.claims(), probe).await;
-        let claim = s
-            .claim(probe, "no-such-class", "1Gi", annotated.clone())
-            .await;
-        holds_finalizer(&claim).then_some(())
-    })
-    .await;
-    // Let the probe go: deleted first, so the policy does not add the finalizer back, then
-    // released by hand (no volume was ever asked for it; kube-controller-manager's
-    // pvc-protection removal may conflict with us, so until it is gone).
-    let _ = s
-        .claims()
-        .delete(probe, &kube::api::DeleteParams::default())
-        .await;
-    let claims = s.claims();
-    eventually("the probe claim released", WAIT, || async {
-        let Some(mut held) = claims.get_opt(probe).await.unwrap() else {
-            return Some(());
-        };
-        if holds_finalizer(&held) {
-            let kept = held
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .filter(|f| f.as_str() != CREATING)
-                .cloned()
-                .collect();
-            held.metadata.finalizers = Some(kept);
-            let _ = claims.replace(probe, &PostParams::default(), &held).await;
-        }
-        None
-    })
-    .await;
-    true
 }
 
 /// A ValidatingAdmissionPolicy `name` refusing, with `message`, every update of `resource`
@@ -832,52 +725,4 @@ pub async fn volumes_of(mock: &MockDriver) -> Vec<String> {
         .filter_map(|e| e.volume)
         .map(|v| v.volume_id)
         .collect()
-}
-
-/// On a server without the v1 policy API: creating the printed policy is refused as an unknown
-/// resource (404), and a provisioner already running has said once that it writes the
-/// creating-volume finalizer itself.
-async fn refused_without_the_api(s: &Scenario, extra: &[&str]) {
-    let list = policy_objects(s, extra);
-    for item in list {
-        let binding = item["kind"] == "MutatingAdmissionPolicyBinding";
-        let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
-            s.client.clone(),
-            &csi_provisioner::admission_policy::api_resource(binding),
-        );
-        let obj: kube::api::DynamicObject = serde_json::from_value(item).unwrap();
-        match api.create(&PostParams::default(), &obj).await {
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            other => {
-                panic!("a server without the v1 policy API accepted or failed otherwise: {other:?}")
-            }
-        }
-    }
-    if let Some(p) = s.provisioner.as_ref() {
-        let line = "does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicies";
-        p.wait_for_log(line, Duration::from_secs(60));
-        assert_eq!(p.log().matches(line).count(), 1, "said once");
-    }
-}
-
-/// The policy and its binding for the scenario's driver, as `csi-provisioner admission-policy`
-/// prints them with `extra` flags.
-fn policy_objects(s: &Scenario, extra: &[&str]) -> Vec<serde_json::Value> {
-    let out = std::process::Command::new(testenv::workspace_binary("csi-provisioner"))
-        .args([
-            "admission-policy",
-            "--driver-name",
-            &s.driver,
-            "--output=json",
-        ])
-        .args(extra)
-        .output()
-        .expect("run csi-provisioner admission-policy");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON List");
-    list["items"].as_array().expect("items").clone()
 }

@@ -92,6 +92,8 @@ impl Ops {
             .arg(format!("--csi-address={}", self.mock.socket.display()))
             .args(args)
             .env("NAMESPACE", &self.ns)
+            // The write-ahead record's namespace, unless a leader-election namespace names it.
+            .env("POD_NAMESPACE", &self.ns)
             .envs(env.iter().copied());
         testenv::spawn(name, cmd, &self.dir)
     }

@@ -325,7 +325,8 @@ pub fn start_provisioner(
         args.push("--capacity-ownerref-level=-1");
     }
     args.extend(extra);
-    let mut all_env = vec![("NAMESPACE", ns)];
+    // The write-ahead record lives in the provisioner's namespace (see `Scenario`).
+    let mut all_env = vec![("NAMESPACE", ns), ("POD_NAMESPACE", ns)];
     all_env.extend(env);
     Provisioner::start(
         dir,

@@ -147,8 +147,7 @@ pub const UPSTREAM_V6_3_0: &[(&str, &str, &str, &[&str])] = &[
 ];
 
 /// Grants beyond upstream's that are documented in rbac.yaml: upstream's code GETs the
-/// VolumeAttributesClass too, its example RBAC just lacks the rule; and reading the optional
-/// MutatingAdmissionPolicy of `csi-provisioner admission-policy` (ours); watching
+/// VolumeAttributesClass too, its example RBAC just lacks the rule; and (ours) watching
 /// VolumeSnapshotContents, so that restores read them from a cache (ours); patching claims,
 /// so that a write sends only what it changes without reading the claim first (ours); reading
 /// the CSIDriver's storageCapacity for capacity reservations (ours).
@@ -157,12 +156,6 @@ pub const DOCUMENTED_EXTRAS: &[(&str, &str, &str, &str)] = &[
     ("cluster", "", "persistentvolumeclaims", "patch"),
     ("cluster", "storage.k8s.io", "csidrivers", "get"),
     ("cluster", "storage.k8s.io", "volumeattributesclasses", "get"),
-    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "get"),
-    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "list"),
-    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicies", "watch"),
-    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings", "get"),
-    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings", "list"),
-    ("cluster", "admissionregistration.k8s.io", "mutatingadmissionpolicybindings", "watch"),
     ("cluster", "snapshot.storage.k8s.io", "volumesnapshotcontents", "watch"),
 ];
 

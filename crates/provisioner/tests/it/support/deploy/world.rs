@@ -29,6 +29,39 @@ pub struct RbacWorld {
 impl RbacWorld {
     /// Everything above, with `edit` applied to the RBAC objects before they are created.
     pub async fn start(prefix: &str, edit: impl FnOnce(&mut Vec<Value>)) -> RbacWorld {
+        Self::start_with(
+            prefix,
+            &["--leader-election", "--enable-capacity"],
+            &[],
+            edit,
+        )
+        .await
+    }
+
+    /// [`RbacWorld::start`] with claims held by our finalizer instead of the record.
+    pub async fn start_with_the_finalizer(
+        prefix: &str,
+        edit: impl FnOnce(&mut Vec<Value>),
+    ) -> RbacWorld {
+        let args = ["--leader-election", "--enable-capacity"];
+        let env = [(csi_provisioner::write_ahead::SWITCH, "false")];
+        Self::start_with(prefix, &args, &env, edit).await
+    }
+
+    /// [`RbacWorld::start`] without leader election, whose Lease would hide the record's.
+    pub async fn start_without_election(
+        prefix: &str,
+        edit: impl FnOnce(&mut Vec<Value>),
+    ) -> RbacWorld {
+        Self::start_with(prefix, &["--enable-capacity"], &[], edit).await
+    }
+
+    async fn start_with(
+        prefix: &str,
+        prov_args: &[&str],
+        env: &[(&str, &str)],
+        edit: impl FnOnce(&mut Vec<Value>),
+    ) -> RbacWorld {
         let mut s = Scenario::new(prefix).await;
         testenv::create_csi_driver(&s.client, &s.driver, true).await;
         let nodes = s.node_names(&["a", "b"]);
@@ -48,8 +81,8 @@ impl RbacWorld {
         let (prov, port) = provisioner_as_service_account(
             &s,
             &kubeconfig,
-            &["--leader-election", "--enable-capacity"],
-            &[("POD_NAMESPACE", s.ns.as_str())],
+            prov_args,
+            &[&[("POD_NAMESPACE", s.ns.as_str())], env].concat(),
         );
         RbacWorld { s, prov, port }
     }
@@ -111,7 +144,7 @@ fn wait_until_granted(admin: &Path, ns: &str) {
     let user = format!("--as=system:serviceaccount:{ns}:{SERVICE_ACCOUNT}");
     let checks = [
         ["list", "persistentvolumeclaims"],
-        ["create", "leases.coordination.k8s.io"],
+        ["get", "leases.coordination.k8s.io"],
     ];
     for [verb, resource] in checks {
         let deadline = Instant::now() + Duration::from_secs(30);
