@@ -103,10 +103,19 @@ enum Cmd {
         seconds: u64,
     },
     /// The reliability suite, ours and upstream external-provisioner v6.4.0 attacked alike:
-    /// writes `reliability/results/<n>.json` and RELIABILITY.md (`--quick`: target/chaos-quick/).
+    /// writes `reliability/results/<n>.json` and RELIABILITY.md (`--quick`: target/chaos-quick/;
+    /// `--kubernetes`: reliability/kubernetes-<minor>/).
     Chaos {
         #[command(flatten)]
         suite: SuiteArgs,
+        /// Run on this Kubernetes minor (1.34, 1.35, 1.36) instead of the default 1.37, as
+        /// `test --kubernetes` does; results and report go to reliability/kubernetes-<minor>/.
+        #[arg(long)]
+        kubernetes: Option<String>,
+        /// Run only ours; upstream's runs already in each scenario's results file are kept,
+        /// ours' are replaced.
+        #[arg(long, conflicts_with = "append")]
+        ours_only: bool,
         /// The number of the first run (for runs made by separate invocations, as the soak's
         /// hours are): which provisioner starts alternates by it.
         #[arg(long, default_value_t = 1)]
@@ -126,14 +135,14 @@ enum Cmd {
     Bench {
         #[command(flatten)]
         suite: SuiteArgs,
-        /// Scenarios 1 and 2: run only ours with the admission policy, next to the plain
+        /// Scenarios 1 and 2: run only this variant (for example "qps 5/10"), next to the other
         /// variants' runs kept from the results already there.
         #[arg(long)]
-        policy_only: bool,
-        /// Scenarios 1 and 2: run only this plain variant (for example "qps 5/10"), both
-        /// provisioners, next to the other variants' runs kept from the results already there.
-        #[arg(long, conflicts_with = "policy_only")]
         variant: Option<String>,
+        /// With --variant: run only ours; upstream's runs of the variant are kept too, ours'
+        /// replaced.
+        #[arg(long, requires = "variant")]
+        ours_only: bool,
     },
 }
 
@@ -313,10 +322,15 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Chaos {
             suite,
+            kubernetes,
+            ours_only,
             first_run,
             append,
             note,
         } => {
+            // Checked before anything is built; `None` for the default version.
+            let kubernetes =
+                recipe::other_kubernetes(kubernetes.as_deref()).map_err(anyhow::Error::msg)?;
             let opts = chaos::Options {
                 scenarios: suite.scenario.clone(),
                 runs: suite.runs,
@@ -325,38 +339,53 @@ fn run(cli: Cli) -> Result<()> {
                 first_run,
                 append,
                 note,
+                ours_only,
+                kubernetes: kubernetes.clone(),
             };
+            if !suite.report_only {
+                // A refusal must not wait for a control plane to be built.
+                chaos::preflight(&root, &opts)?;
+            }
             let run = |bin_dir: &Path| chaos::run(&root, bin_dir, &opts);
-            run_suite(&root, &suite, run)
+            run_suite(&root, &suite, kubernetes.as_deref(), run)
         }
         Cmd::Bench {
             suite,
-            policy_only,
             variant,
+            ours_only,
         } => {
             let opts = bench::Options {
                 scenarios: suite.scenario.clone(),
                 runs: suite.runs,
                 quick: suite.quick,
                 report_only: suite.report_only,
-                policy_only,
                 variant,
+                ours_only,
             };
+            if !suite.report_only {
+                bench::preflight(&root, &opts)?;
+            }
             let run = |bin_dir: &Path| bench::run(&root, bin_dir, &opts);
-            run_suite(&root, &suite, run)
+            run_suite(&root, &suite, None, run)
         }
     }
 }
 
-/// Builds what a suite needs (the upstream provisioner and, unless `--no-build`, our release
-/// binaries: debug builds would measure the compiler, not the design), then runs it.
-fn run_suite(root: &Path, suite: &SuiteArgs, run: impl Fn(&Path) -> Result<()>) -> Result<()> {
+/// Builds what a suite needs (the upstream provisioner, the control plane of Kubernetes
+/// `kubernetes` (`None`: the default) and, unless `--no-build`, our release binaries: debug
+/// builds would measure the compiler, not the design), then runs it.
+fn run_suite(
+    root: &Path,
+    suite: &SuiteArgs,
+    kubernetes: Option<&str>,
+    run: impl Fn(&Path) -> Result<()>,
+) -> Result<()> {
     if suite.report_only {
         return run(root);
     }
     // The commit the results will name: the one built now, not the one checked out at the end.
     bench::explain::commit();
-    let bin_dir = gobuild::build(root, true, None)?;
+    let bin_dir = gobuild::build(root, true, kubernetes)?;
     if !suite.no_build {
         build_our_binaries(true)?;
     }

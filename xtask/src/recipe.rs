@@ -239,11 +239,11 @@ pub const DEFAULT_KUBERNETES: &str = "1.37";
 /// committed wrapper module `tools/testenv/k8s-<minor>` on that minor's newest patch.
 pub const OLDER_KUBERNETES: &[&str] = &["1.34", "1.35", "1.36"];
 
-/// The wrapper directory of the control plane for `--kubernetes VERSION` (`None`: the
-/// default). `VERSION` is a minor (`1.34`), with or without a leading `v` or a patch.
-pub fn k8s_wrapper_dir(version: Option<&str>) -> Result<String, String> {
+/// The minor `--kubernetes VERSION` asks for when it is not the default (`None`: the default,
+/// asked or not). `VERSION` is a minor (`1.34`), with or without a leading `v` or a patch.
+pub fn other_kubernetes(version: Option<&str>) -> Result<Option<String>, String> {
     let Some(asked) = version else {
-        return Ok("tools/testenv/k8s".into());
+        return Ok(None);
     };
     let minor: String = asked
         .trim_start_matches('v')
@@ -252,15 +252,24 @@ pub fn k8s_wrapper_dir(version: Option<&str>) -> Result<String, String> {
         .collect::<Vec<_>>()
         .join(".");
     if minor == DEFAULT_KUBERNETES {
-        return Ok("tools/testenv/k8s".into());
+        return Ok(None);
     }
     if OLDER_KUBERNETES.contains(&minor.as_str()) {
-        return Ok(format!("tools/testenv/k8s-{minor}"));
+        return Ok(Some(minor));
     }
     Err(format!(
         "--kubernetes {asked}: not a version the test environment builds; choose one of {}, {DEFAULT_KUBERNETES} (the default)",
         OLDER_KUBERNETES.join(", ")
     ))
+}
+
+/// The wrapper directory of the control plane for `--kubernetes VERSION` (`None`: the
+/// default); see [`other_kubernetes`].
+pub fn k8s_wrapper_dir(version: Option<&str>) -> Result<String, String> {
+    Ok(match other_kubernetes(version)? {
+        None => "tools/testenv/k8s".into(),
+        Some(minor) => format!("tools/testenv/k8s-{minor}"),
+    })
 }
 
 /// Linker flags: stripped, with the version each upstream build stamps in.
@@ -437,6 +446,15 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn other_kubernetes_names_a_minor_or_the_default() {
+        assert_eq!(other_kubernetes(None), Ok(None));
+        assert_eq!(other_kubernetes(Some("v1.37.2")), Ok(None));
+        assert_eq!(other_kubernetes(Some("1.34")), Ok(Some("1.34".into())));
+        assert_eq!(other_kubernetes(Some("v1.35.4")), Ok(Some("1.35".into())));
+        assert!(other_kubernetes(Some("1.33")).is_err());
+    }
 
     #[test]
     fn module_versions_from_go_mod() {

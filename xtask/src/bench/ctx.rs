@@ -94,6 +94,8 @@ pub struct Ctx {
     pub work: PathBuf,
     /// The command line that reproduces this scenario (with this run count and size).
     pub command: Box<dyn Fn(u8) -> String + Send + Sync>,
+    /// The control plane's version, as its API server reports it (`v1.37.2`).
+    pub kubernetes: String,
 }
 
 /// One measured run: which provisioner, its driver name, namespace and log directory.
@@ -159,6 +161,7 @@ impl Ctx {
             plot: None,
             notes: Vec::new(),
             upstream: super::results::UPSTREAM.into(),
+            kubernetes: self.kubernetes.clone(),
         }
     }
 
@@ -197,7 +200,12 @@ impl Ctx {
         args: &[String],
         extra: &[(&str, &str)],
     ) -> Result<Running> {
-        let mut env = vec![("NAMESPACE", slot.namespace.as_str())];
+        // POD_NAMESPACE: ours keeps its write-ahead record's Lease there, in the run's
+        // namespace, which the teardown deletes (else it would go to `default`).
+        let mut env = vec![
+            ("NAMESPACE", slot.namespace.as_str()),
+            ("POD_NAMESPACE", slot.namespace.as_str()),
+        ];
         env.extend_from_slice(extra);
         launch::start_provisioner(&self.bins, slot.which, &slot.dir, args, &env)
     }

@@ -22,12 +22,10 @@ use super::launch::{self, Budget, Driver, Running};
 use super::memory::create_bound_pairs;
 use super::objects::{self, SELECTED_NODE, TOPOLOGY_KEY};
 use super::observe;
-use super::policy;
 use super::procfs;
 use super::prom;
 use super::results::{Impl, MetricDef, PlotSpec, RunRecord};
 use super::stats;
-use super::throughput::repeated;
 
 /// One driver for the whole scenario: every run's instances must see the same pairs.
 const DRIVER: &str = "s7.bench.csi";
@@ -61,9 +59,7 @@ pub fn setup(s: &Sizes) -> String {
          instances share them out themselves. Claim writes and their conflicts (409) are \
          counted from the API server's audit log, for the instances' ServiceAccount only \
          (all instances share one); so are API requests (flow-control counter). A claim taken by a node without room is a CreateVolume that \
-         failed with ResourceExhausted in a driver's call log. In the \"{WITH_POLICY}\" variant ours runs \
-         with the MutatingAdmissionPolicy that `csi-provisioner admission-policy` prints for \
-         the driver; upstream's columns there repeat its runs.",
+         failed with ResourceExhausted in a driver's call log.",
         s.s7_nodes,
         s.s7_volumes,
         settle(s).as_secs(),
@@ -272,6 +268,8 @@ async fn start_fleet(ctx: &Ctx, slot: &Slot, nodes: &[String], fleet: &mut Fleet
         args.extend(NODE_FLAGS.iter().map(|f| f.to_string()));
         let env = [
             ("NAMESPACE", slot.namespace.as_str()),
+            // Ours' write-ahead record: a Lease per node, in the run's namespace.
+            ("POD_NAMESPACE", slot.namespace.as_str()),
             ("NODE_NAME", node.as_str()),
         ];
         let started = launch::start_provisioner(&ctx.bins, slot.which, &dir, &args, &env);
@@ -281,12 +279,6 @@ async fn start_fleet(ctx: &Ctx, slot: &Slot, nodes: &[String], fleet: &mut Fleet
     Ok(())
 }
 
-/// The variants: ours keeping its creating-volume finalizer itself, and with the admission
-/// policy that keeps it on the API server's side (upstream has no such finalizer, so its runs
-/// serve both).
-pub const PLAIN: &str = "plain";
-pub const WITH_POLICY: &str = "admission policy";
-
 async fn measure(
     ctx: &Ctx,
     slot: &Slot,
@@ -295,9 +287,6 @@ async fn measure(
     fleet: &mut Fleet,
 ) -> Result<()> {
     cluster::create_namespace(&ctx.client, &slot.namespace).await?;
-    if slot.variant == WITH_POLICY {
-        policy::install(&ctx.client, &ctx.bins.ours, DRIVER, &slot.namespace).await?;
-    }
     let t_start = Instant::now();
     start_fleet(ctx, slot, nodes, fleet).await?;
     let caps: Api<CSIStorageCapacity> = Api::namespaced(ctx.client.clone(), &slot.namespace);
@@ -314,23 +303,6 @@ async fn measure(
     )
     .await?;
     rec.set("ready_s", since(t_start));
-    if slot.variant == WITH_POLICY {
-        // Each instance reads the policy once its watch has listed it.
-        poll(
-            "every instance to report the admission policy as active",
-            Duration::from_secs(60),
-            Duration::from_millis(500),
-            || async {
-                for p in &fleet.provisioners {
-                    if !policy::seen_by(p).await? {
-                        return Ok(None);
-                    }
-                }
-                Ok(Some(()))
-            },
-        )
-        .await?;
-    }
     tokio::time::sleep(settle(&ctx.sizes)).await;
     let rss: Vec<f64> = fleet.samples().iter().map(|s| s.rss_mib).collect();
     if let Some(m) = stats::percentile(&rss, 50.0) {
@@ -472,27 +444,18 @@ pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<String>) {
         ctx.sizes.s7_volumes,
         began.elapsed().as_secs_f64()
     ));
-    for variant in [PLAIN, WITH_POLICY] {
-        for run in 1..=ctx.runs {
-            for which in Impl::order(run) {
-                if variant == WITH_POLICY && which == Impl::Upstream {
-                    records.extend(repeated(&records, PLAIN, variant, run));
-                    continue;
-                }
-                let slot = ctx.slot(7, variant, which, run);
-                println!("bench: scenario 7, {variant}, run {run}, {which}");
-                let mut rec = RunRecord::new(which, variant, run);
-                let mut fleet = Fleet::default();
-                if let Err(e) = measure(ctx, &slot, &nodes, &mut rec, &mut fleet).await {
-                    rec.notes.push(format!("{e:#}"));
-                }
-                teardown(ctx, &slot, fleet).await;
-                if variant == WITH_POLICY {
-                    policy::remove(&ctx.client, DRIVER).await;
-                }
-                println!("  {:?} {:?}", rec.values, rec.notes);
-                records.push(rec);
+    for run in 1..=ctx.runs {
+        for which in Impl::order(run) {
+            let slot = ctx.slot(7, "", which, run);
+            println!("bench: scenario 7, run {run}, {which}");
+            let mut rec = RunRecord::new(which, "", run);
+            let mut fleet = Fleet::default();
+            if let Err(e) = measure(ctx, &slot, &nodes, &mut rec, &mut fleet).await {
+                rec.notes.push(format!("{e:#}"));
             }
+            teardown(ctx, &slot, fleet).await;
+            println!("  {:?} {:?}", rec.values, rec.notes);
+            records.push(rec);
         }
     }
     if let Err(e) = cluster::sweep(&ctx.client, DATA_NAMESPACE, DRIVER).await {

@@ -5,7 +5,6 @@ use super::ctx::Sizes;
 use super::report::fmt_num;
 use super::results::{Impl, ScenarioResult};
 use super::stats;
-use super::throughput::{WITH_POLICY, WITH_RECORD};
 
 pub fn setup_throughput(s: &Sizes, deletion: bool) -> String {
     let what = if deletion {
@@ -23,15 +22,10 @@ pub fn setup_throughput(s: &Sizes, deletion: bool) -> String {
          `--kube-api-burst` of the variant, 100 worker threads, no capacity tracking. A warm-up \
          claim is provisioned and deleted first. {what} API requests are counted by the API \
          server over the phase (the flow-control counter of the run's ServiceAccount, all \
-         codes); events are among them. In the \"admission policy\" \
-         variants ours runs with the MutatingAdmissionPolicy that `csi-provisioner \
-         admission-policy` prints installed for its driver (in force before the run starts, \
-         and reported active by ours after the warm-up); upstream has no creating-volume \
-         finalizer for the policy to save, so its columns there repeat its runs of the same \
-         budget. In the \"write-ahead record\" variant ours runs with \
-         `CSI_PROVISIONER_WRITE_AHEAD_RECORD=true` (each claim's entry recorded in a Lease in its \
-         namespace before CreateVolume, instead of the finalizer; no policy), upstream's columns \
-         again repeating its runs of the same budget.",
+         codes); events are among them. Ours runs with its default, the write-ahead record \
+         (each claim's intent recorded in a Lease per driver, in the run's namespace, batched, \
+         before CreateVolume; no finalizer on claims); runs measured otherwise say so in the \
+         notes.",
         s.s1_claims
     )
 }
@@ -116,45 +110,37 @@ fn r2(x: Option<f64>) -> String {
     x.map_or("–".into(), |v| format!("{v:.2}"))
 }
 
-/// Scenarios 1 and 2: the default-budget variant, its policy variant, the raised-budget one.
-fn throughput_variants(r: &ScenarioResult) -> (String, String, String) {
-    let plain: Vec<String> = r
-        .variants()
-        .into_iter()
-        .filter(|v| !v.ends_with(WITH_POLICY) && !v.ends_with(WITH_RECORD))
-        .collect();
-    let low = plain.first().cloned().unwrap_or_default();
-    let high = plain.last().cloned().unwrap_or_default();
-    (low.clone(), format!("{low}{WITH_POLICY}"), high)
+/// Scenarios 1 and 2: the default-budget variant and the raised-budget one.
+fn throughput_variants(r: &ScenarioResult) -> (String, String) {
+    let v = r.variants();
+    let low = v.first().cloned().unwrap_or_default();
+    let high = v.last().cloned().unwrap_or_default();
+    (low, high)
 }
 
-/// Scenarios 1 and 2: what the write-ahead record variant of budget `low` shows, if it ran.
-fn record_line(r: &ScenarioResult, low: &str, time: &str, creation: bool) -> String {
-    let variant = format!("{low}{WITH_RECORD}");
-    if !r.variants().contains(&variant) {
-        return String::new();
-    }
-    let what = if creation {
-        format!(
-            "each claim's entry goes into the record before CreateVolume and leaves it after the \
-             PV is saved, batched with the others' ({} record writes per volume)",
-            n(med(r, Impl::Ours, &variant, RECORD_WRITES).or(Some(0.0)))
-        )
-    } else {
-        "nothing of ours is left on the claims to remove".to_string()
-    };
-    format!(
-        " With the write-ahead record instead of the finalizer (`CSI_PROVISIONER_WRITE_AHEAD_RECORD=true`, \
-         no policy) ours writes no claim at all: {what}; ours {} vs upstream {} requests per \
-         volume, time ratio {}.",
-        n(med(r, Impl::Ours, &variant, "api_per_volume")),
-        n(med(r, Impl::Upstream, &variant, "api_per_volume")),
-        r2(ratio(r, &variant, time)),
-    )
+/// The note on ours' runs that were made before the write-ahead record was our default, and
+/// kept (a run's note may go on after it); the explanations read it to say what those runs
+/// measured.
+pub const WITH_FINALIZER: &str = "measured with the creating-volume finalizer on every claim \
+     (two claim writes per volume), our default before the write-ahead record";
+
+/// Whether ours' runs of `variant` carry [`WITH_FINALIZER`].
+fn with_finalizer(r: &ScenarioResult, variant: &str) -> bool {
+    r.runs.iter().any(|x| {
+        x.implementation == Impl::Ours
+            && x.variant == variant
+            && x.notes.iter().any(|n| n.starts_with(WITH_FINALIZER))
+    })
 }
 
 /// The per-verb count of the record's writes.
 const RECORD_WRITES: &str = "requests update leases per volume";
+
+/// How our default keeps a volume from leaking, for the throughput explanations.
+const RECORD: &str = "Ours' default never leaks a volume when the provisioner crashes or the \
+     claim is deleted mid-call, and writes no claim for it: each claim's intent goes into the \
+     write-ahead record (a Lease per driver) before CreateVolume and leaves it once the PV is \
+     saved, batched with the others'; no finalizer goes on claims.";
 
 /// When a claim that failed at once and on every retry since is next tried after `wait`
 /// seconds, by a backoff that starts at 1 s and doubles up to 5 min (attempts at 0, 1, 3, 7,
@@ -174,62 +160,91 @@ pub fn explain(r: &ScenarioResult) -> String {
     let first = v.first().cloned().unwrap_or_default();
     match r.scenario {
         1 => {
-            let (low, policy, high) = throughput_variants(r);
-            format!(
-                "at the default QPS the client-side rate limiter sets the pace, so time follows \
-                 API requests per volume. Without the admission policy ours spends {} PVC \
-                 updates per volume on the creating-volume finalizer (added before CreateVolume, \
-                 removed after binding: the price of never leaking a volume when the provisioner \
-                 crashes or the claim is deleted mid-call) besides the one PV create (ours {} vs \
-                 upstream {} requests per volume, time ratio {}). With the policy the API server \
-                 adds and removes that finalizer inside writes that happen anyway \
-                 (kube-controller-manager's annotation and binding), and under the burst at \
-                 most one client burst of Normal events waits for the budget (the rest are \
-                 logged, not written), so ours writes the PV and little else ({} requests per \
-                 volume, of which {} are events; upstream {}: the PV and its events; time ratio until all PVs exist {}, until all Bound \
-                 {}, where kube-controller-manager's binder at its default client QPS 20/30 \
-                 sets the pace for both). At 100/200 the binder is the shared limit (time ratio \
-                 {} without, {} with the policy).",
-                n(pvc_writes(r, &low)),
-                n(med(r, Impl::Ours, &low, "api_per_volume")),
-                n(med(r, Impl::Upstream, &low, "api_per_volume")),
-                r2(ratio(r, &low, "bound_s")),
-                n(med(r, Impl::Ours, &policy, "api_per_volume")),
-                n(med(r, Impl::Ours, &policy, EVENTS).or(Some(0.0))),
-                n(med(r, Impl::Upstream, &policy, "api_per_volume")),
-                r2(ratio(r, &policy, "provisioned_s")),
-                r2(ratio(r, &policy, "bound_s")),
-                r2(ratio(r, &high, "bound_s")),
-                r2(ratio(r, &format!("{high}{WITH_POLICY}"), "bound_s")),
-            ) + &record_line(r, &low, "bound_s", true)
-        }
-        2 => {
-            let (low, policy, high) = throughput_variants(r);
-            // Per-verb counts are only recorded when they rose, so a missing one means zero.
-            let late = match pvc_writes(r, &high) {
-                None | Some(0.0) => "every release was done before the deletion".to_string(),
-                Some(x) => format!("{} claim updates per volume", fmt_num(x)),
+            let (low, high) = throughput_variants(r);
+            let low_line = if with_finalizer(r, &low) {
+                format!(
+                    "The ours runs at {low} were measured before that default, with the \
+                     creating-volume finalizer on every claim instead: {} PVC updates per volume \
+                     (added before CreateVolume, removed after binding) besides the one PV create \
+                     (ours {} vs upstream {} requests per volume, time ratio {}).",
+                    n(pvc_writes(r, &low)),
+                    n(med(r, Impl::Ours, &low, "api_per_volume")),
+                    n(med(r, Impl::Upstream, &low, "api_per_volume")),
+                    r2(ratio(r, &low, "bound_s")),
+                )
+            } else {
+                format!(
+                    "At {low} ours writes the PV and little else ({} record writes per volume; \
+                     under the burst at most one client burst of Normal events waits for the \
+                     budget, the rest are logged, not written): ours {} vs upstream {} requests \
+                     per volume, of which {} are events (upstream: the PV and its events); time \
+                     ratio until all PVs exist {}, until all Bound {}, where \
+                     kube-controller-manager's binder at its default client QPS 20/30 sets the \
+                     pace for both.",
+                    n(med(r, Impl::Ours, &low, RECORD_WRITES).or(Some(0.0))),
+                    n(med(r, Impl::Ours, &low, "api_per_volume")),
+                    n(med(r, Impl::Upstream, &low, "api_per_volume")),
+                    n(med(r, Impl::Ours, &low, EVENTS).or(Some(0.0))),
+                    r2(ratio(r, &low, "provisioned_s")),
+                    r2(ratio(r, &low, "bound_s")),
+                )
+            };
+            let also = if with_finalizer(r, &high) {
+                ", ours with the finalizer there too"
+            } else {
+                ""
             };
             format!(
-                "both drop the PV's finalizer and delete the PV (2 requests per volume). Without \
-                 the admission policy ours also writes each deleted claim whose creating-volume \
-                 finalizer was still on it ({} claim updates per volume): at the default QPS \
-                 scenario 1's PV creates left no free tokens for those releases, and the \
-                 claim's deletion waits for its release, which runs once \
-                 kube-controller-manager has dropped pvc-protection so it never conflicts (ours \
-                 {} vs upstream {} requests per volume, time ratio {}). With the policy the \
-                 finalizer left with the binding, so ours spends {} requests per volume (time \
-                 ratio {}). At 100/200 without the policy {late} (time ratio {} without, {} with \
-                 the policy).",
-                n(pvc_writes(r, &low)),
-                n(med(r, Impl::Ours, &low, "api_per_volume")),
-                n(med(r, Impl::Upstream, &low, "api_per_volume")),
-                r2(ratio(r, &low, "pvs_gone_s")),
-                n(med(r, Impl::Ours, &policy, "api_per_volume")),
-                r2(ratio(r, &policy, "pvs_gone_s")),
-                r2(ratio(r, &high, "pvs_gone_s")),
-                r2(ratio(r, &format!("{high}{WITH_POLICY}"), "pvs_gone_s")),
-            ) + &record_line(r, &low, "pvs_gone_s", false)
+                "at the default QPS the client-side rate limiter sets the pace, so time follows \
+                 API requests per volume. {RECORD} {low_line} At {high} kube-controller-manager's \
+                 binder is the shared limit (time ratio {}{also}).",
+                r2(ratio(r, &high, "bound_s")),
+            )
+        }
+        2 => {
+            let (low, high) = throughput_variants(r);
+            let low_line = if with_finalizer(r, &low) {
+                format!(
+                    "The ours runs at {low} were measured before that default: ours also wrote \
+                     each deleted claim whose creating-volume finalizer was still on it ({} claim \
+                     updates per volume), as scenario 1's PV creates left no free tokens for \
+                     those releases, and the claim's deletion waits for its release, which runs \
+                     once kube-controller-manager has dropped pvc-protection so it never \
+                     conflicts (ours {} vs upstream {} requests per volume, time ratio {}).",
+                    n(pvc_writes(r, &low)),
+                    n(med(r, Impl::Ours, &low, "api_per_volume")),
+                    n(med(r, Impl::Upstream, &low, "api_per_volume")),
+                    r2(ratio(r, &low, "pvs_gone_s")),
+                )
+            } else {
+                format!(
+                    "At {low} nothing of ours is left on the claims to remove: ours {} vs \
+                     upstream {} requests per volume, time ratio {}.",
+                    n(med(r, Impl::Ours, &low, "api_per_volume")),
+                    n(med(r, Impl::Upstream, &low, "api_per_volume")),
+                    r2(ratio(r, &low, "pvs_gone_s")),
+                )
+            };
+            // Per-verb counts are only recorded when they rose, so a missing one means zero.
+            let high_line = if with_finalizer(r, &high) {
+                let late = match pvc_writes(r, &high) {
+                    None | Some(0.0) => "every release was done before the deletion".to_string(),
+                    Some(x) => format!("{} claim updates per volume", fmt_num(x)),
+                };
+                format!(
+                    "At {high}, ours with the finalizer too, {late} (time ratio {}).",
+                    r2(ratio(r, &high, "pvs_gone_s")),
+                )
+            } else {
+                format!(
+                    "At {high} the time ratio is {}.",
+                    r2(ratio(r, &high, "pvs_gone_s"))
+                )
+            };
+            format!(
+                "both drop the PV's finalizer and delete the PV (2 requests per volume). {RECORD} \
+                 {low_line} {high_line}"
+            )
         }
         3 => format!(
             "both cache the same Nodes, CSINodes, PVs and PVCs; the RSS ratio ({}) is the cost \
@@ -302,19 +317,15 @@ pub fn explain(r: &ScenarioResult) -> String {
              after their turn (time until every claim has its node ratio {}, conflicts ours {} \
              vs upstream {}, claims taken by a node without room {} vs {}). Time until all are \
              Bound is kube-controller-manager's binder for both (about 4 claims a second, ratio \
-             {}). Ours writes each claim three times (selected-node, then the creating-volume \
-             finalizer on and off: {} writes per volume vs upstream's {}); with the admission \
-             policy the finalizer writes are the API server's and ours is down to one. Every \
-             upstream instance caches every PV and PVC of the cluster; ours keeps its own \
-             node's volumes and the claims it may take (RSS per instance {} vs {} MiB).",
+             {}). {} Every upstream instance caches every PV and PVC of the cluster; ours keeps \
+             its own node's volumes and the claims it may take (RSS per instance {} vs {} MiB).",
             r2(ratio(r, &first, "selected_s")),
             n(med(r, Impl::Ours, &first, "conflicts")),
             n(med(r, Impl::Upstream, &first, "conflicts")),
             n(med(r, Impl::Ours, &first, "exhausted_calls")),
             n(med(r, Impl::Upstream, &first, "exhausted_calls")),
             r2(ratio(r, &first, "bound_s")),
-            n(med(r, Impl::Ours, &first, "claim_writes_per_volume")),
-            n(med(r, Impl::Upstream, &first, "claim_writes_per_volume")),
+            claim_writes_line(r, &first),
             n(med(r, Impl::Ours, &first, "rss_median_mib")),
             n(med(r, Impl::Upstream, &first, "rss_median_mib")),
         ),
@@ -332,22 +343,6 @@ pub fn explain(r: &ScenarioResult) -> String {
                      snapshots became ready faster than that, so the budget sets the pace"
                 )
             };
-            let policy = super::restore::WITH_POLICY;
-            let with_policy = med(r, Impl::Ours, policy, "ready_to_create_median_s");
-            let policy_note = match with_policy {
-                Some(m) => format!(
-                    " With the admission policy ours writes no creating-volume finalizer: {} \
-                     requests per restore, median {} s ({}).",
-                    n(med(r, Impl::Ours, policy, "requests_per_restore")),
-                    n(Some(m)),
-                    if within(Some(m)) {
-                        "within the target"
-                    } else {
-                        "still over the target"
-                    },
-                ),
-                None => String::new(),
-            };
             format!(
                 "ours watches VolumeSnapshots: a claim whose snapshot is missing or not ready \
                  fails once and then waits for it (one ProvisioningFailed event each), and is \
@@ -361,7 +356,7 @@ pub fn explain(r: &ScenarioResult) -> String {
                  from its creation on for {} s is next tried about {} s after it was created, \
                  whenever its snapshot got ready (median {} s, slowest {} s), and its retries \
                  spend the same budget meanwhile. Claims over the {target} s target: ours {} vs \
-                 upstream {}; last snapshot ready to last claim Bound: {} vs {} s.{policy_note}",
+                 upstream {}; last snapshot ready to last claim Bound: {} vs {} s.",
                 n(median),
                 n(med(r, Impl::Ours, &first, "ready_to_create_max_s")),
                 n(med(r, Impl::Ours, &first, "requests_per_restore")),
@@ -408,9 +403,15 @@ pub fn explain(r: &ScenarioResult) -> String {
                 format!(
                     "neither sent a pod to a full node (0 ResourceExhausted on both: the \
                      scheduler spread the pods over nodes with room to spare), so time until \
-                     bound follows the API writes per volume at QPS 5: ours writes the \
-                     creating-volume finalizer on the claim before CreateVolume besides the PV \
-                     (time ratio {time}).{tight}"
+                     bound follows the API writes per volume at QPS 5{} (time ratio \
+                     {time}).{tight}",
+                    if with_finalizer(r, &first) {
+                        ": ours' runs, made before the write-ahead record was the default, wrote \
+                         the creating-volume finalizer on the claim before CreateVolume besides \
+                         the PV"
+                    } else {
+                        ""
+                    },
                 )
             } else {
                 format!(
@@ -423,6 +424,25 @@ pub fn explain(r: &ScenarioResult) -> String {
                 )
             }
         }
+    }
+}
+
+/// Scenario 7: ours' claim writes, and what the write-ahead record changed about them.
+fn claim_writes_line(r: &ScenarioResult, variant: &str) -> String {
+    let ours = n(med(r, Impl::Ours, variant, "claim_writes_per_volume"));
+    let upstream = n(med(r, Impl::Upstream, variant, "claim_writes_per_volume"));
+    if with_finalizer(r, variant) {
+        format!(
+            "Ours' runs here were made before the write-ahead record was the default and wrote \
+             each claim three times (selected-node, then the creating-volume finalizer on and \
+             off: {ours} writes per volume vs upstream's {upstream}); with the record, a Lease per \
+             node, no finalizer goes on claims."
+        )
+    } else {
+        format!(
+            "Ours makes {ours} claim writes per volume vs upstream's {upstream}: the write-ahead \
+             record, a Lease per node, holds a claim's intent instead of a finalizer on it."
+        )
     }
 }
 
@@ -492,6 +512,7 @@ mod tests {
             plot: None,
             notes: vec![],
             upstream: crate::bench::results::UPSTREAM.into(),
+            kubernetes: "v1.37.2".into(),
         }
     }
 

@@ -17,7 +17,6 @@ pub(crate) mod objects;
 mod observe;
 mod placement;
 pub(crate) mod plot;
-mod policy;
 pub(crate) mod procfs;
 mod prom;
 pub(crate) mod report;
@@ -38,7 +37,7 @@ use testenv::{ControlPlane, ControlPlaneOptions};
 
 use ctx::{Ctx, Sizes};
 use launch::Binaries;
-use results::{RunRecord, ScenarioResult};
+use results::{Impl, RunRecord, ScenarioResult};
 
 /// The number of the last scenario.
 const LAST: u8 = 9;
@@ -51,10 +50,10 @@ pub struct Options {
     pub quick: bool,
     /// Only re-render BENCHMARKS.md and the plots from the JSON results.
     pub report_only: bool,
-    /// Scenarios 1 and 2: only the admission-policy variants, merged with the kept results.
-    pub policy_only: bool,
-    /// Scenarios 1 and 2: only this plain variant (both provisioners), merged likewise.
+    /// Scenarios 1 and 2: only this variant, merged with the other runs kept in the results.
     pub variant: Option<String>,
+    /// With `variant`: only ours runs; upstream's runs of the variant are kept too.
+    pub ours_only: bool,
 }
 
 /// Where results go: the committed files for full runs, `target/bench-quick/` for `--quick`.
@@ -145,8 +144,15 @@ pub(crate) async fn start_suite(
         work.display(),
         cp.dir().display()
     );
+    let client = cp.try_client().await?;
+    let kubernetes = client
+        .apiserver_version()
+        .await
+        .context("asking the API server for its version")?
+        .git_version;
+    println!("control plane: Kubernetes {kubernetes}");
     let ctx = Ctx {
-        client: cp.try_client().await?,
+        client,
         kubeconfig: cp.kubeconfig().to_path_buf(),
         audit_log: cp.audit_log(),
         bins,
@@ -155,6 +161,7 @@ pub(crate) async fn start_suite(
         sizes: if quick { Sizes::quick() } else { Sizes::full() },
         work: work.to_path_buf(),
         command,
+        kubernetes,
     };
     Ok((cp, ctx))
 }
@@ -196,6 +203,39 @@ pub(crate) fn reproduce(tool: &str, scenario: u8, runs: u32, quick: bool) -> Str
     c
 }
 
+/// What can be checked before anything is built: the scenarios (returned), the run count, and
+/// `--variant` with what it keeps.
+pub fn preflight(root: &Path, opts: &Options) -> Result<Vec<u8>> {
+    let scenarios = selection(&opts.scenarios)?;
+    if opts.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let Some(name) = &opts.variant else {
+        return Ok(scenarios);
+    };
+    if !scenarios.iter().any(|s| matches!(s, 1 | 2)) {
+        bail!("--variant is a variant of scenarios 1 and 2, which --scenario leaves out");
+    }
+    let names: Vec<String> = throughput::VARIANTS.iter().map(|v| v.name()).collect();
+    if !names.contains(name) {
+        bail!("--variant {name:?}: not a variant; one of {names:?}");
+    }
+    if opts.ours_only {
+        let outputs = Outputs::new(root, opts.quick);
+        let (kept, _) = results::read_all(&outputs.results)?;
+        let has_upstream = kept_runs(&kept, 1)
+            .iter()
+            .any(|r| r.variant == *name && r.implementation == Impl::Upstream);
+        if !has_upstream {
+            bail!(
+                "--ours-only --variant {name:?}: {} has no upstream runs of that variant to keep; run it without --ours-only",
+                outputs.results.display()
+            );
+        }
+    }
+    Ok(scenarios)
+}
+
 pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
     let outputs = Outputs::new(root, opts.quick);
     if opts.report_only {
@@ -203,10 +243,7 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
         println!("bench: wrote {}", outputs.markdown.display());
         return Ok(());
     }
-    let scenarios = selection(&opts.scenarios)?;
-    if opts.runs == 0 {
-        bail!("--runs must be at least 1");
-    }
+    let scenarios = preflight(root, opts)?;
     let bins = binaries(root, bin_dir)?;
     let work = work_dir("bench");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -240,8 +277,8 @@ async fn run_scenarios(
         let began = Instant::now();
         let mut produced: Vec<(u8, Vec<RunRecord>)> = Vec::new();
         let mut notes = Vec::new();
-        // A partial re-run names both releases its columns ran against.
-        let mut upstream = None;
+        // A partial re-run: its note and what its columns ran against.
+        let mut kept_parts: Option<Partial> = None;
         match s {
             // One measured run covers both: deletion needs the claims creation made.
             1 | 2 if !throughput_done => {
@@ -249,43 +286,15 @@ async fn run_scenarios(
                 let (c, d) = if let Some(name) = &opts.variant {
                     let (kept, _) = results::read_all(&outputs.results)?;
                     let runs = |n: u8| kept_runs(&kept, n);
+                    let ran: &[Impl] = if opts.ours_only {
+                        &[Impl::Ours]
+                    } else {
+                        &Impl::BOTH
+                    };
                     if let Some(created) = kept.iter().find(|r| r.scenario == 1) {
-                        let (ran, up) = if throughput::is_ours_only(name) {
-                            (
-                                format!(
-                                    "only ours in the {name} variant (its upstream columns repeat upstream's runs of the same budget)"
-                                ),
-                                created.upstream.clone(),
-                            )
-                        } else {
-                            (
-                                format!(
-                                    "only the {name} variant (both provisioners, and upstream's columns of the variants that repeat them), against {}",
-                                    results::UPSTREAM
-                                ),
-                                format!(
-                                    "{} ({name}); {} (other variants)",
-                                    results::UPSTREAM,
-                                    created.upstream
-                                ),
-                            )
-                        };
-                        notes.push(format!(
-                            "{ran} was run at this commit; the other variants' runs are kept from the results finished {}, and the notes after this one are theirs",
-                            created.finished_at
-                        ));
-                        notes.extend(created.notes.iter().cloned());
-                        upstream = Some(up);
+                        kept_parts = Some(partial(created, name, opts.ours_only, &ctx.kubernetes));
                     }
-                    throughput::run_variant(ctx, name, runs(1), runs(2)).await?
-                } else if opts.policy_only {
-                    let (kept, _) = results::read_all(&outputs.results)?;
-                    let runs = |n: u8| kept_runs(&kept, n);
-                    // Scenario 1's note and time say when the kept plain runs were made.
-                    if let Some(created) = kept.iter().find(|r| r.scenario == 1) {
-                        notes.push(throughput::kept_note(&created.notes, &created.finished_at));
-                    }
-                    throughput::run_policy_only(ctx, runs(1), runs(2)).await?
+                    throughput::run_variant(ctx, name, ran, runs(1), runs(2)).await?
                 } else {
                     throughput::run(ctx).await
                 };
@@ -319,8 +328,10 @@ async fn run_scenarios(
         let wall = began.elapsed().as_secs_f64() / produced.len().max(1) as f64;
         for (n, runs) in produced {
             let mut result = assemble(ctx, n, runs, wall, notes.clone());
-            if let Some(upstream) = &upstream {
-                result.upstream = upstream.clone();
+            if let Some(p) = &kept_parts {
+                result.notes.splice(0..0, p.notes.iter().cloned());
+                result.upstream = p.upstream.clone();
+                result.kubernetes = p.kubernetes.clone();
             }
             let path = outputs.results.join(format!("{n}.json"));
             results::write(&path, &result)?;
@@ -329,6 +340,95 @@ async fn run_scenarios(
         outputs.render()?;
     }
     Ok(())
+}
+
+/// What a result made partly of kept runs says about them.
+struct Partial {
+    /// First what ran now and where the rest comes from, then the kept result's notes.
+    notes: Vec<String>,
+    upstream: String,
+    kubernetes: String,
+}
+
+/// `--variant NAME` (with `ours_only`, ours only) on Kubernetes `now`, next to the runs kept in
+/// `created`, scenario 1's earlier result (scenario 2's was written with it).
+fn partial(created: &ScenarioResult, name: &str, ours_only: bool, now: &str) -> Partial {
+    let (ran, rest, upstream) = if ours_only {
+        (
+            format!("only ours in the {name} variant"),
+            "upstream's runs of that variant and the other variants' runs".to_string(),
+            created.upstream.clone(),
+        )
+    } else {
+        (
+            format!(
+                "only the {name} variant (both provisioners), against {}",
+                results::UPSTREAM
+            ),
+            "the other variants' runs".to_string(),
+            // The column names upstream's runs only: "ours in" parts never form.
+            after_variant(&created.upstream, name, results::UPSTREAM, false),
+        )
+    };
+    let mut notes = vec![results::kept_note(&ran, &rest, created)];
+    notes.extend(created.notes.iter().cloned());
+    Partial {
+        notes,
+        upstream,
+        kubernetes: after_variant(&created.kubernetes, name, now, ours_only),
+    }
+}
+
+/// A column by variant (`v`, or `v (qps 5/10); w (qps 100/200)`) after variant `name` ran
+/// again at `now`, by ours alone (`ours_only`) or by both: a variant whose provisioners ran at
+/// different versions has a part for each (`ours in NAME`, `upstream in NAME`).
+fn after_variant(kept: &str, name: &str, now: &str, ours_only: bool) -> String {
+    let (ours, upstream) = (format!("ours in {name}"), format!("upstream in {name}"));
+    // A plain value covered every variant.
+    let mut parts = if kept.contains(" (") {
+        results::parse_parts(kept)
+    } else {
+        let all = throughput::VARIANTS.iter().map(|v| v.name()).collect();
+        vec![(kept.to_string(), all)]
+    };
+    for (_, labels) in &mut parts {
+        if let Some(i) = labels.iter().position(|l| l == name) {
+            labels.splice(i..=i, [ours.clone(), upstream.clone()]);
+        }
+    }
+    let moved = if ours_only {
+        vec![ours.clone()]
+    } else {
+        vec![ours.clone(), upstream.clone()]
+    };
+    for (_, labels) in &mut parts {
+        labels.retain(|l| !moved.contains(l));
+    }
+    parts.retain(|(_, labels)| !labels.is_empty());
+    match parts.iter_mut().find(|(v, _)| v == now) {
+        Some((_, labels)) => labels.extend(moved),
+        None => parts.insert(0, (now.to_string(), moved)),
+    }
+    // Both provisioners of a variant at one version again: the variant's name, in the
+    // variants' order.
+    let order = |l: &String| {
+        let variant = l
+            .strip_prefix("ours in ")
+            .or_else(|| l.strip_prefix("upstream in "))
+            .unwrap_or(l);
+        throughput::VARIANTS
+            .iter()
+            .position(|v| v.name() == variant)
+            .unwrap_or(usize::MAX)
+    };
+    for (_, labels) in &mut parts {
+        if labels.contains(&ours) && labels.contains(&upstream) {
+            labels.retain(|l| *l != ours && *l != upstream);
+            labels.push(name.to_string());
+        }
+        labels.sort_by_key(order);
+    }
+    results::format_parts(&parts)
 }
 
 /// The runs of scenario `n` among the results kept from an earlier invocation.
@@ -432,6 +532,73 @@ mod tests {
             "cargo xtask bench --scenario 5 --runs 1 --quick"
         );
         assert_eq!(command_line(8, 3, false), "cargo xtask bench --scenario 8");
+    }
+
+    fn kept() -> ScenarioResult {
+        let mut r: ScenarioResult = serde_json::from_value(serde_json::json!({
+            "scenario": 1, "title": "t", "quick": false, "finished_at": "2026-12-05 05:49 UTC",
+            "wall_seconds": 1.0, "command": "c", "setup": "s", "metrics": [], "runs": [],
+            "plot": null, "notes": ["theirs"],
+        }))
+        .unwrap();
+        r.upstream = "v6.4.0 (qps 5/10); v6.3.0 (qps 100/200)".into();
+        r.kubernetes = "v1.37.2 (qps 5/10); v1.36.3 (qps 100/200)".into();
+        r
+    }
+
+    #[test]
+    fn a_partial_run_names_what_ran_and_what_was_kept() {
+        let p = partial(&kept(), "qps 5/10", true, "v1.37.2");
+        assert!(
+            p.notes[0].starts_with("only ours in the qps 5/10 variant was run at this commit; upstream's runs of that variant and the other variants' runs are kept from the result finished 2026-12-05 05:49 UTC"),
+            "{:?}",
+            p.notes
+        );
+        assert_eq!(p.notes[1], "theirs");
+        assert_eq!(p.upstream, kept().upstream);
+        assert_eq!(p.kubernetes, kept().kubernetes);
+        let p = partial(&kept(), "qps 100/200", false, "v1.37.2");
+        assert_eq!(p.kubernetes, "v1.37.2");
+        assert_eq!(p.upstream, "v6.4.0");
+    }
+
+    #[test]
+    fn columns_by_variant_follow_what_ran_where() {
+        let kept = "v1.37.2 (qps 5/10); v1.36.3 (qps 100/200)";
+        let cases = [
+            ("v1.36.3", "qps 5/10", "v1.37.2", false, kept),
+            ("v1.37.2", "qps 5/10", "v1.37.2", true, "v1.37.2"),
+            (kept, "qps 5/10", "v1.37.2", true, kept),
+            (
+                kept,
+                "qps 100/200",
+                "v1.37.2",
+                true,
+                "v1.37.2 (qps 5/10, ours in qps 100/200); v1.36.3 (upstream in qps 100/200)",
+            ),
+            (
+                "v1.36.3",
+                "qps 5/10",
+                "v1.37.2",
+                true,
+                "v1.37.2 (ours in qps 5/10); v1.36.3 (upstream in qps 5/10, qps 100/200)",
+            ),
+            // Upstream following ours to the same version joins the variant again.
+            (
+                "v1.37.2 (ours in qps 5/10); v1.36.3 (upstream in qps 5/10, qps 100/200)",
+                "qps 5/10",
+                "v1.37.2",
+                false,
+                kept,
+            ),
+        ];
+        for (before, name, now, ours_only, want) in cases {
+            assert_eq!(
+                after_variant(before, name, now, ours_only),
+                want,
+                "{before} {name} {ours_only}"
+            );
+        }
     }
 
     #[test]

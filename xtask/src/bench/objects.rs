@@ -39,10 +39,8 @@ pub fn namespace_name(driver: &str) -> String {
 }
 
 /// A variant description reduced to lowercase alphanumerics and dashes (`qps 5/10` →
-/// `qps5-10`), with "admission policy" shortened to `map` (the driver name becomes a
-/// directory holding the driver's socket, and socket paths are limited to 108 bytes).
+/// `qps5-10`).
 fn tag(variant: &str) -> String {
-    let variant = variant.replace("admission policy", "map");
     let mut out = String::new();
     for c in variant.to_ascii_lowercase().chars() {
         if c.is_ascii_alphanumeric() {
@@ -236,13 +234,6 @@ mod tests {
                 "s1-qps100-200-upstream-r3.bench.csi",
             ),
             (4, "", Impl::Ours, 2, "s4-ours-r2.bench.csi"),
-            (
-                1,
-                "qps 100/200, admission policy",
-                Impl::Ours,
-                3,
-                "s1-qps100-200map-ours-r3.bench.csi",
-            ),
         ];
         for (s, variant, which, run, want) in cases {
             let d = driver_name(s, variant, which, run);

@@ -20,16 +20,10 @@ use super::hostpathlog::{self, Call};
 use super::launch::{Budget, Running};
 use super::objects;
 use super::observe;
-use super::policy;
 use super::results::{Impl, MetricDef, PlotSpec, RunRecord};
 use super::stats;
 
 const SIZE: &str = "1Gi";
-/// The variants: ours keeping its creating-volume finalizer itself, and with the admission
-/// policy that keeps it on the API server's side (upstream has no such finalizer, so its runs
-/// serve both).
-pub const PLAIN: &str = "plain";
-pub const WITH_POLICY: &str = "admission policy";
 /// Upstream's backoff tops out at 5 min: one full step and some.
 const BOUND_WAIT: Duration = Duration::from_secs(360);
 /// What a user should wait at most from a ready snapshot to its restore starting (the goal
@@ -50,10 +44,7 @@ pub fn setup(s: &Sizes) -> String {
          the instant the bench's own watch first saw the claim's snapshot with `readyToUse: \
          true` (same clock). Flags: upstream's defaults for both (QPS 5/10, 100 workers, \
          `--retry-interval-start` 1s, `--retry-interval-max` 5m), `-v=2`, no capacity \
-         tracking. In the \"{WITH_POLICY}\" variant ours runs with the \
-         MutatingAdmissionPolicy that `csi-provisioner admission-policy` prints for its driver \
-         (so it writes no creating-volume finalizer); upstream's columns there repeat its \
-         runs.",
+         tracking.",
         n = s.s8_claims,
         w = s.s8_wait.as_secs(),
     )
@@ -176,9 +167,6 @@ fn snapshots(ctx: &Ctx, namespace: &str) -> Api<DynamicObject> {
 
 async fn measure(ctx: &Ctx, slot: &Slot, rec: &mut RunRecord, started: &mut Started) -> Result<()> {
     ctx.prepare(slot, false).await?;
-    if slot.variant == WITH_POLICY {
-        policy::install(&ctx.client, &ctx.bins.ours, &slot.driver, &slot.namespace).await?;
-    }
     let node = node_name(slot);
     testenv::try_create_fake_nodes(&ctx.client, &slot.driver, HOSTPATH_TOPOLOGY_KEY, &[&node])
         .await?;
@@ -204,16 +192,6 @@ async fn measure(ctx: &Ctx, slot: &Slot, rec: &mut RunRecord, started: &mut Star
         .start_provisioner_on(slot, &Budget::defaults(), &socket, &["-v=2"])
         .await?;
     let prov = started.prov.insert(prov);
-    if slot.variant == WITH_POLICY {
-        poll(
-            "ours to report the admission policy as active",
-            Duration::from_secs(60),
-            Duration::from_millis(200),
-            // Its HTTP endpoint may not be up yet.
-            || async { Ok(policy::seen_by(prov).await.unwrap_or(false).then_some(())) },
-        )
-        .await?;
-    }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &slot.namespace);
     ctx.provision_one(slot, prov, "src", &class, Duration::from_secs(120))
         .await?;
@@ -311,11 +289,7 @@ async fn measure(ctx: &Ctx, slot: &Slot, rec: &mut RunRecord, started: &mut Star
         .filter(|c| c.name.as_deref().is_some_and(|v| volumes.contains(&v)))
         .count();
     rec.set("create_calls", creates as f64);
-    // Not kube-controller-manager's events about the policy's probe claims.
-    let failed = observe::provisioning_failed(&ctx.client, &slot.namespace, |m| {
-        !m.contains(policy::PROBE_CLASS)
-    })
-    .await?;
+    let failed = observe::provisioning_failed(&ctx.client, &slot.namespace, |_| true).await?;
     rec.set("failed_events", failed);
     rec.set("snapshots_ready_s", ready_last - t_snap);
     rec.set("wait_s", ctx.sizes.s8_wait.as_secs_f64());
@@ -415,27 +389,18 @@ pub async fn run(ctx: &Ctx) -> (Vec<RunRecord>, Vec<String>) {
         Err(e) => return (Vec::new(), vec![format!("{e:#}")]),
     };
     let mut records = Vec::new();
-    for variant in [PLAIN, WITH_POLICY] {
-        for run in 1..=ctx.runs {
-            for which in Impl::order(run) {
-                if variant == WITH_POLICY && which == Impl::Upstream {
-                    records.extend(super::throughput::repeated(&records, PLAIN, variant, run));
-                    continue;
-                }
-                let slot = ctx.slot(8, variant, which, run);
-                println!("bench: scenario 8, {variant}, run {run}, {which}");
-                let mut rec = RunRecord::new(which, variant, run);
-                let mut started = Started::default();
-                if let Err(e) = measure(ctx, &slot, &mut rec, &mut started).await {
-                    rec.notes.push(format!("{e:#}"));
-                }
-                teardown(ctx, &slot, started).await;
-                if variant == WITH_POLICY {
-                    policy::remove(&ctx.client, &slot.driver).await;
-                }
-                println!("  {:?} {:?}", rec.values, rec.notes);
-                records.push(rec);
+    for run in 1..=ctx.runs {
+        for which in Impl::order(run) {
+            let slot = ctx.slot(8, "", which, run);
+            println!("bench: scenario 8, run {run}, {which}");
+            let mut rec = RunRecord::new(which, "", run);
+            let mut started = Started::default();
+            if let Err(e) = measure(ctx, &slot, &mut rec, &mut started).await {
+                rec.notes.push(format!("{e:#}"));
             }
+            teardown(ctx, &slot, started).await;
+            println!("  {:?} {:?}", rec.values, rec.notes);
+            records.push(rec);
         }
     }
     (records, Vec::new())

@@ -75,7 +75,8 @@ pub struct RunRecord {
     /// Named time series (x, y) kept for plots.
     #[serde(default)]
     pub series: BTreeMap<String, Vec<(f64, f64)>>,
-    /// What went wrong, if anything (timeouts, incomplete work).
+    /// What went wrong, if anything (timeouts, incomplete work), or how the run differs from
+    /// the setup described (identical notes of several runs are shown once).
     #[serde(default)]
     pub notes: Vec<String>,
 }
@@ -132,6 +133,11 @@ pub struct ScenarioResult {
     /// The upstream release the scenario ran against.
     #[serde(default = "before_the_field")]
     pub upstream: String,
+    /// The Kubernetes version of the control plane it ran on (the API server's `gitVersion`),
+    /// or of each part when kept runs ran on another ([`relabel`]). Empty in files from before
+    /// the field; [`read`] and [`read_all`] fill it in.
+    #[serde(default)]
+    pub kubernetes: String,
 }
 
 /// The upstream release every comparison builds and runs now.
@@ -140,6 +146,93 @@ pub const UPSTREAM: &str = "v6.4.0";
 /// Results written before the field existed ran against v6.3.0.
 fn before_the_field() -> String {
     "v6.3.0".into()
+}
+
+/// The control plane of results written before [`ScenarioResult::kubernetes`] existed, by
+/// when they finished: the test environment built Kubernetes v1.36.3 until commit 5c5f573
+/// (2026-12-04 14:31 UTC) moved it to v1.37.2. No run of either suite spanned that time.
+fn kubernetes_before_the_field(finished_at: &str) -> &'static str {
+    // "YYYY-MM-DD HH:MM UTC" sorts as text.
+    if finished_at < "2026-12-04 14:31 UTC" {
+        "v1.36.3"
+    } else {
+        "v1.37.2"
+    }
+}
+
+/// What a file from before a field existed leaves for the reader to fill in.
+fn fill_in(r: &mut ScenarioResult) {
+    if r.kubernetes.is_empty() {
+        r.kubernetes = kubernetes_before_the_field(&r.finished_at).into();
+    }
+}
+
+/// `value` (a column like [`ScenarioResult::kubernetes`]: `v` for every run, or
+/// `v (a, b); w (c)` by part) with part `label` now at `version`; `rest` names what a plain
+/// `value` covered. One part left is written plain.
+pub fn relabel(value: &str, label: &str, version: &str, rest: &str) -> String {
+    let mut parts = if value.contains(" (") {
+        parse_parts(value)
+    } else {
+        vec![(value.to_string(), vec![rest.to_string()])]
+    };
+    for (_, labels) in &mut parts {
+        labels.retain(|l| l != label);
+    }
+    parts.retain(|(_, labels)| !labels.is_empty());
+    match parts.iter_mut().find(|(v, _)| v == version) {
+        Some((_, labels)) => labels.insert(0, label.to_string()),
+        None => parts.insert(0, (version.to_string(), vec![label.to_string()])),
+    }
+    format_parts(&parts)
+}
+
+/// The parts of a column by part (`v (a, b); w (c)`): each version with its labels.
+pub fn parse_parts(value: &str) -> Vec<(String, Vec<String>)> {
+    value
+        .split("; ")
+        .filter_map(|part| {
+            let (version, labels) = part.strip_suffix(')')?.split_once(" (")?;
+            let labels = labels.split(", ").map(str::to_string).collect();
+            Some((version.to_string(), labels))
+        })
+        .collect()
+}
+
+/// [`parse_parts`]' inverse; one part is written plain.
+pub fn format_parts(parts: &[(String, Vec<String>)]) -> String {
+    if let [(version, _)] = parts {
+        return version.clone();
+    }
+    let shown: Vec<String> = parts
+        .iter()
+        .map(|(v, labels)| format!("{v} ({})", labels.join(", ")))
+        .collect();
+    shown.join("; ")
+}
+
+/// `kept` without the runs of variant `variant` by the provisioners in `ran`, followed by
+/// `new` (which ran them again): a re-run of part of a scenario, the rest kept.
+pub fn replace_runs(
+    kept: Vec<RunRecord>,
+    new: Vec<RunRecord>,
+    variant: &str,
+    ran: &[Impl],
+) -> Vec<RunRecord> {
+    let replaced = |r: &RunRecord| r.variant == variant && ran.contains(&r.implementation);
+    let mut all: Vec<RunRecord> = kept.into_iter().filter(|r| !replaced(r)).collect();
+    all.extend(new);
+    all
+}
+
+/// The note of a result whose runs are partly kept from `kept`, the earlier result of the same
+/// file: `ran` was run now, `rest` comes from `kept` (named by when it finished, its upstream
+/// release and Kubernetes version). `kept`'s own notes follow this one.
+pub fn kept_note(ran: &str, rest: &str, kept: &ScenarioResult) -> String {
+    format!(
+        "{ran} was run at this commit; {rest} are kept from the result finished {} (upstream {}, Kubernetes {}), and the notes after this one are theirs",
+        kept.finished_at, kept.upstream, kept.kubernetes
+    )
 }
 
 impl ScenarioResult {
@@ -239,20 +332,32 @@ pub fn append(
             Err(e) => return Err(e).with_context(|| format!("creating {}", lock.display())),
         }
     }
-    let merged = match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str::<ScenarioResult>(&text)
-            .with_context(|| format!("parsing {}", path.display()))
-            .map(|old| merge(old, new)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(new),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
-    .map(|mut m| {
-        m.command = command(run_count(&m));
-        m
-    });
+    let merged = read(path)
+        .map(|old| match old {
+            Some(old) => merge(old, new),
+            None => new,
+        })
+        .map(|mut m| {
+            m.command = command(run_count(&m));
+            m
+        });
     let written = merged.and_then(|m| write(path, &m).map(|()| m));
     let _ = std::fs::remove_file(&lock);
     written
+}
+
+/// The result in the file at `path` (`None`: there is none).
+pub fn read(path: &Path) -> Result<Option<ScenarioResult>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let mut r = serde_json::from_str::<ScenarioResult>(&text)
+                .with_context(|| format!("parsing {}", path.display()))?;
+            fill_in(&mut r);
+            Ok(Some(r))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
 }
 
 /// Every `<n>.json` in `dir`, by scenario number. Files that do not parse are reported, not
@@ -275,6 +380,7 @@ pub fn read_all(dir: &Path) -> Result<(Vec<ScenarioResult>, Vec<String>)> {
             .and_then(|t| serde_json::from_str::<ScenarioResult>(&t).map_err(|e| e.to_string()));
         match parsed {
             Ok(mut r) => {
+                fill_in(&mut r);
                 // Scenarios 1 and 2 in their variants' order, however a partial re-run merged
                 // them (other runs keep theirs: the sort is stable).
                 super::throughput::order_runs(&mut r.runs);
@@ -312,6 +418,7 @@ mod tests {
             plot: None,
             notes: vec![note.into()],
             upstream: UPSTREAM.into(),
+            kubernetes: "v1.37.2".into(),
         }
     }
 
@@ -385,6 +492,7 @@ mod tests {
             plot: None,
             notes: vec![],
             upstream: UPSTREAM.into(),
+            kubernetes: "v1.37.2".into(),
         };
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
@@ -400,6 +508,80 @@ mod tests {
             vec![(1, 2.0)]
         );
         assert_eq!(result.values(Impl::Upstream, "qps 100/200", "secs"), vec![]);
+    }
+
+    #[test]
+    fn a_column_by_part_names_each_parts_version() {
+        let cases = [
+            // Ours again on the control plane upstream's kept runs ran on: one version.
+            ("v1.37.2", "ours", "v1.37.2", "v1.37.2"),
+            (
+                "v1.36.3",
+                "ours",
+                "v1.37.2",
+                "v1.37.2 (ours); v1.36.3 (upstream)",
+            ),
+            // A second such run replaces ours' part.
+            (
+                "v1.37.2 (ours); v1.36.3 (upstream)",
+                "ours",
+                "v1.37.3",
+                "v1.37.3 (ours); v1.36.3 (upstream)",
+            ),
+            (
+                "v1.37.2 (ours); v1.36.3 (upstream)",
+                "ours",
+                "v1.36.3",
+                "v1.36.3",
+            ),
+        ];
+        for (value, label, version, want) in cases {
+            assert_eq!(relabel(value, label, version, "upstream"), want, "{value}");
+        }
+        let parts = parse_parts("v1.37.2 (a, b); v1.36.3 (c)");
+        assert_eq!(
+            parts[0],
+            ("v1.37.2".to_string(), vec!["a".into(), "b".into()])
+        );
+        assert_eq!(format_parts(&parts), "v1.37.2 (a, b); v1.36.3 (c)");
+    }
+
+    #[test]
+    fn replacing_runs_keeps_the_others() {
+        let kept = vec![
+            RunRecord::new(Impl::Ours, "", 1),
+            RunRecord::new(Impl::Upstream, "", 1),
+            RunRecord::new(Impl::Ours, "", 2),
+            RunRecord::new(Impl::Upstream, "", 2),
+        ];
+        let mut new = RunRecord::new(Impl::Ours, "", 1);
+        new.set("x", 1.0);
+        let all = replace_runs(kept, vec![new], "", &[Impl::Ours]);
+        let got: Vec<(Impl, u32, bool)> = all
+            .iter()
+            .map(|r| (r.implementation, r.run, r.values.is_empty()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Impl::Upstream, 1, true),
+                (Impl::Upstream, 2, true),
+                (Impl::Ours, 1, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_kept_note_says_where_the_kept_runs_come_from() {
+        let mut kept = scenario(&[(Impl::Upstream, 1, 1.0)], 1.0, "a");
+        kept.finished_at = "2026-11-28 13:44 UTC".into();
+        kept.upstream = "v6.3.0".into();
+        kept.kubernetes = "v1.36.3".into();
+        let note = kept_note("only ours", "upstream's runs", &kept);
+        assert_eq!(
+            note,
+            "only ours was run at this commit; upstream's runs are kept from the result finished 2026-11-28 13:44 UTC (upstream v6.3.0, Kubernetes v1.36.3), and the notes after this one are theirs"
+        );
     }
 
     #[test]

@@ -121,6 +121,10 @@ pub struct Options {
     pub append: bool,
     /// A line added to the scenario's notes (how these runs differ, e.g. run side by side).
     pub note: Option<String>,
+    /// Run only ours; upstream's runs are kept from the results file, ours' replaced.
+    pub ours_only: bool,
+    /// The Kubernetes minor when not the default (`1.34`): results go to its own directory.
+    pub kubernetes: Option<String>,
 }
 
 /// Problem sizes; `--quick` shrinks them.
@@ -201,27 +205,76 @@ pub fn selection(asked: &[u8]) -> Result<Vec<u8>> {
     crate::bench::select(asked, LAST)
 }
 
-pub fn command_line(scenario: u8, runs: u32, quick: bool) -> String {
-    crate::bench::reproduce("chaos", scenario, runs, quick)
-}
-
-/// Where results go: the committed files, or `target/chaos-quick/` for `--quick`.
-fn outputs(root: &Path, quick: bool) -> (PathBuf, PathBuf) {
-    if quick {
-        let base = testenv::target_dir().join("chaos-quick");
-        (base.join("results"), base.join("RELIABILITY.md"))
-    } else {
-        (
-            root.join("reliability/results"),
-            root.join("RELIABILITY.md"),
-        )
+pub fn command_line(scenario: u8, runs: u32, quick: bool, kubernetes: Option<&str>) -> String {
+    let mut c = crate::bench::reproduce("chaos", scenario, runs, quick);
+    if let Some(minor) = kubernetes {
+        c.push_str(&format!(" --kubernetes {minor}"));
     }
+    c
 }
 
-fn render(results_dir: &Path, markdown: &Path) -> Result<()> {
+/// Where results go: the committed files, or `target/chaos-quick/` for `--quick`; a Kubernetes
+/// version other than the default has its own directory, so that RELIABILITY.md stays the
+/// default's.
+fn outputs(root: &Path, quick: bool, kubernetes: Option<&str>) -> (PathBuf, PathBuf) {
+    let base = match (quick, kubernetes) {
+        (true, None) => testenv::target_dir().join("chaos-quick"),
+        (true, Some(minor)) => testenv::target_dir().join(format!("chaos-quick-{minor}")),
+        (false, None) => {
+            return (
+                root.join("reliability/results"),
+                root.join("RELIABILITY.md"),
+            );
+        }
+        (false, Some(minor)) => root.join(format!("reliability/kubernetes-{minor}")),
+    };
+    (base.join("results"), base.join("RELIABILITY.md"))
+}
+
+/// The minors with a report of their own in `reliability/kubernetes-<minor>/`, oldest first.
+fn other_versions(root: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(root.join("reliability")) else {
+        return Vec::new();
+    };
+    let mut minors: Vec<(Vec<u32>, String)> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("RELIABILITY.md").is_file())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let minor = name.strip_prefix("kubernetes-")?.to_string();
+            let key = minor.split('.').map(|p| p.parse().unwrap_or(0)).collect();
+            Some((key, minor))
+        })
+        .collect();
+    minors.sort();
+    minors.into_iter().map(|(_, m)| m).collect()
+}
+
+/// Renders the report of `kubernetes` (`None`: the default's, RELIABILITY.md) from its results.
+fn render(root: &Path, quick: bool, kubernetes: Option<&str>) -> Result<PathBuf> {
+    let (results_dir, markdown) = outputs(root, quick, kubernetes);
     let plots = results_dir.with_file_name("plots");
-    report::write_all(HEADER, results_dir, markdown, &plots, "plots", &explain)?;
-    append_fuzzing(markdown)
+    let others = if quick {
+        Vec::new()
+    } else {
+        other_versions(root)
+    };
+    let header = header(kubernetes, &others);
+    report::write_all(&header, &results_dir, &markdown, &plots, "plots", &explain)?;
+    if kubernetes.is_none() {
+        append_fuzzing(&markdown)?;
+    }
+    Ok(markdown)
+}
+
+/// Renders the report of `kubernetes` and, for another version's, the default's too (its
+/// header links to the other versions' reports).
+fn render_with_main(root: &Path, quick: bool, kubernetes: Option<&str>) -> Result<PathBuf> {
+    let markdown = render(root, quick, kubernetes)?;
+    if kubernetes.is_some() && !quick {
+        render(root, quick, None)?;
+    }
+    Ok(markdown)
 }
 
 /// The fuzzing section is written by hand (`reliability/fuzzing.md`, from `cargo xtask fuzz`
@@ -238,13 +291,48 @@ fn append_fuzzing(markdown: &Path) -> Result<()> {
     std::fs::write(markdown, text).with_context(|| format!("writing {}", markdown.display()))
 }
 
-pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
-    let (results_dir, markdown) = outputs(root, opts.quick);
-    if opts.report_only {
-        render(&results_dir, &markdown)?;
-        println!("chaos: wrote {}", markdown.display());
-        return Ok(());
+/// `--ours-only`: the result already at `path`, whose upstream runs the new result keeps.
+fn kept_for_ours_only(path: &Path) -> Result<ScenarioResult> {
+    let kept = results::read(path)?;
+    match kept {
+        Some(r)
+            if r.runs
+                .iter()
+                .any(|run| run.implementation == Impl::Upstream) =>
+        {
+            Ok(r)
+        }
+        _ => bail!(
+            "--ours-only keeps upstream's runs from {}, which has none; run the scenario without --ours-only",
+            path.display()
+        ),
     }
+}
+
+/// `new` (ours' runs only) with upstream's runs kept from `kept`, the scenario's earlier
+/// result: a note says where they come from, and their upstream release and Kubernetes
+/// version stay named.
+fn with_kept_upstream(new: ScenarioResult, kept: ScenarioResult) -> ScenarioResult {
+    let mut notes = vec![results::kept_note("only ours", "upstream's runs", &kept)];
+    notes.extend(kept.notes.iter().cloned());
+    notes.extend(new.notes.iter().cloned());
+    let mut runs = results::replace_runs(kept.runs, new.runs, "", &[Impl::Ours]);
+    runs.sort_by_key(|r| r.run);
+    ScenarioResult {
+        runs,
+        notes,
+        kubernetes: results::relabel(&kept.kubernetes, "ours", &new.kubernetes, "upstream"),
+        upstream: kept.upstream,
+        ..new
+    }
+}
+
+/// What can be checked before anything is built: the scenarios, the run numbers, and for
+/// `--ours-only` every scenario's kept upstream runs (returned by scenario).
+pub fn preflight(
+    root: &Path,
+    opts: &Options,
+) -> Result<(Vec<u8>, std::collections::BTreeMap<u8, ScenarioResult>)> {
     let scenarios = selection(&opts.scenarios)?;
     if opts.runs == 0 {
         bail!("--runs must be at least 1");
@@ -252,6 +340,40 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
     if opts.first_run == 0 {
         bail!("--first-run must be at least 1");
     }
+    let (results_dir, _) = outputs(root, opts.quick, opts.kubernetes.as_deref());
+    let mut kept = std::collections::BTreeMap::new();
+    if opts.ours_only {
+        for &n in &scenarios {
+            kept.insert(
+                n,
+                kept_for_ours_only(&results_dir.join(format!("{n}.json")))?,
+            );
+        }
+    }
+    Ok((scenarios, kept))
+}
+
+pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
+    let kubernetes = opts.kubernetes.as_deref();
+    if opts.report_only {
+        let markdown = render_with_main(root, opts.quick, kubernetes)?;
+        println!("chaos: wrote {}", markdown.display());
+        // The default's report alone: the other versions' get its header's changes too.
+        if kubernetes.is_none() && !opts.quick {
+            for minor in other_versions(root) {
+                let markdown = render(root, false, Some(&minor))?;
+                println!("chaos: wrote {}", markdown.display());
+            }
+        }
+        return Ok(());
+    }
+    let (scenarios, mut kept) = preflight(root, opts)?;
+    let (results_dir, _) = outputs(root, opts.quick, kubernetes);
+    let ran: &[Impl] = if opts.ours_only {
+        &[Impl::Ours]
+    } else {
+        &Impl::BOTH
+    };
     let bins = crate::bench::binaries(root, bin_dir)?;
     let work = crate::bench::work_dir("chaos");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -265,38 +387,46 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
     };
     runtime.block_on(async {
         let (runs, quick) = (opts.runs, opts.quick);
-        let command = Box::new(move |s| command_line(s, runs, quick));
+        let minor = opts.kubernetes.clone();
+        let command = Box::new(move |s| command_line(s, runs, quick, minor.as_deref()));
         let (cp, ctx) = crate::bench::start_suite(&work, bins, runs, quick, command).await?;
         for &n in &scenarios {
             let began = Instant::now();
-            let runs = run_scenario(&ctx, &cp, &sizes, n, opts.first_run).await;
+            let runs = run_scenario(&ctx, &cp, &sizes, n, opts.first_run, ran).await;
             let mut result = assemble(&ctx, &sizes, n, runs, began.elapsed().as_secs_f64());
+            if let Some(kept) = kept.remove(&n) {
+                result = with_kept_upstream(result, kept);
+            }
             result.notes.extend(opts.note.clone());
             let path = results_dir.join(format!("{n}.json"));
             if opts.append {
-                results::append(&path, result, |runs| command_line(n, runs, opts.quick))?;
+                let command = |runs| command_line(n, runs, opts.quick, kubernetes);
+                results::append(&path, result, command)?;
             } else {
                 results::write(&path, &result)?;
             }
             println!("chaos: wrote {}", path.display());
-            render(&results_dir, &markdown)?;
+            render_with_main(root, opts.quick, kubernetes)?;
         }
         anyhow::Ok(())
     })?;
+    let (_, markdown) = outputs(root, opts.quick, kubernetes);
     println!("chaos: report {}", markdown.display());
     Ok(())
 }
 
+/// The runs of scenario `n` by the provisioners in `ran`.
 async fn run_scenario(
     ctx: &Ctx,
     cp: &ControlPlane,
     sizes: &Sizes,
     n: u8,
     first_run: u32,
+    ran: &[Impl],
 ) -> Vec<RunRecord> {
     let mut records = Vec::new();
     for run in first_run..first_run + ctx.runs {
-        for which in Impl::order(run) {
+        for which in Impl::order(run).into_iter().filter(|w| ran.contains(w)) {
             let slot = ctx.slot(n, "", which, run);
             println!("chaos: scenario {n}, run {run}, {which}");
             let mut rec = RunRecord::new(which, "", run);
@@ -512,13 +642,55 @@ const LOSSES: [&str; 7] = [
     "wrong_objects",
 ];
 
-const HEADER: &str = "# Reliability: csi-provisioner (Rust) vs external-provisioner v6.4.0
+/// The report's header: the default Kubernetes version's (`kubernetes` `None`), linking the
+/// reports of the `others` minors, or another version's.
+fn header(kubernetes: Option<&str>, others: &[String]) -> String {
+    let default = crate::recipe::DEFAULT_KUBERNETES;
+    let (title, command, results, versions) = match kubernetes {
+        None => {
+            let links: Vec<String> = others
+                .iter()
+                .map(|m| format!("[{m}](reliability/kubernetes-{m}/RELIABILITY.md)"))
+                .collect();
+            let versions = if links.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " Runs on other Kubernetes versions (`--kubernetes <minor>`) have reports of \
+                     their own: {}.",
+                    links.join(", ")
+                )
+            };
+            (
+                String::new(),
+                "cargo xtask chaos".to_string(),
+                "reliability/results/".to_string(),
+                format!(
+                    "Runs go on the test environment's default control plane, now Kubernetes \
+                     {default}; the Kubernetes column names the version each scenario ran on.\
+                     {versions}"
+                ),
+            )
+        }
+        Some(minor) => (
+            format!(" on Kubernetes {minor}"),
+            format!("cargo xtask chaos --kubernetes {minor}"),
+            format!("reliability/kubernetes-{minor}/results/"),
+            format!(
+                "Runs go on a Kubernetes {minor} control plane (`--kubernetes {minor}`; the \
+                 Kubernetes column names each scenario's patch release); those on the default, \
+                 Kubernetes {default}, are in [RELIABILITY.md](../../RELIABILITY.md)."
+            ),
+        ),
+    };
+    format!(
+        "# Reliability{title}: csi-provisioner (Rust) vs external-provisioner v6.4.0
 
-Generated by `cargo xtask chaos` from the raw results in `reliability/results/`; do not edit by
+Generated by `{command}` from the raw results in `{results}`; do not edit by
 hand. Each scenario attacks both provisioners the same way, one after the other, on one real
 local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with the
 same release-built mock CSI driver and the same flags. Every run gets its own driver name and
-namespace; runs alternate which provisioner goes first.
+namespace; runs alternate which provisioner goes first. {versions}
 
 What was lost is counted at the end of every run from the driver's own state (ListVolumes)
 and call log and from the API server's objects, never from a provisioner's logs: **leaked
@@ -528,14 +700,18 @@ different ids for one claim), **claims not Bound** that should be, and the **tim
 after the last fault. Numbers are median (min–max) over the runs; ratios are us / upstream.
 
 To reproduce: `cargo xtask chaos [--scenario N[,M]] [--runs K] [--quick] [--no-build]
-[--report-only]`. Logs of every run (both provisioners, the driver, its faults file and call
-log, the control plane) stay in `target/chaos-runs/<time>/`. The scenarios: 1 kill -9
-during churn, 2 create→delete race, 3 API server and etcd restart, 4 CSI faults, 5 leader
-failover, 6 capacity under faults, 7 one-hour soak (six hours for three runs of both: name the
-others with `--scenario 1,2,3,4,5,6` to leave it out). A scenario without a section below has
-not been run at full size yet.
+[--report-only] [--kubernetes MINOR] [--ours-only]`. `--ours-only` runs only ours and keeps
+upstream's runs already in the results (the scenario's notes say from when). Logs of every run
+(both provisioners, the driver, its faults file and call log, the control plane) stay in
+`target/chaos-runs/<time>/`. The scenarios: 1 kill -9 during churn, 2 create→delete race, 3
+API server and etcd restart, 4 CSI faults, 5 leader failover, 6 capacity under faults, 7
+one-hour soak (six hours for three runs of both: name the others with `--scenario
+1,2,3,4,5,6` to leave it out). A scenario without a section below has not been run at full
+size yet.
 
-";
+"
+    )
+}
 
 #[cfg(test)]
 mod tests {
@@ -572,12 +748,154 @@ mod tests {
         }
     }
 
+    fn result(runs: &[(Impl, u32, f64)], kubernetes: &str) -> ScenarioResult {
+        ScenarioResult {
+            scenario: 1,
+            title: "kill".into(),
+            quick: false,
+            finished_at: "2026-11-28 13:44 UTC".into(),
+            wall_seconds: 60.0,
+            command: "cargo xtask chaos --scenario 1".into(),
+            setup: "s".into(),
+            metrics: Vec::new(),
+            runs: runs
+                .iter()
+                .map(|&(which, run, leaked)| {
+                    let mut r = RunRecord::new(which, "", run);
+                    r.set("leaked", leaked);
+                    r
+                })
+                .collect(),
+            plot: None,
+            notes: Vec::new(),
+            upstream: results::UPSTREAM.into(),
+            kubernetes: kubernetes.into(),
+        }
+    }
+
+    #[test]
+    fn ours_only_keeps_upstreams_runs_and_says_from_when() {
+        let mut kept = result(
+            &[
+                (Impl::Ours, 1, 1.0),
+                (Impl::Upstream, 1, 5.0),
+                (Impl::Upstream, 2, 9.0),
+                (Impl::Ours, 2, 1.0),
+            ],
+            "v1.36.3",
+        );
+        kept.upstream = "v6.3.0".into();
+        kept.notes = vec!["runs 2 ran side by side".into()];
+        let mut new = result(&[(Impl::Ours, 1, 0.0), (Impl::Ours, 2, 0.0)], "v1.37.2");
+        new.finished_at = "2026-12-06 10:00 UTC".into();
+        let merged = with_kept_upstream(new, kept);
+        let runs: Vec<(Impl, u32, f64)> = merged
+            .runs
+            .iter()
+            .map(|r| (r.implementation, r.run, r.values["leaked"]))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                (Impl::Upstream, 1, 5.0),
+                (Impl::Ours, 1, 0.0),
+                (Impl::Upstream, 2, 9.0),
+                (Impl::Ours, 2, 0.0)
+            ]
+        );
+        assert_eq!(merged.upstream, "v6.3.0");
+        assert_eq!(merged.kubernetes, "v1.37.2 (ours); v1.36.3 (upstream)");
+        assert_eq!(merged.finished_at, "2026-12-06 10:00 UTC");
+        assert!(
+            merged.notes[0].contains("finished 2026-11-28 13:44 UTC (upstream v6.3.0"),
+            "{:?}",
+            merged.notes
+        );
+        assert_eq!(merged.notes[1], "runs 2 ran side by side");
+    }
+
+    #[test]
+    fn ours_only_needs_upstreams_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.json");
+        let err = kept_for_ours_only(&path).unwrap_err().to_string();
+        assert!(err.contains("without --ours-only"), "{err}");
+        results::write(&path, &result(&[(Impl::Ours, 1, 0.0)], "v1.37.2")).unwrap();
+        assert!(kept_for_ours_only(&path).is_err());
+        let both = result(&[(Impl::Ours, 1, 0.0), (Impl::Upstream, 1, 0.0)], "");
+        results::write(&path, &both).unwrap();
+        // Read like any result: a file without the version gets its time's.
+        assert_eq!(kept_for_ours_only(&path).unwrap().kubernetes, "v1.36.3");
+    }
+
+    #[test]
+    fn other_versions_have_their_own_directory_and_header() {
+        let root = Path::new("/ws");
+        assert_eq!(
+            outputs(root, false, None),
+            (
+                PathBuf::from("/ws/reliability/results"),
+                PathBuf::from("/ws/RELIABILITY.md")
+            )
+        );
+        assert_eq!(
+            outputs(root, false, Some("1.34")),
+            (
+                PathBuf::from("/ws/reliability/kubernetes-1.34/results"),
+                PathBuf::from("/ws/reliability/kubernetes-1.34/RELIABILITY.md")
+            )
+        );
+        let (quick, _) = outputs(root, true, Some("1.34"));
+        assert!(quick.ends_with("chaos-quick-1.34/results"), "{quick:?}");
+        let main = header(None, &["1.34".into(), "1.36".into()]);
+        assert!(main.starts_with("# Reliability: "), "{main}");
+        assert!(
+            main.contains(
+                "[1.34](reliability/kubernetes-1.34/RELIABILITY.md), [1.36](reliability/kubernetes-1.36/RELIABILITY.md)."
+            ),
+            "{main}"
+        );
+        assert!(!header(None, &[]).contains("other Kubernetes versions"));
+        let other = header(Some("1.34"), &[]);
+        assert!(
+            other.starts_with("# Reliability on Kubernetes 1.34: "),
+            "{other}"
+        );
+        assert!(
+            other.contains("`cargo xtask chaos --kubernetes 1.34` from the raw results in `reliability/kubernetes-1.34/results/`"),
+            "{other}"
+        );
+        assert!(other.contains("(../../RELIABILITY.md)"), "{other}");
+    }
+
+    #[test]
+    fn other_versions_are_found_by_their_reports() {
+        let dir = tempfile::tempdir().unwrap();
+        for minor in ["1.36", "1.34", "1.35"] {
+            let d = dir.path().join(format!("reliability/kubernetes-{minor}"));
+            std::fs::create_dir_all(&d).unwrap();
+            if minor != "1.35" {
+                std::fs::write(d.join("RELIABILITY.md"), "x").unwrap();
+            }
+        }
+        std::fs::create_dir_all(dir.path().join("reliability/results")).unwrap();
+        assert_eq!(other_versions(dir.path()), ["1.34", "1.36"]);
+        assert!(other_versions(Path::new("/nonexistent")).is_empty());
+    }
+
     #[test]
     fn reproducing_commands() {
-        assert_eq!(command_line(2, 3, false), "cargo xtask chaos --scenario 2");
         assert_eq!(
-            command_line(1, 1, true),
+            command_line(2, 3, false, None),
+            "cargo xtask chaos --scenario 2"
+        );
+        assert_eq!(
+            command_line(1, 1, true, None),
             "cargo xtask chaos --scenario 1 --runs 1 --quick"
+        );
+        assert_eq!(
+            command_line(5, 3, false, Some("1.34")),
+            "cargo xtask chaos --scenario 5 --kubernetes 1.34"
         );
     }
 }

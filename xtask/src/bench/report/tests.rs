@@ -43,6 +43,7 @@ fn sample() -> ScenarioResult {
         }),
         notes: vec!["setup took long".into()],
         upstream: crate::bench::results::UPSTREAM.into(),
+        kubernetes: "v1.37.2".into(),
     }
 }
 
@@ -97,8 +98,8 @@ fn document_has_every_part() {
     });
     for want in [
         "# Benchmarks",
-        "| 1. Throughput | v6.4.0 | 2026-01-01T00:00:00Z | 10 min |",
-        "| **all** | | | **10 min** |",
+        "| 1. Throughput | v6.4.0 | v1.37.2 | 2026-01-01T00:00:00Z | 10 min |",
+        "| **all** | | | | **10 min** |",
         "## 1. Throughput",
         "1,000 claims.",
         "```sh\ncargo xtask bench --scenario 1\n```",
@@ -111,6 +112,46 @@ fn document_has_every_part() {
         assert!(doc.contains(want), "missing {want:?} in\n{doc}");
     }
     assert!(!doc.contains("earlier upstream release"), "{doc}");
+}
+
+#[test]
+fn a_note_several_runs_share_is_one_line() {
+    let mut r = sample();
+    for i in [0, 2, 4] {
+        r.runs[i].notes.push("with the finalizer".into());
+    }
+    r.runs[2].notes.push("timed out".into());
+    let doc = render(HEADER, &[r], "bench/plots", &|_| String::new());
+    assert!(
+        doc.contains("- ours qps 5/10 runs 1, 2, 3: with the finalizer\n"),
+        "{doc}"
+    );
+    assert!(doc.contains("- ours qps 5/10 run 2: timed out\n"), "{doc}");
+    assert_eq!(doc.matches("with the finalizer").count(), 1, "{doc}");
+}
+
+#[test]
+fn files_from_before_the_kubernetes_field_name_the_control_plane_of_their_time() {
+    let dir = tempfile::tempdir().unwrap();
+    for (n, finished) in [(1, "2026-12-02 21:12 UTC"), (2, "2026-12-05 01:43 UTC")] {
+        let mut r = sample();
+        r.scenario = n;
+        r.finished_at = finished.into();
+        let mut json = serde_json::to_value(&r).unwrap();
+        json.as_object_mut().unwrap().remove("kubernetes");
+        let path = dir.path().join(format!("{n}.json"));
+        std::fs::write(&path, json.to_string()).unwrap();
+    }
+    let (read, _) = crate::bench::results::read_all(dir.path()).unwrap();
+    let versions: Vec<&str> = read.iter().map(|r| r.kubernetes.as_str()).collect();
+    assert_eq!(versions, ["v1.36.3", "v1.37.2"]);
+    let one = crate::bench::results::read(&dir.path().join("1.json")).unwrap();
+    assert_eq!(one.unwrap().kubernetes, "v1.36.3");
+    assert!(
+        crate::bench::results::read(&dir.path().join("3.json"))
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[test]
