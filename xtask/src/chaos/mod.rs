@@ -542,20 +542,25 @@ fn explain(r: &ScenarioResult) -> String {
     };
     let guard = match r.scenario {
         1 => {
-            "What keeps a volume whose CreateVolume a kill cut short: ours puts the \
-             creating-volume finalizer on the claim before the call, so after a restart even a \
-             claim deleted meanwhile is asked for again under the same name and its volume \
-             saved or deleted; upstream asks again under the same name only while the claim \
-             still exists (its in-flight set is in memory, external-provisioner #486)"
+            "What keeps a volume whose CreateVolume a kill cut short: ours records the claim \
+             before the call, in its write-ahead record (a Lease per driver; runs built before \
+             commit f738e30 made it the default put the creating-volume finalizer on the claim \
+             instead), so after a restart even a claim deleted meanwhile is asked for again \
+             under the same name and its volume saved or deleted; upstream asks again under the \
+             same name only while the claim still exists (its in-flight set is in memory, \
+             external-provisioner #486)"
         }
         2 => {
-            "What keeps a volume whose claim is deleted mid-call: ours holds the claim with \
-             its finalizer until the call has returned and the volume's PV is saved, so the \
-             claim's deletion releases a PV whose reclaim policy deletes the volume (a call \
-             whose answer was lost to a timeout is asked again under the same name, and that \
-             volume deleted by ours directly); upstream finds the claim gone when the call returns and deletes the \
-             volume too (external-provisioner #1469's leak needs a CreateVolume replayed after \
-             that DeleteVolume). Both settle about two minutes after the last deletion: \
+            "What keeps a volume whose claim is deleted mid-call: ours keeps the claim's entry \
+             in its write-ahead record until the call has returned and the volume's PV is \
+             saved, and cleans up a claim deleted meanwhile from its entry: DeleteVolume with \
+             the id the call returned (a call whose answer was lost to a timeout is asked again \
+             under the same name, and that volume deleted). Runs built before commit f738e30 \
+             made the record the default held the claim with the creating-volume finalizer \
+             instead, so the claim's deletion released a PV whose reclaim policy deleted the \
+             volume. Upstream finds the claim gone when the call returns and deletes the volume \
+             too (external-provisioner #1469's leak needs a CreateVolume replayed after that \
+             DeleteVolume). Both settle about two minutes after the last deletion: \
              kube-controller-manager's pvc-protection releases the deleted claims at its own pace"
         }
         3 => {
