@@ -390,6 +390,7 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
         let minor = opts.kubernetes.clone();
         let command = Box::new(move |s| command_line(s, runs, quick, minor.as_deref()));
         let (cp, ctx) = crate::bench::start_suite(&work, bins, runs, quick, command).await?;
+        check_version(&ctx.kubernetes, kubernetes)?;
         for &n in &scenarios {
             let began = Instant::now();
             let runs = run_scenario(&ctx, &cp, &sizes, n, opts.first_run, ran).await;
@@ -412,6 +413,19 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
     })?;
     let (_, markdown) = outputs(root, opts.quick, kubernetes);
     println!("chaos: report {}", markdown.display());
+    Ok(())
+}
+
+/// Fails unless the control plane's version `running` (`v1.34.3`) is of the minor asked for
+/// (`None`: the default): with TESTENV_BIN set elsewhere its results would land in the wrong
+/// report.
+fn check_version(running: &str, asked: Option<&str>) -> Result<()> {
+    let minor = asked.unwrap_or(crate::recipe::DEFAULT_KUBERNETES);
+    if !running.starts_with(&format!("v{minor}.")) {
+        bail!(
+            "the control plane is Kubernetes {running}, not {minor}: is TESTENV_BIN set to another build?"
+        );
+    }
     Ok(())
 }
 
@@ -886,6 +900,15 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("reliability/results")).unwrap();
         assert_eq!(other_versions(dir.path()), ["1.34", "1.36"]);
         assert!(other_versions(Path::new("/nonexistent")).is_empty());
+    }
+
+    #[test]
+    fn the_control_plane_must_be_the_version_asked_for() {
+        assert!(check_version("v1.37.2", None).is_ok());
+        assert!(check_version("v1.34.3", Some("1.34")).is_ok());
+        assert!(check_version("v1.37.2", Some("1.34")).is_err());
+        // 1.3 is not 1.34's prefix.
+        assert!(check_version("v1.34.3", Some("1.3")).is_err());
     }
 
     #[test]
