@@ -291,23 +291,21 @@ fn append_fuzzing(markdown: &Path) -> Result<()> {
     std::fs::write(markdown, text).with_context(|| format!("writing {}", markdown.display()))
 }
 
-/// `--ours-only`: the result already at `path`, whose upstream runs the new result keeps.
-fn kept_for_ours_only(path: &Path) -> Result<ScenarioResult> {
+/// `--ours-only`: the result already at `path`, whose upstream runs the new result keeps;
+/// `None` when it has none (a version upstream was never run on), and then only ours' runs
+/// are written, with a note saying so.
+fn kept_for_ours_only(path: &Path) -> Result<Option<ScenarioResult>> {
     let kept = results::read(path)?;
-    match kept {
-        Some(r)
-            if r.runs
-                .iter()
-                .any(|run| run.implementation == Impl::Upstream) =>
-        {
-            Ok(r)
-        }
-        _ => bail!(
-            "--ours-only keeps upstream's runs from {}, which has none; run the scenario without --ours-only",
-            path.display()
-        ),
-    }
+    Ok(kept.filter(|r| {
+        r.runs
+            .iter()
+            .any(|run| run.implementation == Impl::Upstream)
+    }))
 }
+
+/// The note of an ours-only result with no upstream runs to keep.
+const NO_UPSTREAM_NOTE: &str =
+    "Only ours ran (--ours-only): upstream has no runs on this Kubernetes version here.";
 
 /// `new` (ours' runs only) with upstream's runs kept from `kept`, the scenario's earlier
 /// result: a note says where they come from, and their upstream release and Kubernetes
@@ -328,11 +326,14 @@ fn with_kept_upstream(new: ScenarioResult, kept: ScenarioResult) -> ScenarioResu
 }
 
 /// What can be checked before anything is built: the scenarios, the run numbers, and for
-/// `--ours-only` every scenario's kept upstream runs (returned by scenario).
+/// `--ours-only` every scenario's kept upstream runs, if any (returned by scenario).
 pub fn preflight(
     root: &Path,
     opts: &Options,
-) -> Result<(Vec<u8>, std::collections::BTreeMap<u8, ScenarioResult>)> {
+) -> Result<(
+    Vec<u8>,
+    std::collections::BTreeMap<u8, Option<ScenarioResult>>,
+)> {
     let scenarios = selection(&opts.scenarios)?;
     if opts.runs == 0 {
         bail!("--runs must be at least 1");
@@ -344,10 +345,8 @@ pub fn preflight(
     let mut kept = std::collections::BTreeMap::new();
     if opts.ours_only {
         for &n in &scenarios {
-            kept.insert(
-                n,
-                kept_for_ours_only(&results_dir.join(format!("{n}.json")))?,
-            );
+            let found = kept_for_ours_only(&results_dir.join(format!("{n}.json")))?;
+            kept.insert(n, found);
         }
     }
     Ok((scenarios, kept))
@@ -395,8 +394,10 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
             let began = Instant::now();
             let runs = run_scenario(&ctx, &cp, &sizes, n, opts.first_run, ran).await;
             let mut result = assemble(&ctx, &sizes, n, runs, began.elapsed().as_secs_f64());
-            if let Some(kept) = kept.remove(&n) {
-                result = with_kept_upstream(result, kept);
+            match kept.remove(&n) {
+                Some(Some(kept)) => result = with_kept_upstream(result, kept),
+                Some(None) => result.notes.push(NO_UPSTREAM_NOTE.into()),
+                None => {}
             }
             result.notes.extend(opts.note.clone());
             let path = results_dir.join(format!("{n}.json"));
@@ -526,7 +527,17 @@ fn explain(r: &ScenarioResult) -> String {
     };
     let (ours, upstream) = (lost(Impl::Ours), lost(Impl::Upstream));
     let objects = r.scenario == 6;
+    let upstream_ran = r
+        .runs
+        .iter()
+        .any(|run| run.implementation == Impl::Upstream);
     let counts = match (ours == 0.0 && upstream == 0.0, objects) {
+        // Ours alone (`--ours-only` on a version upstream never ran on).
+        _ if !upstream_ran => format!(
+            "Only ours ran here. Lost over all its runs (leaked + orphan + duplicate volumes + \
+             claims not Bound, or objects for scenario 6): {}.",
+            report::fmt_num(ours)
+        ),
         (true, false) => "Neither lost anything in any run: no leaked, orphan or duplicate \
                           volume, every claim that should be Bound was."
             .to_string(),
@@ -834,17 +845,17 @@ mod tests {
     }
 
     #[test]
-    fn ours_only_needs_upstreams_runs() {
+    fn ours_only_keeps_upstreams_runs_when_there_are_some() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("1.json");
-        let err = kept_for_ours_only(&path).unwrap_err().to_string();
-        assert!(err.contains("without --ours-only"), "{err}");
+        assert!(kept_for_ours_only(&path).unwrap().is_none());
         results::write(&path, &result(&[(Impl::Ours, 1, 0.0)], "v1.37.2")).unwrap();
-        assert!(kept_for_ours_only(&path).is_err());
+        assert!(kept_for_ours_only(&path).unwrap().is_none());
         let both = result(&[(Impl::Ours, 1, 0.0), (Impl::Upstream, 1, 0.0)], "");
         results::write(&path, &both).unwrap();
         // Read like any result: a file without the version gets its time's.
-        assert_eq!(kept_for_ours_only(&path).unwrap().kubernetes, "v1.36.3");
+        let kept = kept_for_ours_only(&path).unwrap().unwrap();
+        assert_eq!(kept.kubernetes, "v1.36.3");
     }
 
     #[test]
