@@ -325,15 +325,12 @@ fn with_kept_upstream(new: ScenarioResult, kept: ScenarioResult) -> ScenarioResu
     }
 }
 
+/// By scenario, what `--ours-only` keeps of upstream's runs (`None`: there are none).
+type KeptUpstream = std::collections::BTreeMap<u8, Option<ScenarioResult>>;
+
 /// What can be checked before anything is built: the scenarios, the run numbers, and for
 /// `--ours-only` every scenario's kept upstream runs, if any (returned by scenario).
-pub fn preflight(
-    root: &Path,
-    opts: &Options,
-) -> Result<(
-    Vec<u8>,
-    std::collections::BTreeMap<u8, Option<ScenarioResult>>,
-)> {
+pub fn preflight(root: &Path, opts: &Options) -> Result<(Vec<u8>, KeptUpstream)> {
     let scenarios = selection(&opts.scenarios)?;
     if opts.runs == 0 {
         bail!("--runs must be at least 1");
