@@ -94,7 +94,10 @@ impl World {
                 prov_args,
             ]
             .concat(),
-            &[("NAMESPACE", s.ns.as_str())],
+            &[
+                ("NAMESPACE", s.ns.as_str()),
+                ("POD_NAMESPACE", s.ns.as_str()),
+            ],
         );
         let class = s
             .class("imm", "Immediate", json!({"reclaimPolicy": "Delete"}))

@@ -56,7 +56,10 @@ impl World {
             cp.kubeconfig(),
             &plugin.socket,
             &args,
-            &[("NAMESPACE", s.ns.as_str())],
+            &[
+                ("NAMESPACE", s.ns.as_str()),
+                ("POD_NAMESPACE", s.ns.as_str()),
+            ],
         );
         World {
             s,
@@ -422,7 +425,11 @@ async fn distributed_plugins_one_per_node() {
                 "--immediate-topology=false",
                 "-v=5",
             ],
-            &[("NAMESPACE", s.ns.as_str()), ("NODE_NAME", node.as_str())],
+            &[
+                ("NAMESPACE", s.ns.as_str()),
+                ("POD_NAMESPACE", s.ns.as_str()),
+                ("NODE_NAME", node.as_str()),
+            ],
         ));
         plugins.push(plugin);
     }

@@ -82,7 +82,7 @@ async fn a_pod_on_a_real_node_writes_into_the_volume_we_made() {
         cp.kubeconfig(),
         &plugin.socket,
         &["-v=5"],
-        &[],
+        &[("POD_NAMESPACE", s.ns.as_str())],
     );
 
     let class = s.class("wffc", "WaitForFirstConsumer", json!({})).await;

@@ -348,8 +348,7 @@ impl Scenario {
     /// a volume only at the end of its delay, so "the driver is empty" alone would also hold for
     /// a provisioner that let the claim go at once and left the volume to appear later.)
     pub async fn delete_while_creating(&mut self, name: &str) {
-        self.delete_while_creating_held(name, Holder::Finalizer)
-            .await;
+        self.delete_while_creating_held(name, Holder::Record).await;
     }
 
     /// [`Scenario::delete_while_creating`] with claims held by `holder`.

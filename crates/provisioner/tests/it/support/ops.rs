@@ -60,7 +60,10 @@ impl Ops {
             cp.kubeconfig(),
             &self.mock.socket,
             args,
-            &[("NAMESPACE", self.ns.as_str())],
+            &[
+                ("NAMESPACE", self.ns.as_str()),
+                ("POD_NAMESPACE", self.ns.as_str()),
+            ],
         )
     }
 
