@@ -14,8 +14,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 /// With `--volume-name-uuid-length=1` two claims soon get the same volume name. The second is
-/// refused with an event. It may still hold our creating-volume finalizer (the admission policy
-/// adds it without us), so its deletion waits for our clean-up, which — with the provisioner
+/// refused with an event. It may still be held (its entry, or a finalizer an earlier version
+/// left), so its deletion waits for our clean-up, which — with the provisioner
 /// up, and after a restart that forgot the refusal — must let it go without deleting the
 /// first claim's volume.
 #[tokio::test]
