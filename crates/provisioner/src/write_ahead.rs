@@ -76,7 +76,11 @@ type Reply = oneshot::Sender<Result<(), RecordWriteError>>;
 
 enum Ask {
     Add(Entry, Reply),
-    Remove(String),
+    /// A removal; `urgent` ones are written at once instead of waiting for company.
+    Remove {
+        uid: String,
+        urgent: bool,
+    },
 }
 
 /// The handle workers use.
@@ -98,7 +102,16 @@ impl WriteAhead {
     /// Lets claim `uid`'s entry go; not waited for (a lost removal leaves an entry that the
     /// start-up pass drops).
     pub fn forget(&self, uid: &str) {
-        let _ = self.tx.send(Ask::Remove(uid.to_string()));
+        let uid = uid.to_string();
+        let _ = self.tx.send(Ask::Remove { uid, urgent: false });
+    }
+
+    /// [`WriteAhead::forget`], written at once: after a clean-up deleted the volume, an entry
+    /// still in the record when the process dies makes the next one probe with the recorded
+    /// request, and the driver makes the volume again only to have it deleted.
+    pub fn forget_now(&self, uid: &str) {
+        let uid = uid.to_string();
+        let _ = self.tx.send(Ask::Remove { uid, urgent: true });
     }
 }
 
@@ -119,6 +132,7 @@ pub fn start(
         limits,
         pending: Pending::default(),
         waiters: HashMap::new(),
+        urgent: false,
         current: None,
         owned: false,
         lost: None,
@@ -135,6 +149,8 @@ struct Writer {
     pending: Pending,
     /// Who waits for each pending add, by claim UID.
     waiters: HashMap<String, Vec<Reply>>,
+    /// An urgent removal is pending: write without waiting for company.
+    urgent: bool,
     /// The Lease as last read or written (`None`: read it before the next write).
     current: Option<Lease>,
     /// Whether a write of this instance has succeeded (it holds the record).
@@ -181,9 +197,10 @@ impl Writer {
                         while let Ok(ask) = rx.try_recv() {
                             self.take(ask);
                         }
-                        // Only an add is written at once: removals wait for company, and a
-                        // refused write's pause holds.
-                        if self.waiters.is_empty() || matches!(next, Next::Until(_)) {
+                        // Only an add or an urgent removal is written at once: other removals
+                        // wait for company, and a refused write's pause holds.
+                        let now = !self.waiters.is_empty() || self.urgent;
+                        if !now || matches!(next, Next::Until(_)) {
                             continue;
                         }
                     }
@@ -196,6 +213,7 @@ impl Writer {
                 self.take(ask);
             }
             removals_due = None;
+            self.urgent = false;
             next = self.write_once().await;
         }
         self.fail_all(&RecordWriteError::Stopped);
@@ -218,7 +236,8 @@ impl Writer {
                     .push(reply);
                 self.pending.add(entry);
             }
-            Ask::Remove(uid) => {
+            Ask::Remove { uid, urgent } => {
+                self.urgent |= urgent;
                 if self.pending.remove(&uid).is_some() {
                     let withdrawn = RecordWriteError::Withdrawn { uid: uid.clone() };
                     self.answer(&uid, Err(withdrawn));

@@ -96,7 +96,9 @@ impl ClaimsController {
         }
         if self.entries.holds(&uid) {
             // No finalizer of ours to drop (a claim gone from the API server has none at all).
-            self.entries.forget(&uid);
+            // Written at once: the volume is gone, and a crash before this write would have
+            // the next process probe for it, making it again only to delete it.
+            self.entries.forget_now(&uid);
             if !provisioning::lifecycle::has_finalizer(claim) {
                 self.records.forget(&uid);
                 return Ok(());

@@ -89,4 +89,14 @@ impl Entries {
             writer.forget(uid);
         }
     }
+
+    /// [`Entries::forget`] after a clean-up: written at once, not with the next batch
+    /// ([`crate::write_ahead::WriteAhead::forget_now`]).
+    pub fn forget_now(&self, uid: &str) {
+        if self.held.lock().remove(uid).is_some()
+            && let Some(writer) = &self.writer
+        {
+            writer.forget_now(uid);
+        }
+    }
 }
