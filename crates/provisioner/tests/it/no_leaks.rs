@@ -90,14 +90,8 @@ async fn after_an_upgrade_a_claim_left_holding_our_finalizer_leaves_no_volume() 
     s.mock().clear_faults();
     s.start_provisioner_held(&args, Holder::Record);
     wait_gone(&s.claims(), "data").await;
-    assert!(
-        s.driver_volumes().await.is_empty(),
-        "no volume left behind: {:?}",
-        s.driver_volumes().await
-    );
-    // The interrupted call and the new version's probe answer one volume, deleted once.
-    s.assert_one_volume_made_and_deleted(&volume);
-    assert_eq!(s.mock().calls_of("CreateVolume").len(), 2);
+    // The interrupted call and the new version's probe.
+    assert_probed_and_deleted_once(&s, &volume).await;
     assert!(s.record_entries().await.is_empty());
     no_pv_of_class(&s, &class).await;
 }
@@ -121,6 +115,15 @@ async fn after_an_upgrade_a_claim_left_holding_our_finalizer_is_released_once_bo
         s.record_entries().await.is_empty().then_some(())
     })
     .await;
+}
+
+/// Nothing left in the driver, and two CreateVolume calls (one cut short, one probe) that
+/// answered one volume, deleted once.
+async fn assert_probed_and_deleted_once(s: &Scenario, volume: &str) {
+    let left = s.driver_volumes().await;
+    assert!(left.is_empty(), "no volume left behind: {left:?}");
+    s.assert_one_volume_made_and_deleted(volume);
+    assert_eq!(s.mock().calls_of("CreateVolume").len(), 2);
 }
 
 /// Claim "data" of a new Immediate class, with the provisioner killed (-9) while the driver
@@ -219,14 +222,8 @@ async fn bound_to_another_pv_while_down(holder: Holder) {
     s.mock().clear_faults();
     s.provisioner().restart();
     s.wait_let_go(holder, &claim).await;
-    assert!(
-        s.driver_volumes().await.is_empty(),
-        "no volume left behind: {:?}",
-        s.driver_volumes().await
-    );
-    // The interrupted call and the restart's probe answer one volume, deleted once.
-    s.assert_one_volume_made_and_deleted(&volume);
-    assert_eq!(s.mock().calls_of("CreateVolume").len(), 2);
+    // The interrupted call and the restart's probe.
+    assert_probed_and_deleted_once(&s, &volume).await;
     assert!(s.volumes().get_opt(&volume).await.unwrap().is_none());
     assert!(s.volumes().get_opt(&static_pv).await.unwrap().is_some());
 }
