@@ -37,10 +37,30 @@ struct Line {
 /// with its [`clap::Error::exit_code`] (2 for refused arguments, 0 for help).
 pub fn parse(args: &[String]) -> Option<Result<Subcommand, clap::Error>> {
     let first = args.get(1)?.as_str();
+    if first == RETIRED_ADMISSION_POLICY {
+        return Some(Err(retired_admission_policy()));
+    }
     let names = [release_node::SUBCOMMAND, capacity_view::SUBCOMMAND];
     names
         .contains(&first)
         .then(|| Line::try_parse_from(args).map(|line| line.command))
+}
+
+/// The subcommand earlier versions had for the MutatingAdmissionPolicy that kept the
+/// creating-volume finalizer; the write-ahead record replaced it.
+const RETIRED_ADMISSION_POLICY: &str = "admission-policy";
+
+/// What a command line asking for the retired `admission-policy` gets (exit status 2).
+fn retired_admission_policy() -> clap::Error {
+    use clap::CommandFactory;
+    Line::command().error(
+        clap::error::ErrorKind::InvalidSubcommand,
+        "the admission-policy subcommand is retired: claims are held by the write-ahead record \
+         and need no policy. Delete a policy installed earlier with `kubectl delete \
+         mutatingadmissionpolicy,mutatingadmissionpolicybinding \
+         csi-provisioner-creating-volume.<driver>` (docs/compatibility.md, \"The admission \
+         policy, retired\")",
+    )
 }
 
 /// The value of a boolean flag: only `true` or `false` (not Go's `1`, `t`, ...), as before clap.
@@ -91,6 +111,20 @@ pub(crate) mod tests {
             parse_words(&["release-node", "n1"]),
             Some(Ok(Subcommand::ReleaseNode(_)))
         ));
+    }
+
+    #[test]
+    fn the_retired_admission_policy_says_what_to_do_instead() {
+        let err = parse_words(&["admission-policy", "--driver-name=d"])
+            .and_then(Result::err)
+            .expect("refused");
+        assert_eq!(err.exit_code(), 2);
+        let text = err.to_string();
+        assert!(text.contains("retired"), "{text}");
+        assert!(
+            text.contains("kubectl delete mutatingadmissionpolicy"),
+            "{text}"
+        );
     }
 
     #[test]
