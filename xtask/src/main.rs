@@ -104,12 +104,12 @@ enum Cmd {
     },
     /// The reliability suite, ours and upstream external-provisioner v6.4.0 attacked alike:
     /// writes `reliability/results/<n>.json` and RELIABILITY.md (`--quick`: target/chaos-quick/;
-    /// `--kubernetes`: reliability/kubernetes-<minor>/).
+    /// `--kubernetes`: `reliability/kubernetes-<minor>/`).
     Chaos {
         #[command(flatten)]
         suite: SuiteArgs,
         /// Run on this Kubernetes minor (1.34, 1.35, 1.36) instead of the default 1.37, as
-        /// `test --kubernetes` does; results and report go to reliability/kubernetes-<minor>/.
+        /// `test --kubernetes` does; results and report go to `reliability/kubernetes-<minor>/`.
         #[arg(long)]
         kubernetes: Option<String>,
         /// Run only ours; upstream's runs already in each scenario's results file are kept,
