@@ -119,14 +119,18 @@ pub(crate) async fn run_controllers(
         volume_attributes_class: base.volume_attributes_class,
     };
     let record = write_ahead_record(&base, &mut tasks, &cancel);
+    // Shared: the claims write entries, the volumes settle them before DeleteVolume.
+    let entries = Arc::new(crate::claims::entries::Entries::new(
+        record.as_ref().map(|r| r.writer.clone()),
+    ));
     let claims = ClaimsController::new(
         ctx.clone(),
         ClaimsConfig::from_options(opts),
-        record.as_ref().map(|r| r.writer.clone()),
+        entries.clone(),
         &base.queue_metrics,
     );
     let retry = (opts.retry_interval_start, opts.retry_interval_max);
-    let volumes = VolumesController::new(ctx.clone(), retry, &base.queue_metrics);
+    let volumes = VolumesController::new(ctx.clone(), retry, entries, &base.queue_metrics);
     let Changes {
         claims: claim_changes,
         volumes: volume_changes,

@@ -81,6 +81,11 @@ enum Ask {
         uid: String,
         urgent: bool,
     },
+    /// Answered once no removal of `uid`'s entry waits for a write any more.
+    Settle {
+        uid: String,
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// The handle workers use.
@@ -113,6 +118,18 @@ impl WriteAhead {
         let uid = uid.to_string();
         let _ = self.tx.send(Ask::Remove { uid, urgent: true });
     }
+
+    /// Returns once a removal of claim `uid`'s entry asked for earlier is written (at once
+    /// if none waits; also when the write fails, after it was tried). Before DeleteVolume of
+    /// the claim's PV: an entry that outlives the volume would, after a crash, have the next
+    /// instance probe for it and make the volume again.
+    pub async fn settle(&self, uid: &str) {
+        let (reply, settled) = oneshot::channel();
+        let uid = uid.to_string();
+        if self.tx.send(Ask::Settle { uid, reply }).is_ok() {
+            let _ = settled.await;
+        }
+    }
 }
 
 /// Starts the writer of Lease `lease` in `api`'s namespace, taking it over for `identity`;
@@ -132,6 +149,7 @@ pub fn start(
         limits,
         pending: Pending::default(),
         waiters: HashMap::new(),
+        settling: HashMap::new(),
         urgent: false,
         current: None,
         owned: false,
@@ -149,6 +167,8 @@ struct Writer {
     pending: Pending,
     /// Who waits for each pending add, by claim UID.
     waiters: HashMap<String, Vec<Reply>>,
+    /// Who waits for each pending removal ([`WriteAhead::settle`]), by claim UID.
+    settling: HashMap<String, Vec<oneshot::Sender<()>>>,
     /// An urgent removal is pending: write without waiting for company.
     urgent: bool,
     /// The Lease as last read or written (`None`: read it before the next write).
@@ -215,6 +235,8 @@ impl Writer {
             removals_due = None;
             self.urgent = false;
             next = self.write_once().await;
+            // A refused write's removals stay pending, but deletions waiting for them go on.
+            self.answer_settled(matches!(next, Next::Until(_)));
         }
         self.fail_all(&RecordWriteError::Stopped);
     }
@@ -243,7 +265,31 @@ impl Writer {
                     self.answer(&uid, Err(withdrawn));
                 }
             }
+            Ask::Settle { uid, reply } => {
+                // An instance that lost the record writes nothing more: nothing to wait for.
+                if self.lost.is_none() && self.pending.removing(&uid) {
+                    self.urgent = true;
+                    self.settling.entry(uid).or_default().push(reply);
+                } else {
+                    let _ = reply.send(());
+                }
+            }
         }
+    }
+
+    /// Answers who waits for removals no longer pending (all of them with `all`).
+    fn answer_settled(&mut self, all: bool) {
+        let pending = &self.pending;
+        self.settling.retain(|uid, replies| {
+            if all || !pending.removing(uid) {
+                for reply in replies.drain(..) {
+                    let _ = reply.send(());
+                }
+                false
+            } else {
+                true
+            }
+        });
     }
 
     fn answer(&mut self, uid: &str, result: Result<(), RecordWriteError>) {

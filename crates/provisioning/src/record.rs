@@ -267,6 +267,11 @@ impl Pending {
     pub fn is_empty(&self) -> bool {
         self.adds.is_empty() && self.removes.is_empty()
     }
+
+    /// Whether the removal of claim `uid`'s entry waits for a write.
+    pub fn removing(&self, uid: &str) -> bool {
+        self.removes.contains(uid)
+    }
 }
 
 /// How much the record may hold.

@@ -90,6 +90,16 @@ impl Entries {
         }
     }
 
+    /// Before DeleteVolume of claim `uid`'s PV: its entry leaves the record first (written at
+    /// once if it is still there or its removal still waits), so that no entry outlives the
+    /// volume ([`crate::write_ahead::WriteAhead::settle`]).
+    pub async fn settle(&self, uid: &str) {
+        self.forget_now(uid);
+        if let Some(writer) = &self.writer {
+            writer.settle(uid).await;
+        }
+    }
+
     /// [`Entries::forget`] after a clean-up: written at once, not with the next batch
     /// ([`crate::write_ahead::WriteAhead::forget_now`]).
     pub fn forget_now(&self, uid: &str) {

@@ -18,7 +18,7 @@
 
 mod cleanup;
 mod config;
-mod entries;
+pub(crate) mod entries;
 mod error;
 mod explain;
 mod facts;
@@ -104,7 +104,7 @@ impl ClaimsController {
     pub fn new(
         ctx: Context,
         config: ClaimsConfig,
-        record: Option<crate::write_ahead::WriteAhead>,
+        entries: Arc<Entries>,
         metrics: &WorkQueueMetrics,
     ) -> ClaimsController {
         let limiter = RateLimiter::new(config.retry_interval_start, config.retry_interval_max);
@@ -113,7 +113,7 @@ impl ClaimsController {
             ctx,
             config: Arc::new(config),
             records: Arc::default(),
-            entries: Arc::new(Entries::new(record)),
+            entries,
             taking: Arc::default(),
             warned_classes: Arc::default(),
             snapshots: Arc::default(),

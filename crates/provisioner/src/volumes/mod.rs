@@ -37,6 +37,8 @@ pub struct VolumesController {
     /// PVs (by UID) whose DeleteVolume succeeded while the PV object still exists: later syncs
     /// only finish the object (no second DeleteVolume). No object records this, so we do.
     volume_deleted: Arc<Mutex<HashSet<String>>>,
+    /// The claims' write-ahead entries: a PV's claim leaves the record before its volume goes.
+    entries: Arc<crate::claims::entries::Entries>,
 }
 
 impl VolumesController {
@@ -44,6 +46,7 @@ impl VolumesController {
     pub fn new(
         ctx: Context,
         retry: (Duration, Duration),
+        entries: Arc<crate::claims::entries::Entries>,
         metrics: &WorkQueueMetrics,
     ) -> VolumesController {
         let limiter = RateLimiter::new(retry.0, retry.1);
@@ -51,6 +54,7 @@ impl VolumesController {
             queue: WorkQueue::new(QUEUE_NAME, limiter, Some(metrics)),
             ctx,
             volume_deleted: Arc::default(),
+            entries,
         }
     }
 
@@ -276,6 +280,15 @@ impl VolumesController {
                 }
             }
         };
+        // The claim's entry leaves the record first: an entry that outlived the volume would,
+        // after a crash, have the next instance probe for it, making the volume again.
+        let claim_uid = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref()?.uid.clone());
+        if let Some(uid) = claim_uid {
+            self.entries.settle(&uid).await;
+        }
         let request = csi::v1::DeleteVolumeRequest {
             volume_id: csi.volume_handle.clone(),
             secrets: secret_data.into_iter().collect(),
