@@ -393,7 +393,11 @@ pub fn run(root: &Path, bin_dir: &Path, opts: &Options) -> Result<()> {
             let mut result = assemble(&ctx, &sizes, n, runs, began.elapsed().as_secs_f64());
             match kept.remove(&n) {
                 Some(Some(kept)) => result = with_kept_upstream(result, kept),
-                Some(None) => result.notes.push(NO_UPSTREAM_NOTE.into()),
+                Some(None) => {
+                    result.notes.push(NO_UPSTREAM_NOTE.into());
+                    // The summary's Upstream column: no release ran here.
+                    result.upstream = "–".into();
+                }
                 None => {}
             }
             result.notes.extend(opts.note.clone());
