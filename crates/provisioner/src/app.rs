@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use controller_kit::client::{ClientLimits, RequestMetrics, build_client, build_client_pair};
+use controller_kit::client::{ClientLimits, RequestMetrics, build_client, build_clients};
 use controller_kit::events::{EventRecorder, EventType};
 use controller_kit::workqueue::WorkQueueMetrics;
 use kube::Client;
@@ -32,8 +32,9 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
 
     let config = kubeconfig::load(opts.kubeconfig.as_deref(), opts.master.as_deref()).await?;
     // One `--kube-api-qps/burst` budget, two lanes: work that can wait (events, dropping a
-    // finalizer that has done its job) never delays provisioning.
-    let (client, background_client) = build_client_pair(
+    // finalizer that has done its job) never delays provisioning. The record's writer takes
+    // its turns ahead of its requests (`Clients::prepaid`).
+    let clients = build_clients(
         config.clone(),
         limits(opts.kube_api_qps as f32, opts.kube_api_burst),
         &user_agent,
@@ -63,7 +64,7 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
         driver::provisioner_identity(&driver.name, jiff_now_millis(), rand::random()),
         node.as_deref(),
     );
-    let volume_attributes_class = volume_attributes_class_enabled(&client, &opts).await;
+    let volume_attributes_class = volume_attributes_class_enabled(&clients.normal, &opts).await;
     let capacity_owner = if opts.enable_capacity {
         crate::controllers::capacity_owner(&capacity_client, &opts).await?
     } else {
@@ -134,8 +135,9 @@ pub async fn run(opts: cli::Options) -> Result<(), AppError> {
     let lost = driver.lost.clone();
     let base = Arc::new(Base {
         opts: opts.clone(),
-        client,
-        background_client,
+        client: clients.normal,
+        background_client: clients.background,
+        prepaid: (clients.prepaid, clients.budget),
         capacity_client,
         driver,
         identity,

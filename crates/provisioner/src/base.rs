@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use controller_kit::client::Budget;
 use controller_kit::workqueue::WorkQueueMetrics;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Client;
@@ -16,6 +17,9 @@ pub(crate) struct Base {
     pub(crate) opts: Arc<cli::Options>,
     pub(crate) client: Client,
     pub(crate) background_client: Client,
+    /// The write-ahead record's client, and the budget it takes its turns from (shared with
+    /// `client`): see `controller_kit::client::ThrottleLayer::prepaid`.
+    pub(crate) prepaid: (Client, Budget),
     pub(crate) capacity_client: Client,
     pub(crate) driver: Driver,
     pub(crate) identity: String,

@@ -461,7 +461,9 @@ fn write_ahead_record(
     let opts = &base.opts;
     let namespace =
         leader_election::namespace_from_environment(opts.leader_election_namespace.as_deref());
+    // Reads wait in line as any request; the writer takes its turn before it plans a write.
     let api = kube::Api::namespaced(base.client.clone(), &namespace);
+    let (prepaid, budget) = base.prepaid.clone();
     let node = base.node.as_ref().map(|n| n.name.as_str());
     let lease = provisioning::record::lease_name(&base.driver.name, node);
     let limits = provisioning::record::Limits {
@@ -470,7 +472,8 @@ fn write_ahead_record(
     };
     tracing::info!(%namespace, %lease, entries = limits.entries, "Claims are held by the write-ahead record instead of a finalizer");
     let (writer, task) = crate::write_ahead::start(
-        api.clone(),
+        kube::Api::namespaced(prepaid, &namespace),
+        budget,
         lease.clone(),
         base.identity.clone(),
         limits,

@@ -7,9 +7,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use controller_kit::client::Budget;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
-use provisioning::record::{self, Entry, Limits, Pending};
+use provisioning::record::{self, Entry, Leaving, Limits, Pending};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -104,19 +105,13 @@ impl WriteAhead {
         answer.await.map_err(|_| RecordWriteError::Stopped)?
     }
 
-    /// Lets claim `uid`'s entry go; not waited for (a lost removal leaves an entry that the
-    /// start-up pass drops).
-    pub fn forget(&self, uid: &str) {
+    /// Lets claim `uid`'s entry go, at once or with the next batch as
+    /// [`record::written_at_once`] says for `why`; not waited for (a lost removal leaves an
+    /// entry that the start-up pass drops).
+    pub fn forget(&self, uid: &str, why: Leaving) {
         let uid = uid.to_string();
-        let _ = self.tx.send(Ask::Remove { uid, urgent: false });
-    }
-
-    /// [`WriteAhead::forget`], written at once: after a clean-up deleted the volume, an entry
-    /// still in the record when the process dies makes the next one probe with the recorded
-    /// request, and the driver makes the volume again only to have it deleted.
-    pub fn forget_now(&self, uid: &str) {
-        let uid = uid.to_string();
-        let _ = self.tx.send(Ask::Remove { uid, urgent: true });
+        let urgent = record::written_at_once(why);
+        let _ = self.tx.send(Ask::Remove { uid, urgent });
     }
 
     /// Returns once a removal of claim `uid`'s entry asked for earlier is written (at once
@@ -133,9 +128,11 @@ impl WriteAhead {
 }
 
 /// Starts the writer of Lease `lease` in `api`'s namespace, taking it over for `identity`;
-/// it ends with `cancel`.
+/// it ends with `cancel`. `api`'s client is prepaid: each request is sent after a turn of
+/// `budget` (`controller_kit::client::ThrottleLayer::prepaid`).
 pub fn start(
     api: Api<Lease>,
+    budget: Budget,
     lease: String,
     identity: String,
     limits: Limits,
@@ -144,6 +141,7 @@ pub fn start(
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = Writer {
         api,
+        budget,
         lease,
         identity,
         limits,
@@ -161,6 +159,7 @@ pub fn start(
 
 struct Writer {
     api: Api<Lease>,
+    budget: Budget,
     lease: String,
     identity: String,
     limits: Limits,
@@ -234,7 +233,7 @@ impl Writer {
             }
             removals_due = None;
             self.urgent = false;
-            next = self.write_once().await;
+            next = self.write_once(&mut rx).await;
             // A refused write's removals stay pending, but deletions waiting for them go on.
             self.answer_settled(matches!(next, Next::Until(_)));
         }
@@ -320,8 +319,8 @@ impl Writer {
         }
     }
 
-    /// Plans and sends one write of everything pending.
-    async fn write_once(&mut self) -> Next {
+    /// Plans and sends one write of everything pending when the write's turn comes.
+    async fn write_once(&mut self, rx: &mut mpsc::UnboundedReceiver<Ask>) -> Next {
         if self.pending.is_empty() || self.lost.is_some() {
             return Next::Wait;
         }
@@ -335,6 +334,13 @@ impl Writer {
                 return Next::Until(Instant::now() + AFTER_REFUSAL);
             }
         };
+        // At the default QPS the turn can come many seconds later (behind the PVs of the
+        // claims recorded last time): the write carries every entry asked for meanwhile, not
+        // only those there when it was planned.
+        self.budget.turn().await;
+        while let Ok(ask) = rx.try_recv() {
+            self.take(ask);
+        }
         let holder = holder_of(&lease);
         if record::taken_over(self.owned, holder.as_deref(), &self.identity) {
             let holder = holder.unwrap_or_default();
@@ -401,6 +407,7 @@ impl Writer {
         if let Some(lease) = &self.current {
             return Ok(lease.clone());
         }
+        self.budget.turn().await;
         let lease = match self.api.get_opt(&self.lease).await? {
             Some(lease) => lease,
             None => {
@@ -415,9 +422,13 @@ impl Writer {
                         ..Default::default()
                     }),
                 };
+                self.budget.turn().await;
                 match self.api.create(&PostParams::default(), &new).await {
                     Ok(created) => created,
-                    Err(kube::Error::Api(s)) if s.code == 409 => self.api.get(&self.lease).await?,
+                    Err(kube::Error::Api(s)) if s.code == 409 => {
+                        self.budget.turn().await;
+                        self.api.get(&self.lease).await?
+                    }
                     Err(e) => return Err(e),
                 }
             }

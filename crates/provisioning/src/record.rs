@@ -380,6 +380,28 @@ pub fn on_start(entry: &Entry, claim: Option<ClaimNow<'_>>, pv_with_volume_name:
     }
 }
 
+/// Why a claim's entry leaves the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leaving {
+    /// The PV is saved and names the volume from now on.
+    PvSaved,
+    /// Nothing of ours can exist under the claim's name (a final error, a name collision).
+    NoVolume,
+    /// The volume is deleted, or about to be (a clean-up, the PV's DeleteVolume).
+    VolumeDeleted,
+}
+
+/// Whether the entry's removal is written at once, instead of waiting for company in the next
+/// batch. An entry a crash leaves behind has the next instance re-send the recorded request:
+/// harmless while a PV names the volume or none can exist, but once the volume is deleted the
+/// driver would make it again only to have it deleted.
+pub fn written_at_once(why: Leaving) -> bool {
+    match why {
+        Leaving::PvSaved | Leaving::NoVolume => false,
+        Leaving::VolumeDeleted => true,
+    }
+}
+
 /// Whether a claim's entry may leave the record: once the PV is saved (it owns the volume),
 /// or while nothing of ours can exist under the claim's name.
 pub fn may_leave(state: &VolumeState, pv_saved: bool) -> bool {

@@ -13,7 +13,7 @@ mod throttle;
 pub use metrics::RequestMetrics;
 pub use queue::with_priority;
 pub use request_info::{classify, is_watch};
-pub use throttle::{Throttle, ThrottleLayer};
+pub use throttle::{Budget, Throttle, ThrottleLayer};
 
 use http::HeaderValue;
 use kube::client::ClientBuilder;
@@ -87,19 +87,33 @@ pub fn build_client(
     client_with(config, user_agent, &layer)
 }
 
-/// Two clients over ONE budget: the normal lane, and the background lane for work that can
-/// wait (see [`ThrottleLayer::background`]). Together they never exceed `limits`.
-pub fn build_client_pair(
+/// The clients that share one `--kube-api-qps` / `--kube-api-burst` budget.
+pub struct Clients {
+    /// The normal lane.
+    pub normal: kube::Client,
+    /// The background lane, for work that can wait (see [`ThrottleLayer::background`]).
+    pub background: kube::Client,
+    /// Requests sent after [`Clients::budget`]'s turn, which do not wait again (see
+    /// [`ThrottleLayer::prepaid`]).
+    pub prepaid: kube::Client,
+    /// The budget the prepaid client's caller takes its turns from.
+    pub budget: Budget,
+}
+
+/// The clients over ONE budget (see [`Clients`]): together they never exceed `limits`.
+pub fn build_clients(
     config: kube::Config,
     limits: ClientLimits,
     user_agent: &str,
     metrics: Option<RequestMetrics>,
-) -> Result<(kube::Client, kube::Client), ClientError> {
+) -> Result<Clients, ClientError> {
     let layer = ThrottleLayer::new(limits.effective(), &host_of(&config), metrics);
-    Ok((
-        client_with(config.clone(), user_agent, &layer)?,
-        client_with(config, user_agent, &layer.background())?,
-    ))
+    Ok(Clients {
+        normal: client_with(config.clone(), user_agent, &layer)?,
+        background: client_with(config.clone(), user_agent, &layer.background())?,
+        prepaid: client_with(config, user_agent, &layer.prepaid())?,
+        budget: layer.budget(),
+    })
 }
 
 fn host_of(config: &kube::Config) -> String {

@@ -207,6 +207,31 @@ async fn tokens_refill_while_idle() {
     assert_eq!(issue(layer, &["/api/v1/pods"; 3]).await, [0, 0, 1000]);
 }
 
+/// A turn of the budget waits in line like a normal request and takes its token; the prepaid
+/// request that follows does not wait again, and the normal requests after it see the token
+/// gone.
+#[tokio::test(start_paused = true)]
+async fn a_turn_takes_the_token_its_prepaid_request_then_skips() {
+    let layer = ThrottleLayer::new(Some((5.0, 1)), "h", None);
+    let budget = layer.budget();
+    let start = Instant::now();
+    // The burst token goes to a normal request; the turn waits one refill for the next.
+    assert_eq!(issue(layer.clone(), &["/api/v1/pods"]).await, [0]);
+    budget.turn().await;
+    assert_eq!(start.elapsed().as_millis(), 200);
+    let seen = issue(layer.prepaid(), &["/api/v1/pods"; 3]).await;
+    assert_eq!(seen, [0, 0, 0], "prepaid requests never wait");
+    // The turn's token is spent: the next normal request waits for the refill after it.
+    let seen = issue(layer, &["/api/v1/pods"]).await;
+    assert_eq!(start.elapsed().as_millis(), 400, "{seen:?}");
+    Budget::unlimited().turn().await;
+    assert_eq!(
+        start.elapsed().as_millis(),
+        400,
+        "an unlimited turn comes at once"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn unlimited_never_waits() {
     let layer = ThrottleLayer::new(None, "h", None);

@@ -9,6 +9,12 @@
 //! Work that can wait (events, dropping a finalizer that has done its job) then never delays
 //! work that cannot (creating a PV), while the total still stays within `--kube-api-qps` /
 //! `--kube-api-burst`.
+//!
+//! A client can also be *prepaid* ([`ThrottleLayer::prepaid`]): its caller takes a token with
+//! [`Budget::turn`] before it decides what to send, and the request does not wait again. A
+//! writer that batches (the write-ahead record) then plans its write when its turn comes, with
+//! everything asked of it while it waited, instead of planning first and waiting with a stale
+//! plan.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -34,6 +40,29 @@ pub struct ThrottleLayer {
     metrics: Option<RequestMetrics>,
     host: Arc<str>,
     background: bool,
+    prepaid: bool,
+}
+
+/// A client's budget, for a caller that takes its token before building the request it sends
+/// on the prepaid client ([`ThrottleLayer::prepaid`]).
+#[derive(Clone, Debug)]
+pub struct Budget {
+    limiter: Option<Arc<Limiter>>,
+}
+
+impl Budget {
+    /// No budget: every turn comes at once (a client without throttling).
+    pub fn unlimited() -> Budget {
+        Budget { limiter: None }
+    }
+
+    /// Waits for a token of the budget, in line with the normal lane's requests issued
+    /// before now; the caller then sends exactly one request on the prepaid client.
+    pub async fn turn(&self) {
+        if let Some(limiter) = &self.limiter {
+            limiter.acquire(Lane::Normal, Instant::now()).await;
+        }
+    }
 }
 
 impl ThrottleLayer {
@@ -45,6 +74,23 @@ impl ThrottleLayer {
             metrics,
             host: host.into(),
             background: false,
+            prepaid: false,
+        }
+    }
+
+    /// The same bucket for requests whose token was taken with [`Budget::turn`]: they are
+    /// counted but never wait.
+    pub fn prepaid(&self) -> Self {
+        Self {
+            prepaid: true,
+            ..self.clone()
+        }
+    }
+
+    /// The budget of this layer's bucket, for the prepaid client's caller.
+    pub fn budget(&self) -> Budget {
+        Budget {
+            limiter: self.limiter.clone(),
         }
     }
 
@@ -106,7 +152,7 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let limiter = match &self.layer.limiter {
-            Some(limiter) if !is_watch(req.uri()) => Some(limiter.clone()),
+            Some(limiter) if !self.layer.prepaid && !is_watch(req.uri()) => Some(limiter.clone()),
             _ => None,
         };
         let issued = Instant::now();

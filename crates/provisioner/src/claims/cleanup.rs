@@ -13,6 +13,7 @@ use provisioning::attempt::{
 };
 use provisioning::errors::ProvisioningState;
 use provisioning::prepare::Prepared;
+use provisioning::record::Leaving;
 
 use crate::capacity_controller::Refresh;
 
@@ -98,7 +99,7 @@ impl ClaimsController {
             // No finalizer of ours to drop (a claim gone from the API server has none at all).
             // Written at once: the volume is gone, and a crash before this write would have
             // the next process probe for it, making it again only to delete it.
-            self.entries.forget_now(&uid);
+            self.entries.forget(&uid, Leaving::VolumeDeleted);
             if !provisioning::lifecycle::has_finalizer(claim) {
                 self.records.forget(&uid);
                 return Ok(());

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use parking_lot::Mutex;
-use provisioning::record::Entry;
+use provisioning::record::{Entry, Leaving};
 
 use crate::write_ahead::{RecordWriteError, WriteAhead};
 
@@ -81,12 +81,12 @@ impl Entries {
         self.held.lock().len()
     }
 
-    /// Lets claim `uid`'s entry go (written with the next batch, not waited for).
-    pub fn forget(&self, uid: &str) {
+    /// Lets claim `uid`'s entry go, for `why` ([`crate::write_ahead::WriteAhead::forget`]).
+    pub fn forget(&self, uid: &str, why: Leaving) {
         if self.held.lock().remove(uid).is_some()
             && let Some(writer) = &self.writer
         {
-            writer.forget(uid);
+            writer.forget(uid, why);
         }
     }
 
@@ -94,19 +94,9 @@ impl Entries {
     /// once if it is still there or its removal still waits), so that no entry outlives the
     /// volume ([`crate::write_ahead::WriteAhead::settle`]).
     pub async fn settle(&self, uid: &str) {
-        self.forget_now(uid);
+        self.forget(uid, Leaving::VolumeDeleted);
         if let Some(writer) = &self.writer {
             writer.settle(uid).await;
-        }
-    }
-
-    /// [`Entries::forget`] after a clean-up: written at once, not with the next batch
-    /// ([`crate::write_ahead::WriteAhead::forget_now`]).
-    pub fn forget_now(&self, uid: &str) {
-        if self.held.lock().remove(uid).is_some()
-            && let Some(writer) = &self.writer
-        {
-            writer.forget_now(uid);
         }
     }
 }

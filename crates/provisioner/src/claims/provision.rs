@@ -22,6 +22,7 @@ use provisioning::pv::{
     CapacityDecision, PersistentVolumeInputs, build_persistent_volume, capacity_decision,
     missing_content_source, too_small_message,
 };
+use provisioning::record::Leaving;
 use provisioning::retry;
 
 use super::{ClaimError, ClaimsController, SyncError, claim_name, class_name, restorers, update};
@@ -135,7 +136,7 @@ impl ClaimsController {
         };
         if self.name_taken(&a.claim) {
             // The driver would hand us the other claim's volume: never ask.
-            self.entries.forget(&a.uid);
+            self.entries.forget(&a.uid, Leaving::NoVolume);
             self.records
                 .set_volume_state(&a.uid, VolumeState::Collision, None);
             return Err(ProvisionError::name_collision(&plan.volume_name).into());
@@ -344,7 +345,7 @@ impl ClaimsController {
         let kept = replaces_probe_request(before, result).then_some(request);
         let after = after_call(before, result);
         if provisioning::record::may_leave(&after, false) {
-            self.entries.forget(uid);
+            self.entries.forget(uid, Leaving::NoVolume);
         }
         self.records.set_volume_state(uid, after, kept);
     }

@@ -2,6 +2,7 @@
 
 use controller_kit::workqueue::exponential;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use provisioning::record::Leaving;
 
 use super::record::Lane;
 use super::{ClaimKey, ClaimsController, update};
@@ -40,7 +41,7 @@ impl ClaimsController {
                 // The PV owns the volume now; later syncs read the claim through our write.
                 Ok(_) => {
                     records.forget(&task_uid);
-                    entries.forget(&task_uid);
+                    entries.forget(&task_uid, Leaving::PvSaved);
                 }
                 Err(e) => {
                     let delay = exponential(start, max, records.release_failed(&task_uid));

@@ -9,6 +9,7 @@ use kube::api::PostParams;
 use provisioning::attempt::VolumeState;
 use provisioning::errors::ProvisionError;
 use provisioning::names;
+use provisioning::record::Leaving;
 
 use super::{ClaimError, ClaimsController, SyncError, bound_uid, claim_name};
 
@@ -72,7 +73,7 @@ impl ClaimsController {
             Ok(true) => {}
             Ok(false) => {
                 // The volume under the name is the other claim's: nothing of ours to clean up.
-                self.entries.forget(&uid);
+                self.entries.forget(&uid, Leaving::NoVolume);
                 self.records
                     .set_volume_state(&uid, VolumeState::Collision, None);
                 let err = ProvisionError::name_collision(&name);
@@ -91,7 +92,7 @@ impl ClaimsController {
         }
         // The PV owns the volume now; the PV cache shows our create until the watch does.
         self.records.forget(&uid);
-        self.entries.forget(&uid);
+        self.entries.forget(&uid, Leaving::PvSaved);
         let reference = provisioning::pv::claim_reference(claim);
         ctx.recorder.event(
             &reference,

@@ -242,6 +242,14 @@ fn leaving_the_record(#[case] state: VolumeState, #[case] pv_saved: bool, #[case
     assert_eq!(may_leave(&state, pv_saved), want);
 }
 
+#[rstest]
+#[case::the_pv_names_the_volume(Leaving::PvSaved, false)]
+#[case::no_volume_to_make_again(Leaving::NoVolume, false)]
+#[case::a_probe_would_make_it_again(Leaving::VolumeDeleted, true)]
+fn which_removal_waits_for_company(#[case] why: Leaving, #[case] at_once: bool) {
+    assert_eq!(written_at_once(why), at_once);
+}
+
 #[test]
 fn lease_names_fit_and_stay_apart() {
     assert_eq!(
