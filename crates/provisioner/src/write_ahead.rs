@@ -341,6 +341,9 @@ impl Writer {
         while let Ok(ask) = rx.try_recv() {
             self.take(ask);
         }
+        // This write carries every removal asked for so far, urgent ones drained just now
+        // included: the next lone removal waits for company again.
+        self.urgent = false;
         let holder = holder_of(&lease);
         if record::taken_over(self.owned, holder.as_deref(), &self.identity) {
             let holder = holder.unwrap_or_default();
